@@ -1,0 +1,43 @@
+// swift-tools-version: 6.1
+import PackageDescription
+
+let package = Package(
+  name: "Ferry",
+  platforms: [.macOS(.v15), .iOS(.v18)],
+  products: [
+    .library(name: "LMDB", targets: ["LMDB"]),
+    .library(name: "FerryLog", targets: ["FerryLog"]),
+    .executable(name: "ferry", targets: ["ferry"]),
+  ],
+  dependencies: [
+    .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+    .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+  ],
+  targets: [
+    .systemLibrary(
+      name: "CLMDB",
+      pkgConfig: "lmdb",
+      providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
+    ),
+    .target(name: "LMDB", dependencies: ["CLMDB"]),
+    .target(name: "FerryLog", dependencies: ["LMDB"]),
+    .executableTarget(
+      name: "ferry",
+      dependencies: [
+        "FerryLog",
+        .product(name: "ArgumentParser", package: "swift-argument-parser"),
+      ],
+      path: "Tools/ferry"
+    ),
+    .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
+    .testTarget(
+      name: "FerryLogTests",
+      dependencies: [
+        "FerryLog", "LMDB",
+        .product(name: "PropertyBased", package: "swift-property-based"),
+      ],
+      resources: [.copy("Vectors")]
+    ),
+  ],
+  swiftLanguageModes: [.v6]
+)

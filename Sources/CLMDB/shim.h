@@ -1,0 +1,4 @@
+#ifndef FERRY_CLMDB_SHIM_H
+#define FERRY_CLMDB_SHIM_H
+#include <lmdb.h>
+#endif

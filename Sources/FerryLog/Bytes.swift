@@ -1,0 +1,64 @@
+/// Big-endian encoding helpers: keys built from these sort in numeric order.
+extension FixedWidthInteger {
+  /// The integer's bytes, most significant first.
+  @inlinable public var bigEndianBytes: [UInt8] {
+    withUnsafeBytes(of: self.bigEndian) { Array($0) }
+  }
+
+  /// Reads a big-endian integer from exactly `Self.bitWidth / 8` bytes; nil when the size differs.
+  @inlinable public init?<C: Collection>(bigEndianBytes bytes: C) where C.Element == UInt8 {
+    guard bytes.count == Self.bitWidth / 8 else { return nil }
+    var value: Self = 0
+    for byte in bytes { value = (value << 8) | Self(byte) }
+    self = value
+  }
+}
+
+/// Appends big-endian fields to a byte array.
+struct ByteWriter {
+  var bytes: [UInt8] = []
+
+  init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
+  mutating func write<T: FixedWidthInteger>(_ value: T) {
+    withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+  }
+
+  mutating func write(_ raw: [UInt8]) { bytes.append(contentsOf: raw) }
+}
+
+/// Reads big-endian fields from a buffer, failing with a reason instead of reading past its end.
+struct ByteReader {
+  let buffer: UnsafeRawBufferPointer
+  var offset = 0
+
+  init(_ buffer: UnsafeRawBufferPointer) { self.buffer = buffer }
+
+  var remaining: Int { buffer.count - offset }
+
+  mutating func read<T: FixedWidthInteger>(_: T.Type, _ field: String) throws(RecordDecodingFailure) -> T {
+    let size = T.bitWidth / 8
+    guard remaining >= size else {
+      throw RecordDecodingFailure("truncated at \(field): needs \(size) bytes, \(remaining) left")
+    }
+    var value: T = 0
+    for i in 0..<size { value = (value << 8) | T(buffer[offset + i]) }
+    offset += size
+    return value
+  }
+
+  mutating func read(count: Int, _ field: String) throws(RecordDecodingFailure) -> [UInt8] {
+    guard count >= 0, remaining >= count else {
+      throw RecordDecodingFailure("truncated at \(field): needs \(count) bytes, \(remaining) left")
+    }
+    let slice = Array(UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)]))
+    offset += count
+    return slice
+  }
+}
+
+/// Why a record's bytes could not be decoded.
+struct RecordDecodingFailure: Error {
+  let reason: String
+  init(_ reason: String) { self.reason = reason }
+}

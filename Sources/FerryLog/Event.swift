@@ -1,0 +1,63 @@
+/// An event to append: what happened, in the domain's own encoding.
+public struct NewEvent: Sendable, Equatable {
+  /// The event type: 1 to 64 characters from `A-Z a-z 0-9 . _ : -`.
+  public var type: String
+  /// The version of the payload's schema for this type (see ``EventCatalog``).
+  public var schemaVersion: UInt16
+  /// The payload bytes; the log does not interpret them.
+  public var payload: [UInt8]
+  /// The event's identity. Give one to make the append idempotent (the same id is stored once);
+  /// leave nil and the log makes a new time-ordered id.
+  public var id: EventID?
+  /// Wall-clock milliseconds to record; nil records the log's clock at append time.
+  public var timestamp: Int64?
+
+  /// Describes an event to append.
+  public init(
+    type: String, schemaVersion: UInt16 = 1, payload: [UInt8], id: EventID? = nil, timestamp: Int64? = nil
+  ) {
+    self.type = type
+    self.schemaVersion = schemaVersion
+    self.payload = payload
+    self.id = id
+    self.timestamp = timestamp
+  }
+}
+
+/// An event read from (or just written to) the log, with the sequence number the log gave it.
+public struct LoggedEvent: Sendable, Equatable {
+  /// The event's position in the log: 1, 2, 3, ... with no gaps.
+  public let sequence: UInt64
+  /// The event type.
+  public let type: String
+  /// The schema version of `payload` (after any upcasting on read).
+  public let schemaVersion: UInt16
+  /// The schema version the record was stored with; differs from `schemaVersion` when upcast.
+  public let storedSchemaVersion: UInt16
+  /// Wall-clock milliseconds since the Unix epoch when the event was appended.
+  public let timestamp: Int64
+  /// The event's identity.
+  public let id: EventID
+  /// The payload bytes.
+  public let payload: [UInt8]
+
+  /// Creates a logged event (normally only the log does).
+  public init(
+    sequence: UInt64, type: String, schemaVersion: UInt16, storedSchemaVersion: UInt16? = nil,
+    timestamp: Int64, id: EventID, payload: [UInt8]
+  ) {
+    self.sequence = sequence
+    self.type = type
+    self.schemaVersion = schemaVersion
+    self.storedSchemaVersion = storedSchemaVersion ?? schemaVersion
+    self.timestamp = timestamp
+    self.id = id
+    self.payload = payload
+  }
+
+  func upcast(to version: UInt16, payload: [UInt8]) -> LoggedEvent {
+    LoggedEvent(
+      sequence: sequence, type: type, schemaVersion: version, storedSchemaVersion: storedSchemaVersion,
+      timestamp: timestamp, id: id, payload: payload)
+  }
+}

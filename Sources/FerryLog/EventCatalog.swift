@@ -1,0 +1,73 @@
+/// The event types a log accepts, with the current schema version of each and the upcasters that
+/// bring older payloads up to it.
+///
+/// Stored bytes are never rewritten: an event stored at schema version 1 of a type now at version 3
+/// is read through the upcasters 1→2 and 2→3 every time it is read, and projections only ever see
+/// current payloads.
+///
+/// ```swift
+/// let catalog = EventCatalog([
+///   .init("item.added", version: 2, upcasters: [1: { v1 in v1 + [0] }]),  // v2 added a flag byte
+///   .init("item.removed"),
+/// ])
+/// ```
+public struct EventCatalog: Sendable {
+  /// One event type.
+  public struct EventType: Sendable {
+    /// The type's name.
+    public let name: String
+    /// The schema version this code writes.
+    public let version: UInt16
+    /// Upcasters keyed by the version they read: `upcasters[v]` turns a version `v` payload into `v + 1`.
+    public let upcasters: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]]
+
+    /// Declares an event type.
+    public init(_ name: String, version: UInt16 = 1, upcasters: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]] = [:]) {
+      self.name = name
+      self.version = version
+      self.upcasters = upcasters
+    }
+  }
+
+  /// The types, by name.
+  public let types: [String: EventType]
+
+  /// A catalog of the given types.
+  public init(_ types: [EventType]) {
+    self.types = Dictionary(types.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+  }
+
+  /// Checks an event about to be appended.
+  func validate(_ event: NewEvent) throws(FerryLogError) {
+    guard let type = types[event.type] else { throw .unknownEventType(type: event.type, sequence: nil) }
+    guard event.schemaVersion >= 1, event.schemaVersion <= type.version else {
+      throw .unsupportedSchemaVersion(type: event.type, version: event.schemaVersion, supported: type.version, sequence: nil)
+    }
+  }
+
+  /// Brings an event to its type's current schema version.
+  func upcast(_ event: LoggedEvent) throws(FerryLogError) -> LoggedEvent {
+    guard let type = types[event.type] else { throw .unknownEventType(type: event.type, sequence: event.sequence) }
+    if event.schemaVersion == type.version { return event }
+    guard event.schemaVersion < type.version else {
+      throw .unsupportedSchemaVersion(
+        type: event.type, version: event.schemaVersion, supported: type.version, sequence: event.sequence)
+    }
+    var payload = event.payload
+    var version = event.schemaVersion
+    while version < type.version {
+      guard let upcaster = type.upcasters[version] else {
+        throw .unsupportedSchemaVersion(
+          type: event.type, version: event.schemaVersion, supported: type.version, sequence: event.sequence)
+      }
+      do {
+        payload = try upcaster(payload)
+      } catch {
+        throw .corruptRecord(
+          sequence: event.sequence, reason: "upcasting '\(event.type)' from version \(version) failed: \(error)")
+      }
+      version += 1
+    }
+    return event.upcast(to: version, payload: payload)
+  }
+}

@@ -1,0 +1,477 @@
+import Foundation
+import LMDB
+import Synchronization
+
+/// An append-only, durable log of events in an LMDB environment, with projections kept in the
+/// same transaction as every append.
+///
+/// ```swift
+/// let log = try EventLog.open(at: "/path/to/store", configuration: .init(projections: [CountByType()]))
+/// let sequence = try await log.append(NewEvent(type: "item.added", payload: bytes))
+/// let count = try log.read { view in try view.tables(of: "countByType").get("counts", key: key) }
+/// ```
+///
+/// `append` returns only once its events are committed and flushed to disk. Appends from many
+/// callers at once share one transaction and one flush (group commit).
+public final class EventLog: Sendable {
+  /// The store format this code writes and the newest it opens.
+  public static let storeFormatVersion: UInt32 = 1
+
+  /// How a log is opened.
+  public struct Configuration: Sendable {
+    /// The projections to keep materialized.
+    public var projections: [any Projection]
+    /// The accepted event types and their upcasters; nil accepts any valid type name and upcasts nothing.
+    public var catalog: EventCatalog?
+    /// Open read-only: nothing is written, projections are not caught up (see ``EventLog/staleProjections``).
+    public var readOnly: Bool = false
+    /// Create the store when the directory is missing or empty.
+    public var createIfMissing: Bool = true
+    /// The map size of a new store; it doubles whenever it fills.
+    public var initialMapSize: Int = 1 << 20
+    /// The map never grows past this.
+    public var maxMapSize: Int = 1 << 40
+    /// Keep the event-id index, so that an event appended again with the same id is stored once.
+    public var idempotentAppends: Bool = true
+    /// The largest payload accepted, in bytes.
+    public var maxPayloadSize: Int = 16 << 20
+    /// The most events one group commit writes.
+    public var maxEventsPerCommit: Int = 8192
+    /// Events replayed per transaction by a rebuild.
+    public var rebuildChunkSize: Int = 20_000
+    /// The wall clock, in Unix milliseconds, stamped on new events.
+    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+
+    /// A configuration with the given projections and catalog, and defaults for everything else.
+    public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
+      self.projections = projections
+      self.catalog = catalog
+    }
+  }
+
+  /// Counters since open, for tests and benchmarks.
+  public struct Statistics: Sendable, Equatable {
+    /// Write transactions that committed appends (group commits).
+    public var commits: Int = 0
+    /// `append` calls that completed.
+    public var appendCalls: Int = 0
+    /// Events written (duplicates excluded).
+    public var eventsAppended: Int = 0
+    /// Events not written because their id was already in the log.
+    public var duplicatesSkipped: Int = 0
+    /// The most `append` calls that shared one commit.
+    public var largestBatch: Int = 0
+  }
+
+  /// The store's directory.
+  public let path: String
+  /// The configuration it was opened with.
+  public let configuration: Configuration
+  /// Projections that a read-only open found missing, of another version, or behind the log,
+  /// with the reason. Always empty for a read-write log, which rebuilds or catches them up at open.
+  public let staleProjections: [String: String]
+  /// Whether this open created the store.
+  public let wasCreated: Bool
+  /// Events replayed into projections at open (catching up or rebuilding after a version change).
+  public let eventsReplayedAtOpen: Int
+
+  let environment: Environment
+  let core: StoreCore
+  let writer: GroupCommitWriter?
+  let notifier = HeadNotifier()
+  private let closed = Mutex(false)
+
+  // MARK: Opening
+
+  /// Opens the store at `path`, creating it when it is missing (or an empty directory) unless the
+  /// configuration says otherwise.
+  ///
+  /// At open, a projection whose version changed is emptied and rebuilt from the log, and one that
+  /// is behind (an interrupted rebuild, another process's appends) is caught up, before this returns.
+  ///
+  /// Throws ``FerryLogError/noSuchStore(path:)``, ``FerryLogError/notAStore(path:reason:)``,
+  /// ``FerryLogError/newerFormat(path:found:supported:)``, ``FerryLogError/permissionDenied(path:detail:)``.
+  public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog {
+    do {
+      return try openStore(at: path, configuration: configuration)
+    } catch let error as LMDBError {
+      throw translateOpenError(error, path: path)
+    }
+  }
+
+  private static func openStore(at path: String, configuration: Configuration) throws -> EventLog {
+    var projections = configuration.projections
+    if configuration.idempotentAppends { projections.append(EventIDIndex()) }
+    try validate(projections: projections, userProjections: configuration.projections)
+
+    try checkDirectory(path, configuration: configuration)
+    var options = Environment.Options()
+    options.readOnly = configuration.readOnly
+    options.createIfMissing = configuration.createIfMissing
+    options.initialMapSize = configuration.initialMapSize
+    options.maxMapSize = configuration.maxMapSize
+    let environment = try Environment.open(path: path, options: options)
+    do {
+      return try finishOpening(environment, path: path, configuration: configuration, projections: projections)
+    } catch {
+      environment.close()
+      throw error
+    }
+  }
+
+  private static func finishOpening(
+    _ environment: Environment, path: String, configuration: Configuration, projections: [any Projection]
+  ) throws -> EventLog {
+    let existing = Set(try environment.namedDatabases())
+    let isNew: Bool
+    if existing.contains("meta") {
+      try environment.openDatabases(["meta"], create: false)
+      let meta = try environment.database("meta")
+      let format = try environment.read { txn in try txn.get(meta, key: MetaKey.format) }
+      guard let format, let version = UInt32(bigEndianBytes: format) else {
+        throw FerryLogError.notAStore(path: path, reason: "its meta database has no format version")
+      }
+      if version > storeFormatVersion {
+        throw FerryLogError.newerFormat(path: path, found: version, supported: storeFormatVersion)
+      }
+      guard existing.contains("events") else {
+        throw FerryLogError.notAStore(path: path, reason: "it has no events database")
+      }
+      isNew = false
+    } else if existing.isEmpty {
+      if configuration.readOnly {
+        throw FerryLogError.notAStore(path: path, reason: "the LMDB environment is empty")
+      }
+      isNew = true
+    } else {
+      throw FerryLogError.notAStore(
+        path: path, reason: "the LMDB environment holds other databases (\(existing.sorted().prefix(3).joined(separator: ", ")))")
+    }
+
+    // Every database handle, opened in one committed transaction; a new store's metadata with them.
+    var names = ["events", "meta"]
+    var tablesByProjection: [String: [String]] = [:]
+    for projection in projections {
+      let databaseNames = BoundProjection.databaseNames(of: projection)
+      tablesByProjection[projection.name] = databaseNames
+      names += databaseNames
+    }
+    var stale: [String: String] = [:]
+    if configuration.readOnly {
+      try environment.openDatabases(["events", "meta"], create: false)
+      for projection in projections {
+        let databaseNames = tablesByProjection[projection.name] ?? []
+        if databaseNames.allSatisfy(existing.contains) {
+          try environment.openDatabases(databaseNames, create: false)
+        } else {
+          stale[projection.name] = "its tables do not exist in this store"
+        }
+      }
+    } else {
+      let clock = configuration.clock
+      try environment.openDatabases(names, create: true) { txn, databases in
+        guard isNew, let meta = databases["meta"] else { return }
+        try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
+        try txn.put(meta, key: MetaKey.createdAt, value: clock().bigEndianBytes)
+        try txn.put(meta, key: MetaKey.storeId, value: EventID.make().bytes)
+      }
+    }
+
+    let bound = try projections.filter { stale[$0.name] == nil }.map {
+      try BoundProjection.bind($0, in: environment)
+    }
+    let core = StoreCore(
+      events: try environment.database("events"), meta: try environment.database("meta"), projections: bound,
+      eventIndex: configuration.idempotentAppends && stale[EventIDIndex.projectionName] == nil
+        ? bound.first { $0.name == EventIDIndex.projectionName }?.databases[EventIDIndex.table] : nil,
+      catalog: configuration.catalog)
+
+    var replayed = 0
+    if configuration.readOnly {
+      let head = try environment.read { txn in try core.head(txn) }
+      for target in bound {
+        let state = try environment.read { txn in try core.state(of: target.name, txn) }
+        if let state, state.version != target.projection.version {
+          stale[target.name] = "stored version \(state.version), this code has version \(target.projection.version)"
+        } else if let state, state.position < head {
+          stale[target.name] = "it covers the log up to \(state.position) of \(head)"
+        } else if state == nil {
+          stale[target.name] = "it was never built in this store"
+        }
+      }
+    } else {
+      replayed = try prepareProjections(core, environment: environment, chunk: configuration.rebuildChunkSize, reset: [])
+    }
+
+    let liveCore = StoreCore(
+      events: core.events, meta: core.meta, projections: bound.filter { stale[$0.name] == nil },
+      eventIndex: stale[EventIDIndex.projectionName] == nil ? core.eventIndex : nil, catalog: core.catalog)
+    return EventLog(
+      path: path, configuration: configuration, environment: environment, core: liveCore, stale: stale,
+      created: isNew, replayed: replayed)
+  }
+
+  private init(
+    path: String, configuration: Configuration, environment: Environment, core: StoreCore,
+    stale: [String: String], created: Bool, replayed: Int
+  ) {
+    self.path = path
+    self.configuration = configuration
+    self.environment = environment
+    self.core = core
+    self.staleProjections = stale
+    self.wasCreated = created
+    self.eventsReplayedAtOpen = replayed
+    if configuration.readOnly {
+      writer = nil
+    } else {
+      let notifier = self.notifier
+      let writer = GroupCommitWriter(
+        environment: environment, core: core, maxEventsPerCommit: configuration.maxEventsPerCommit,
+        onCommit: { head in notifier.publish(head) })
+      writer.start()
+      self.writer = writer
+    }
+  }
+
+  deinit {
+    close()
+  }
+
+  /// Waits for queued appends to finish, then closes the store. Later calls throw ``FerryLogError/closed``.
+  /// Close a log before opening its directory again in the same process.
+  public func close() {
+    let wasOpen = closed.withLock { isClosed in
+      defer { isClosed = true }
+      return !isClosed
+    }
+    guard wasOpen else { return }
+    writer?.stop()
+    notifier.close()
+    environment.close()
+  }
+
+  /// Whether ``close()`` was called.
+  public var isClosed: Bool { closed.withLock { $0 } }
+
+  private static func validate(projections: [any Projection], userProjections: [any Projection]) throws {
+    var seen = Set<String>()
+    for projection in projections {
+      guard TableNaming.isValidName(projection.name) else {
+        throw FerryLogError.invalidConfiguration(
+          reason: "projection name '\(projection.name)' must be 1 to 48 characters from A-Z a-z 0-9 . _ -")
+      }
+      guard seen.insert(projection.name).inserted else {
+        throw FerryLogError.invalidConfiguration(reason: "two projections are named '\(projection.name)'")
+      }
+      guard !projection.tables.isEmpty, Set(projection.tables).count == projection.tables.count,
+        projection.tables.allSatisfy({ TableNaming.isValidName($0) })
+      else {
+        throw FerryLogError.invalidConfiguration(
+          reason: "projection '\(projection.name)' must declare distinct table names of 1 to 48 characters from A-Z a-z 0-9 . _ -")
+      }
+    }
+    if let reserved = userProjections.first(where: { $0.name.hasPrefix("ferry.") }) {
+      throw FerryLogError.invalidConfiguration(reason: "projection names starting with 'ferry.' are Ferry's own ('\(reserved.name)')")
+    }
+  }
+
+  /// Refuses a path that is a file, or a non-empty directory that holds no store.
+  private static func checkDirectory(_ path: String, configuration: Configuration) throws {
+    var isDirectory: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
+      if configuration.readOnly || !configuration.createIfMissing { throw FerryLogError.noSuchStore(path: path) }
+      return
+    }
+    guard isDirectory.boolValue else { throw FerryLogError.notAStore(path: path, reason: "it is a file, not a directory") }
+    if FileManager.default.fileExists(atPath: path + "/data.mdb") { return }
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+    if configuration.readOnly || !configuration.createIfMissing {
+      throw FerryLogError.notAStore(path: path, reason: "it has no data.mdb")
+    }
+    if !entries.isEmpty {
+      throw FerryLogError.notAStore(
+        path: path, reason: "the directory is not empty and has no data.mdb (found \(entries.sorted().prefix(3).joined(separator: ", ")))")
+    }
+  }
+
+  private static func translateOpenError(_ error: LMDBError, path: String) -> FerryLogError {
+    switch error {
+    case .noSuchFile: return .noSuchStore(path: path)
+    case .notADirectory: return .notAStore(path: path, reason: "it is not a directory")
+    case .permissionDenied, .readOnlyFileSystem, LMDBError(code: EPERM, message: ""):
+      return .permissionDenied(path: path, detail: error.message)
+    case .invalid, .versionMismatch:
+      return .notAStore(path: path, reason: "data.mdb is not an LMDB file this version can read (\(error.message))")
+    default: return .storage(error)
+    }
+  }
+
+  // MARK: Appending
+
+  /// Appends events as one atomic unit and returns their sequence numbers once they are durable.
+  ///
+  /// An event whose id is already in the log (with idempotent appends on) is not stored again;
+  /// its existing sequence number is returned. Throws ``FerryLogError/invalidEvent(reason:)`` for
+  /// a bad type or an oversized payload, ``FerryLogError/unknownEventType(type:sequence:)`` for a
+  /// type outside the catalog, ``FerryLogError/projectionFailed(projection:sequence:underlying:)``
+  /// when a projection rejects an event (nothing of this call is written), ``FerryLogError/closed``.
+  ///
+  /// Cancelling the calling task does not withdraw events already handed to the writer.
+  public func append(_ events: [NewEvent]) async throws -> [UInt64] {
+    guard let writer else {
+      throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
+    }
+    if events.isEmpty { return [] }
+    let prepared = try prepare(events)
+    return try await withCheckedThrowingContinuation { continuation in
+      let request = GroupCommitWriter.AppendRequest(events: prepared, continuation: continuation)
+      if !writer.submit(.append(request)) {
+        continuation.resume(throwing: FerryLogError.closed)
+      }
+    }
+  }
+
+  /// Appends one event and returns its sequence number once it is durable.
+  public func append(_ event: NewEvent) async throws -> UInt64 {
+    let sequences = try await append([event])
+    guard let sequence = sequences.first else { throw FerryLogError.invalidEvent(reason: "the writer returned no sequence") }
+    return sequence
+  }
+
+  private func prepare(_ events: [NewEvent]) throws -> [PreparedEvent] {
+    if isClosed { throw FerryLogError.closed }
+    let now = configuration.clock()
+    return try events.map { event in
+      guard EventRecord.isValidType(event.type) else {
+        throw FerryLogError.invalidEvent(
+          reason: "event type '\(event.type)' must be 1 to \(EventRecord.maxTypeLength) characters from A-Z a-z 0-9 . _ : -")
+      }
+      guard event.payload.count <= configuration.maxPayloadSize else {
+        throw FerryLogError.invalidEvent(
+          reason: "payload of \(event.payload.count) bytes exceeds the maximum of \(configuration.maxPayloadSize)")
+      }
+      guard event.schemaVersion >= 1 else { throw FerryLogError.invalidEvent(reason: "schema versions start at 1") }
+      try configuration.catalog?.validate(event)
+      let timestamp = event.timestamp ?? now
+      let id = event.id ?? EventID.make(milliseconds: timestamp)
+      let record = EventRecord.encode(
+        type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id, payload: event.payload)
+      return PreparedEvent(
+        type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id, payload: event.payload,
+        record: record)
+    }
+  }
+
+  // MARK: Reading
+
+  /// The last sequence number in the log (0 when it is empty).
+  public func head() throws -> UInt64 {
+    try guarded { try environment.read { txn in try core.head(txn) } }
+  }
+
+  /// The event at `sequence`, decoded and upcast; nil when there is none.
+  public func event(at sequence: UInt64) throws -> LoggedEvent? {
+    try guarded {
+      try environment.read { txn in
+        try txn.withValue(core.events, key: sequence.bigEndianBytes) { buffer in
+          try buffer.map { try core.decode($0, sequence: sequence) }
+        }
+      }
+    }
+  }
+
+  /// The stored bytes of the record at `sequence`, exactly as on disk; nil when there is none.
+  public func record(at sequence: UInt64) throws -> [UInt8]? {
+    try guarded { try environment.read { txn in try txn.get(core.events, key: sequence.bigEndianBytes) } }
+  }
+
+  /// Up to `limit` events after `sequence`, in order, read in one short read transaction.
+  public func events(after sequence: UInt64, limit: Int = 1000) throws -> [LoggedEvent] {
+    try guarded {
+      var result: [LoggedEvent] = []
+      if limit <= 0 { return result }
+      try environment.read { txn in
+        try txn.withCursor(core.events) { cursor in
+          try cursor.scan(from: (sequence + 1).bigEndianBytes) { key, value in
+            guard let current = UInt64(bigEndianBytes: key) else {
+              throw FerryLogError.corruptRecord(sequence: 0, reason: "a key of the log has \(key.count) bytes, not 8")
+            }
+            result.append(try core.decode(value, sequence: current))
+            return result.count < limit
+          }
+        }
+      }
+      return result
+    }
+  }
+
+  /// Calls `body` with every event from `first` through `last` (the head when nil), reading in
+  /// chunks of `chunkSize` so that no read transaction stays open long.
+  public func forEachEvent(
+    from first: UInt64 = 1, through last: UInt64? = nil, chunkSize: Int = 1000, _ body: (LoggedEvent) throws -> Void
+  ) throws {
+    var after = first > 0 ? first - 1 : 0
+    let end = try last ?? head()
+    while after < end {
+      let chunk = try events(after: after, limit: max(1, chunkSize))
+      guard !chunk.isEmpty else { break }
+      for event in chunk {
+        if event.sequence > end { return }
+        try body(event)
+        after = event.sequence
+      }
+    }
+  }
+
+  /// Reads projections through one consistent snapshot.
+  ///
+  /// ```swift
+  /// let n = try log.read { view in try view.tables(of: "countByType").count("counts") }
+  /// ```
+  public func read<R>(_ body: (LogView) throws -> R) throws -> R {
+    try guarded {
+      try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
+    }
+  }
+
+  /// Counters of commits and appends since open.
+  public var statistics: Statistics { writer?.statistics.withLock { $0 } ?? Statistics() }
+
+  /// Counters of the LMDB environment (commits, aborts, map growths).
+  public var storageCounters: Environment.Counters { environment.counters }
+
+  /// The map size and how much of it is used.
+  public func storageInfo() throws -> Environment.Info { try guarded { try environment.info() } }
+
+  /// Runs `body`, turning storage errors into ``FerryLogError`` and refusing work after close.
+  func guarded<R>(_ body: () throws -> R) throws -> R {
+    if isClosed { throw FerryLogError.closed }
+    do {
+      return try body()
+    } catch let error as LMDBError {
+      if isClosed { throw FerryLogError.closed }
+      throw FerryLogError.storage(error)
+    }
+  }
+}
+
+/// A consistent snapshot of a log's projections, valid only inside ``EventLog/read(_:)``.
+public struct LogView {
+  let core: StoreCore
+  let transaction: Transaction
+  let stale: [String: String]
+  var fixedHead: UInt64? = nil
+
+  /// The head of the log in this snapshot (for a view of the past, the sequence it was built up to).
+  public func head() throws -> UInt64 { try fixedHead ?? core.head(transaction) }
+
+  /// The tables of the projection named `name`.
+  public func tables(of name: String) throws -> some ProjectionTableReading {
+    if let reason = stale[name] { throw FerryLogError.projectionNotCurrent(projection: name, reason: reason) }
+    guard let target = core.projections.first(where: { $0.name == name }) else {
+      throw FerryLogError.invalidConfiguration(reason: "no projection named '\(name)' is registered")
+    }
+    return target.tables(in: transaction)
+  }
+}

@@ -1,0 +1,82 @@
+import LMDB
+
+/// Everything that can go wrong with an event log, each case with what a person needs to act on it.
+///
+/// ```swift
+/// do { _ = try log.event(at: 42) }
+/// catch FerryLogError.corruptRecord(let sequence, let reason) { print("record \(sequence): \(reason)") }
+/// ```
+public enum FerryLogError: Error, CustomStringConvertible {
+  /// There is no directory at the path (and it was not to be created).
+  case noSuchStore(path: String)
+  /// The path exists but does not hold a Ferry store.
+  case notAStore(path: String, reason: String)
+  /// The store was written by a newer Ferry; this code refuses to touch it.
+  case newerFormat(path: String, found: UInt32, supported: UInt32)
+  /// The process may not read or write the store.
+  case permissionDenied(path: String, detail: String)
+  /// The record at `sequence` failed its CRC or is malformed. Nothing else is read past it.
+  case corruptRecord(sequence: UInt64, reason: String)
+  /// The record at `sequence` uses a record format newer than this code reads.
+  case unsupportedRecordFormat(sequence: UInt64, version: UInt8, supported: UInt8)
+  /// The event type is not in the log's ``EventCatalog`` (`sequence` is nil for an event being appended).
+  case unknownEventType(type: String, sequence: UInt64?)
+  /// The event's schema version is newer than the catalog knows, or has no upcaster path.
+  case unsupportedSchemaVersion(type: String, version: UInt16, supported: UInt16, sequence: UInt64?)
+  /// An event offered to ``EventLog/append(_:)`` is not valid (bad type name, payload too large, ...).
+  case invalidEvent(reason: String)
+  /// A projection threw while applying the event at `sequence`. In an append, nothing of that
+  /// append call was written; other callers in the same group commit were retried without it.
+  case projectionFailed(projection: String, sequence: UInt64, underlying: any Error)
+  /// A projection or configuration is not valid (duplicate names, bad table names, ...).
+  case invalidConfiguration(reason: String)
+  /// A read-only store has a projection that is missing, of another version, or behind the log.
+  case projectionNotCurrent(projection: String, reason: String)
+  /// A projection table was asked for that the projection did not declare.
+  case unknownTable(projection: String, table: String)
+  /// The sequence numbers of the log are not contiguous: `expected` is missing and `found` follows
+  /// it (nil when the log ends early).
+  case sequenceGap(expected: UInt64, found: UInt64?)
+  /// The log was closed; no more appends are taken.
+  case closed
+  /// LMDB (or the operating system beneath it) failed.
+  case storage(LMDBError)
+
+  /// A one-line message for people.
+  public var description: String {
+    switch self {
+    case .noSuchStore(let path): return "no Ferry store at \(path): the directory does not exist"
+    case .notAStore(let path, let reason): return "\(path) is not a Ferry store: \(reason)"
+    case .newerFormat(let path, let found, let supported):
+      return "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
+    case .permissionDenied(let path, let detail): return "permission denied for \(path): \(detail)"
+    case .corruptRecord(let sequence, let reason): return "corrupt record at sequence \(sequence): \(reason)"
+    case .unsupportedRecordFormat(let sequence, let version, let supported):
+      return "record at sequence \(sequence) has format \(version), newer than the \(supported) this version of Ferry reads"
+    case .unknownEventType(let type, let sequence):
+      return "unknown event type '\(type)'" + (sequence.map { " at sequence \($0)" } ?? "")
+    case .unsupportedSchemaVersion(let type, let version, let supported, let sequence):
+      return "event type '\(type)' schema version \(version) is not readable (this code knows up to \(supported))"
+        + (sequence.map { " at sequence \($0)" } ?? "")
+    case .invalidEvent(let reason): return "invalid event: \(reason)"
+    case .projectionFailed(let projection, let sequence, let underlying):
+      return "projection '\(projection)' failed on the event at sequence \(sequence): \(underlying)"
+    case .invalidConfiguration(let reason): return "invalid configuration: \(reason)"
+    case .projectionNotCurrent(let projection, let reason): return "projection '\(projection)' is not current: \(reason)"
+    case .unknownTable(let projection, let table):
+      return "projection '\(projection)' has no table '\(table)' (declare it in `tables`)"
+    case .sequenceGap(let expected, let found):
+      return "the log has a gap: sequence \(expected) is missing" + (found.map { ", \($0) follows" } ?? " and the log ends")
+    case .closed: return "the event log is closed"
+    case .storage(let error): return "storage error: \(error)"
+    }
+  }
+}
+
+extension FerryLogError {
+  /// Wraps any error from the storage layer, passing Ferry's own errors through.
+  static func wrap(_ error: any Error) -> any Error {
+    if let lmdb = error as? LMDBError { return FerryLogError.storage(lmdb) }
+    return error
+  }
+}

@@ -1,0 +1,216 @@
+import Foundation
+import LMDB
+import Synchronization
+
+/// An event ready for the writer: validated, with its id and timestamp fixed and its record encoded
+/// (encoding and the CRC are done by the caller, in parallel, not on the writer thread).
+struct PreparedEvent: Sendable {
+  let type: String
+  let schemaVersion: UInt16
+  let timestamp: Int64
+  let id: EventID
+  let payload: [UInt8]
+  let record: [UInt8]
+}
+
+/// The one thread that writes to the store. Every append waiting when it wakes goes into one
+/// write transaction — one commit, one pair of fsyncs — then all those callers are resumed
+/// together (group commit). Exclusive jobs (rebuilds) run alone between batches.
+final class GroupCommitWriter: @unchecked Sendable {
+  // Why @unchecked: the mutable state (`jobs`, `stopping`) is only touched with `condition`
+  // held; `statistics` is a Mutex; the rest is immutable after init.
+
+  struct AppendRequest {
+    let events: [PreparedEvent]
+    let continuation: CheckedContinuation<[UInt64], any Error>
+  }
+
+  enum Job {
+    case append(AppendRequest)
+    case exclusive(@Sendable () -> Void)
+  }
+
+  /// Why a batch failed: the error belongs to the request at `index` alone.
+  struct RequestFailure: Error {
+    let index: Int
+    let error: any Error
+  }
+
+  let environment: Environment
+  let core: StoreCore
+  let maxEventsPerCommit: Int
+  let onCommit: @Sendable (UInt64) -> Void
+  let statistics = Mutex(EventLog.Statistics())
+
+  private let condition = Condition()
+  private var jobs: [Job] = []
+  private var stopping = false
+  private let finished = DispatchSemaphore(value: 0)
+
+  init(environment: Environment, core: StoreCore, maxEventsPerCommit: Int, onCommit: @escaping @Sendable (UInt64) -> Void) {
+    self.environment = environment
+    self.core = core
+    self.maxEventsPerCommit = max(1, maxEventsPerCommit)
+    self.onCommit = onCommit
+  }
+
+  func start() {
+    let thread = Thread { [self] in
+      run()
+      finished.signal()
+    }
+    thread.name = "ferry.writer"
+    thread.start()
+  }
+
+  /// Queues a job; false when the writer is stopping (the log is closed).
+  func submit(_ job: Job) -> Bool {
+    condition.withLock {
+      if stopping { return false }
+      jobs.append(job)
+      condition.broadcast()
+      return true
+    }
+  }
+
+  /// Lets queued jobs finish, then ends the thread and waits for it.
+  func stop() {
+    let wasRunning = condition.withLock {
+      defer { stopping = true }
+      condition.broadcast()
+      return !stopping
+    }
+    if wasRunning { finished.wait() }
+  }
+
+  private func run() {
+    while true {
+      condition.lock()
+      while jobs.isEmpty && !stopping { condition.wait() }
+      if jobs.isEmpty {
+        condition.unlock()
+        return
+      }
+      var batch: [AppendRequest] = []
+      var exclusive: (@Sendable () -> Void)?
+      var eventCount = 0
+      var taken = 0
+      for job in jobs {
+        switch job {
+        case .exclusive(let work):
+          if batch.isEmpty {
+            exclusive = work
+            taken += 1
+          }
+        case .append(let request):
+          if batch.isEmpty || eventCount + request.events.count <= maxEventsPerCommit {
+            batch.append(request)
+            eventCount += request.events.count
+            taken += 1
+            continue
+          }
+        }
+        break
+      }
+      jobs.removeFirst(taken)
+      condition.unlock()
+
+      if let exclusive {
+        exclusive()
+      } else {
+        commit(batch)
+      }
+    }
+  }
+
+  /// Writes the requests in one transaction. A request whose events a projection rejects is
+  /// failed alone and the others are written in a fresh transaction.
+  private func commit(_ requests: [AppendRequest]) {
+    var live = requests
+    while !live.isEmpty {
+      do {
+        let (results, head, duplicates) = try environment.write { txn in try appendBatch(live, txn) }
+        let eventsWritten = results.reduce(0) { $0 + $1.count }
+        statistics.withLock { s in
+          s.commits += 1
+          s.appendCalls += live.count
+          s.eventsAppended += eventsWritten - duplicates
+          s.duplicatesSkipped += duplicates
+          s.largestBatch = max(s.largestBatch, live.count)
+        }
+        for (request, sequences) in zip(live, results) { request.continuation.resume(returning: sequences) }
+        onCommit(head)
+        return
+      } catch let failure as RequestFailure {
+        if let lmdb = failure.error as? LMDBError, lmdb == .transactionFull, live.count > 1 {
+          // Too much for one transaction: write the batch in two halves.
+          let half = live.count / 2
+          commit(Array(live[..<half]))
+          commit(Array(live[half...]))
+          return
+        }
+        live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error))
+        live.remove(at: failure.index)
+      } catch {
+        for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error)) }
+        return
+      }
+    }
+  }
+
+  private func appendBatch(_ requests: [AppendRequest], _ txn: Transaction) throws -> ([[UInt64]], UInt64, Int) {
+    var head = try core.head(txn)
+    var duplicates = 0
+    try catchUpInline(to: head, txn)
+    var results: [[UInt64]] = []
+    results.reserveCapacity(requests.count)
+    for (index, request) in requests.enumerated() {
+      var sequences: [UInt64] = []
+      sequences.reserveCapacity(request.events.count)
+      do {
+        for event in request.events {
+          if let eventIndex = core.eventIndex, let existing = try txn.get(eventIndex, key: event.id.bytes) {
+            guard let sequence = UInt64(bigEndianBytes: existing) else {
+              throw FerryLogError.corruptRecord(sequence: 0, reason: "event-id index entry for \(event.id) is malformed")
+            }
+            sequences.append(sequence)
+            duplicates += 1
+            continue
+          }
+          head += 1
+          try txn.put(core.events, key: head.bigEndianBytes, value: event.record, flags: .append)
+          var logged = LoggedEvent(
+            sequence: head, type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp,
+            id: event.id, payload: event.payload)
+          if let catalog = core.catalog { logged = try catalog.upcast(logged) }
+          try core.apply(logged, to: core.projections, txn)
+          sequences.append(head)
+        }
+      } catch let error as LMDBError where error == .mapFull {
+        throw error
+      } catch {
+        throw RequestFailure(index: index, error: error)
+      }
+      results.append(sequences)
+    }
+    for target in core.projections {
+      try core.setState(ProjectionState(version: target.projection.version, position: head), of: target.name, txn)
+    }
+    return (results, head, duplicates)
+  }
+
+  /// Another process may have appended without this process's projections: fold what they missed
+  /// into them first, in the same transaction.
+  private func catchUpInline(to head: UInt64, _ txn: Transaction) throws {
+    for target in core.projections {
+      guard let state = try core.state(of: target.name, txn), state.version == target.projection.version else {
+        throw FerryLogError.projectionNotCurrent(
+          projection: target.name, reason: "its stored version changed while this process had the store open")
+      }
+      if state.position < head {
+        _ = try core.replay(
+          after: state.position, limit: Int.max, through: head, into: [target], targetTxn: txn, logTxn: txn)
+      }
+    }
+  }
+}

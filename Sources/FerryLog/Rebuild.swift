@@ -1,0 +1,326 @@
+import Foundation
+import LMDB
+
+/// What a rebuild did.
+public struct RebuildReport: Sendable, Equatable {
+  /// The projections rebuilt.
+  public var projections: [String]
+  /// Events folded into them.
+  public var eventsReplayed: Int
+  /// The head of the log when the rebuild finished.
+  public var head: UInt64
+  /// Wall time the rebuild took, in seconds.
+  public var seconds: Double
+}
+
+/// What ``EventLog/verify(maxDifferences:)`` found.
+public struct VerifyReport: Sendable {
+  /// One thing wrong with a store.
+  public enum Problem: Sendable, CustomStringConvertible {
+    /// A record that fails its CRC, does not decode, or cannot be read by this code.
+    case unreadableRecord(sequence: UInt64, reason: String)
+    /// A sequence number missing from the log.
+    case sequenceGap(expected: UInt64, found: UInt64?)
+    /// A projection that threw while being rebuilt.
+    case projectionFailed(projection: String, sequence: UInt64, reason: String)
+    /// A projection's stored state is not where it should be.
+    case projectionState(projection: String, reason: String)
+    /// A row that differs between the stored projection and a rebuild from the log.
+    case rowDiffers(projection: String, table: String, key: [UInt8], stored: [UInt8]?, rebuilt: [UInt8]?)
+
+    /// A one-line message.
+    public var description: String {
+      switch self {
+      case .unreadableRecord(let sequence, let reason): return "record \(sequence): \(reason)"
+      case .sequenceGap(let expected, let found):
+        return "sequence \(expected) is missing" + (found.map { " (\($0) follows)" } ?? " (the log ends)")
+      case .projectionFailed(let projection, let sequence, let reason):
+        return "projection '\(projection)' failed on record \(sequence): \(reason)"
+      case .projectionState(let projection, let reason): return "projection '\(projection)': \(reason)"
+      case .rowDiffers(let projection, let table, let key, let stored, let rebuilt):
+        return "projection '\(projection)' table '\(table)' key \(hexString(key)): stored "
+          + (stored.map(hexString) ?? "(missing)") + ", rebuilt " + (rebuilt.map(hexString) ?? "(missing)")
+      }
+    }
+
+    /// The sequence number the problem is about, when it is about one record.
+    public var sequence: UInt64? {
+      switch self {
+      case .unreadableRecord(let sequence, _): return sequence
+      case .sequenceGap(let expected, _): return expected
+      case .projectionFailed(_, let sequence, _): return sequence
+      default: return nil
+      }
+    }
+  }
+
+  /// The head of the log in the snapshot verified.
+  public var head: UInt64
+  /// Records read and checked.
+  public var recordsChecked: Int
+  /// Rows compared across all projection tables.
+  public var rowsCompared: Int
+  /// Problems found, in the order found (at most the number asked for, plus record problems).
+  public var problems: [Problem]
+  /// Whether more row differences existed than were reported.
+  public var moreDifferences: Bool
+  /// Whether nothing is wrong.
+  public var isHealthy: Bool { problems.isEmpty }
+}
+
+func hexString(_ bytes: [UInt8]) -> String {
+  let shown = bytes.prefix(48).map { byte -> String in
+    let digits = String(byte, radix: 16)
+    return digits.count == 1 ? "0" + digits : digits
+  }.joined()
+  return bytes.count > 48 ? shown + "…(\(bytes.count) bytes)" : shown
+}
+
+/// A throw-away LMDB environment for rebuilding projections outside the store (verify, replay).
+/// Its commits are not flushed, and it is deleted when closed.
+final class ScratchArea {
+  let path: String
+  let environment: Environment
+  let projections: [BoundProjection]
+
+  init(projections: [any Projection]) throws {
+    let base = FileManager.default.temporaryDirectory.path
+    path = base + "/ferry-scratch-\(getpid())-\(EventID.make().hex.suffix(12))"
+    var options = Environment.Options()
+    options.durability = .scratch
+    options.initialMapSize = 16 << 20
+    let names = projections.flatMap(BoundProjection.databaseNames(of:))
+    let environment = try Environment.open(path: path, options: options, databases: names)
+    self.environment = environment
+    self.projections = try projections.map { try BoundProjection.bind($0, in: environment) }
+  }
+
+  func close() {
+    environment.close()
+    try? FileManager.default.removeItem(atPath: path)
+  }
+}
+
+extension EventLog {
+  /// Empties projections that are new, of a changed version, or named in `reset`, then folds the
+  /// log into every projection that is behind, in transactions of `chunk` events. Returns how many
+  /// events were replayed.
+  static func prepareProjections(
+    _ core: StoreCore, environment: Environment, chunk: Int, reset: Set<String>
+  ) throws -> Int {
+    try environment.write { txn in
+      for target in core.projections {
+        let state = try core.state(of: target.name, txn)
+        if state == nil || state?.version != target.projection.version || reset.contains(target.name) {
+          for database in target.databases.values { try txn.empty(database) }
+          try core.setState(ProjectionState(version: target.projection.version, position: 0), of: target.name, txn)
+        }
+      }
+    }
+    var replayed = 0
+    while true {
+      let progressed = try environment.write { txn -> Int in
+        let head = try core.head(txn)
+        var positions: [(BoundProjection, UInt64)] = []
+        for target in core.projections {
+          let position = try core.state(of: target.name, txn)?.position ?? 0
+          if position < head { positions.append((target, position)) }
+        }
+        guard let lowest = positions.map(\.1).min() else { return 0 }
+        let targets = positions.filter { $0.1 == lowest }.map(\.0)
+        let last = try core.replay(
+          after: lowest, limit: max(1, chunk), through: head, into: targets, targetTxn: txn, logTxn: txn)
+        for target in targets {
+          try core.setState(ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
+        }
+        return Int(last - lowest)
+      }
+      if progressed == 0 { break }
+      replayed += progressed
+    }
+    return replayed
+  }
+
+  /// Empties the named projections (all when nil) and replays the whole log into them.
+  ///
+  /// Appends wait while it runs; readers may see the projections partly rebuilt until it returns.
+  /// An interrupted rebuild resumes where it stopped at the next open.
+  public func rebuild(_ names: [String]? = nil) async throws -> RebuildReport {
+    guard let writer else { throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only") }
+    let registered = Set(self.core.projections.map(\.name))
+    let selected = names.map(Set.init) ?? registered
+    if let unknown = selected.first(where: { !registered.contains($0) }) {
+      throw FerryLogError.invalidConfiguration(reason: "no projection named '\(unknown)' is registered")
+    }
+    let core = self.core
+    let environment = self.environment
+    let chunk = configuration.rebuildChunkSize
+    return try await withCheckedThrowingContinuation { continuation in
+      let accepted = writer.submit(
+        .exclusive {
+          let start = ContinuousClock.now
+          do {
+            let subset = StoreCore(
+              events: core.events, meta: core.meta, projections: core.projections.filter { selected.contains($0.name) },
+              eventIndex: core.eventIndex, catalog: core.catalog)
+            let replayed = try Self.prepareProjections(subset, environment: environment, chunk: chunk, reset: selected)
+            let head = try environment.read { txn in try core.head(txn) }
+            let elapsed = ContinuousClock.now - start
+            continuation.resume(
+              returning: RebuildReport(
+                projections: subset.projections.map(\.name), eventsReplayed: replayed, head: head,
+                seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18))
+          } catch {
+            continuation.resume(throwing: FerryLogError.wrap(error))
+          }
+        })
+      if !accepted { continuation.resume(throwing: FerryLogError.closed) }
+    }
+  }
+
+  /// Checks the store: every record's CRC and decoding, gap-free sequence numbers, each
+  /// projection's stored version and position, and every projection row against a rebuild from
+  /// the log into a scratch area. Reports at most `maxDifferences` differing rows.
+  ///
+  /// It reads one consistent snapshot, so it can run while another caller or process appends.
+  public func verify(maxDifferences: Int = 20) throws -> VerifyReport {
+    try guarded {
+      let projections = core.projections.map(\.projection)
+      let scratch = try ScratchArea(projections: projections)
+      defer { scratch.close() }
+      return try environment.read { txn in
+        let head = try core.head(txn)
+        var report = VerifyReport(head: head, recordsChecked: 0, rowsCompared: 0, problems: [], moreDifferences: false)
+        let replayed = rebuild(into: scratch, from: txn, through: head, report: &report)
+        for target in core.projections {
+          let state = try core.state(of: target.name, txn)
+          if let state, state.version != target.projection.version {
+            report.problems.append(
+              .projectionState(projection: target.name, reason: "stored version \(state.version), code version \(target.projection.version)"))
+          } else if let state, state.position != head {
+            report.problems.append(
+              .projectionState(projection: target.name, reason: "covers the log up to \(state.position), the head is \(head)"))
+          } else if state == nil {
+            report.problems.append(.projectionState(projection: target.name, reason: "it has no stored state"))
+          }
+        }
+        guard replayed == head else { return report }
+        var budget = maxDifferences
+        for (stored, rebuilt) in zip(core.projections, scratch.projections) {
+          for table in stored.projection.tables {
+            guard let storedDB = stored.databases[table], let rebuiltDB = rebuilt.databases[table] else { continue }
+            try compare(
+              storedDB, in: txn, with: rebuiltDB, of: scratch.environment, projection: stored.name, table: table,
+              budget: &budget, report: &report)
+          }
+        }
+        return report
+      }
+    }
+  }
+
+  /// Replays the snapshot's log into the scratch area; records problems; returns the last sequence applied.
+  private func rebuild(into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport)
+    -> UInt64
+  {
+    var position: UInt64 = 0
+    let chunk = max(1, configuration.rebuildChunkSize)
+    while position < head {
+      do {
+        let last = try scratch.environment.write { scratchTxn in
+          try core.replay(
+            after: position, limit: chunk, through: head, into: scratch.projections, targetTxn: scratchTxn, logTxn: txn)
+        }
+        report.recordsChecked += Int(last - position)
+        position = last
+      } catch let error as FerryLogError {
+        switch error {
+        case .corruptRecord(let sequence, let reason):
+          report.problems.append(.unreadableRecord(sequence: sequence, reason: reason))
+        case .unsupportedRecordFormat(let sequence, _, _), .unknownEventType(_, let sequence?),
+          .unsupportedSchemaVersion(_, _, _, let sequence?):
+          report.problems.append(.unreadableRecord(sequence: sequence, reason: error.description))
+        case .sequenceGap(let expected, let found):
+          report.problems.append(.sequenceGap(expected: expected, found: found))
+        case .projectionFailed(let projection, let sequence, let underlying):
+          report.problems.append(.projectionFailed(projection: projection, sequence: sequence, reason: "\(underlying)"))
+        default:
+          report.problems.append(.unreadableRecord(sequence: position + 1, reason: error.description))
+        }
+        return position
+      } catch {
+        report.problems.append(.unreadableRecord(sequence: position + 1, reason: "\(error)"))
+        return position
+      }
+    }
+    return position
+  }
+
+  private func compare(
+    _ storedDB: Database, in txn: Transaction, with rebuiltDB: Database, of scratch: Environment, projection: String,
+    table: String, budget: inout Int, report: inout VerifyReport
+  ) throws {
+    try txn.withCursor(storedDB) { storedCursor in
+      try scratch.read { scratchTxn in
+        try scratchTxn.withCursor(rebuiltDB) { rebuiltCursor in
+          var stored = try storedCursor.first()
+          var rebuilt = try rebuiltCursor.first()
+          while stored != nil || rebuilt != nil {
+            report.rowsCompared += 1
+            var difference: VerifyReport.Problem?
+            if let s = stored, let r = rebuilt, s.key == r.key {
+              if s.value != r.value {
+                difference = .rowDiffers(projection: projection, table: table, key: s.key, stored: s.value, rebuilt: r.value)
+              }
+              stored = try storedCursor.next()
+              rebuilt = try rebuiltCursor.next()
+            } else if let s = stored, rebuilt == nil || s.key.lexicographicallyPrecedes(rebuilt?.key ?? []) {
+              difference = .rowDiffers(projection: projection, table: table, key: s.key, stored: s.value, rebuilt: nil)
+              stored = try storedCursor.next()
+            } else if let r = rebuilt {
+              difference = .rowDiffers(projection: projection, table: table, key: r.key, stored: nil, rebuilt: r.value)
+              rebuilt = try rebuiltCursor.next()
+            }
+            if let difference {
+              if budget > 0 {
+                report.problems.append(difference)
+                budget -= 1
+              } else {
+                report.moreDifferences = true
+                return
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  /// Rebuilds every projection from the log up to `sequence` (the head when nil) in a scratch
+  /// area and reads the result: the state as it was then. The store itself is not touched.
+  public func withProjections<R>(asOf sequence: UInt64?, _ body: (LogView) throws -> R) throws -> R {
+    try guarded {
+      let projections = core.projections.map(\.projection)
+      let scratch = try ScratchArea(projections: projections)
+      defer { scratch.close() }
+      let until = try environment.read { txn -> UInt64 in
+        let head = try core.head(txn)
+        let until = min(sequence ?? head, head)
+        var position: UInt64 = 0
+        while position < until {
+          position = try scratch.environment.write { scratchTxn in
+            try core.replay(
+              after: position, limit: max(1, configuration.rebuildChunkSize), through: until, into: scratch.projections,
+              targetTxn: scratchTxn, logTxn: txn)
+          }
+        }
+        return until
+      }
+      let scratchCore = StoreCore(
+        events: core.events, meta: core.meta, projections: scratch.projections, eventIndex: nil, catalog: core.catalog)
+      return try scratch.environment.read { txn in
+        try body(LogView(core: scratchCore, transaction: txn, stale: [:], fixedHead: until))
+      }
+    }
+  }
+}

@@ -1,0 +1,482 @@
+import CLMDB
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// An open LMDB environment: one directory holding `data.mdb` and `lock.mdb`.
+///
+/// Work happens in closure-scoped transactions that are finished exactly once when the closure
+/// returns (committed) or throws (aborted). A closure is synchronous, so a transaction can never
+/// cross an `await`.
+///
+/// ```swift
+/// let env = try Environment.open(path: dir, databases: ["items"])
+/// let items = try env.database("items")
+/// try env.write { txn in try txn.put(items, key: [1], value: [42]) }
+/// let value = try env.read { txn in try txn.get(items, key: [1]) }
+/// ```
+///
+/// The map starts small and grows by itself: when a write transaction fills it (`MDB_MAP_FULL`),
+/// the transaction is aborted, the map doubled and the whole closure run again — so a write
+/// closure must be safe to run more than once. When another process has grown the map
+/// (`MDB_MAP_RESIZED`), the new size is adopted and the transaction begun again.
+public final class Environment: @unchecked Sendable {
+  // Why @unchecked: LMDB documents an MDB_env as usable from many threads at once. It is opened
+  // with MDB_NOTLS, so a read transaction is not tied to its thread's slot; a write transaction is
+  // begun, used and finished inside one synchronous closure, hence on one thread. Growing the map
+  // (which needs no other transaction open in this process) holds `resizeLock` exclusively while
+  // every transaction holds it shared. The remaining mutable state lives in `state`, a Mutex.
+
+  /// Options for opening an environment.
+  public struct Options: Sendable {
+    /// Open read-only: no write transaction can be begun, nothing on disk is changed.
+    public var readOnly: Bool = false
+    /// Create the directory (mode 0700, its parent must exist) when it is missing.
+    public var createIfMissing: Bool = true
+    /// The map size of a new environment, in bytes; an existing one keeps its stored size.
+    public var initialMapSize: Int = 1 << 20
+    /// The map never grows beyond this many bytes; past it a write fails with ``LMDBError/mapFull``.
+    public var maxMapSize: Int = 1 << 40
+    /// Most named databases the environment may hold.
+    public var maxDatabases: UInt32 = 128
+    /// Most concurrent read transactions across all processes.
+    public var maxReaders: UInt32 = 126
+    /// Whether commits are flushed to disk before they return.
+    public var durability: Durability = .durable
+
+    /// The default options: read-write, create if missing, a 1 MiB map that grows, durable commits.
+    public init() {}
+  }
+
+  /// How commits reach the disk.
+  public enum Durability: Sendable, Equatable {
+    /// Every commit is flushed (`fsync`) before it returns. The only mode for data a user was told is saved.
+    case durable
+    /// Commits are not flushed (`MDB_NOSYNC`): for throw-away scratch areas only, such as a rebuild
+    /// that is compared and then deleted.
+    case scratch
+  }
+
+  /// Live counters of an environment, for tests and benchmarks.
+  public struct Counters: Sendable, Equatable {
+    /// Write transactions committed.
+    public var commits: Int = 0
+    /// Write transactions aborted (including the ones retried after growing the map).
+    public var aborts: Int = 0
+    /// Times the map was grown by this process.
+    public var mapGrowths: Int = 0
+    /// Times a larger map set by another process was adopted.
+    public var mapAdoptions: Int = 0
+  }
+
+  struct State {
+    var isClosed = false
+    var mapSize: Int
+    var databases: [String: Database]
+    var counters = Counters()
+  }
+
+  let env: OpaquePointer
+  /// The environment's directory.
+  public let path: String
+  /// The options it was opened with.
+  public let options: Options
+  /// Whether this call created the directory (a brand-new environment).
+  public let wasCreated: Bool
+  /// The longest key LMDB accepts (`mdb_env_get_maxkeysize`), in bytes.
+  public let maxKeySize: Int
+  /// Stale reader slots cleared by `mdb_reader_check` at open.
+  public let staleReadersCleared: Int
+
+  let resizeLock = ReadWriteLock()
+  let state: Mutex<State>
+
+  /// Opens (and, unless read-only, creates) the environment at `path`, then opens every named
+  /// database in `databases` in one committed transaction.
+  ///
+  /// Errors: ``LMDBError/noSuchFile`` for a missing directory (or its parent),
+  /// ``LMDBError/notADirectory``, ``LMDBError/permissionDenied``, ``LMDBError/invalid`` for a file
+  /// that is not LMDB's, ``LMDBError/notFound`` for a database missing from a read-only environment.
+  public static func open(
+    path: String, options: Options = Options(), databases: [String] = []
+  ) throws -> Environment {
+    var created = false
+    var info = stat()
+    if stat(path, &info) == 0 {
+      if (info.st_mode & S_IFMT) != S_IFDIR {
+        throw LMDBError(code: ENOTDIR, message: "\(path) exists and is not a directory")
+      }
+    } else if errno == ENOENT {
+      guard options.createIfMissing && !options.readOnly else {
+        throw LMDBError(code: ENOENT, message: "no directory at \(path)")
+      }
+      if mkdir(path, 0o700) != 0 {
+        let code = errno
+        throw LMDBError(code: code, operation: "creating directory \(path)")
+      }
+      created = true
+    } else {
+      let code = errno
+      throw LMDBError(code: code, operation: "reading \(path)")
+    }
+
+    var envPointer: OpaquePointer?
+    try check(mdb_env_create(&envPointer), "mdb_env_create")
+    guard let env = envPointer else { throw LMDBError(code: ENOMEM, message: "mdb_env_create returned no environment") }
+    do {
+      try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs")
+      try check(mdb_env_set_maxreaders(env, options.maxReaders), "mdb_env_set_maxreaders")
+      let dataFileExists = access(path + "/data.mdb", F_OK) == 0
+      if !dataFileExists {
+        // An existing environment keeps the size stored in its file; a new one starts small.
+        try check(mdb_env_set_mapsize(env, options.initialMapSize), "mdb_env_set_mapsize")
+      }
+      var flags = UInt32(MDB_NOTLS)
+      if options.readOnly { flags |= UInt32(MDB_RDONLY) }
+      if options.durability == .scratch { flags |= UInt32(MDB_NOSYNC) }
+      try check(mdb_env_open(env, path, flags, 0o600), "opening LMDB environment at \(path)")
+      if created || !dataFileExists {
+        // Make the new directory entry and the new files durable before anything is acknowledged.
+        try fsyncDirectory(path)
+        try fsyncDirectory(parentDirectory(of: path))
+      }
+    } catch {
+      mdb_env_close(env)
+      throw error
+    }
+
+    var cleared: Int32 = 0
+    mdb_reader_check(env, &cleared)
+    var envInfo = MDB_envinfo()
+    mdb_env_info(env, &envInfo)
+    let environment = Environment(
+      env: env, path: path, options: options, created: created,
+      maxKeySize: Int(mdb_env_get_maxkeysize(env)), staleReadersCleared: Int(cleared),
+      mapSize: envInfo.me_mapsize)
+    try environment.openDatabases(databases)
+    return environment
+  }
+
+  private init(
+    env: OpaquePointer, path: String, options: Options, created: Bool, maxKeySize: Int,
+    staleReadersCleared: Int, mapSize: Int
+  ) {
+    self.env = env
+    self.path = path
+    self.options = options
+    self.wasCreated = created
+    self.maxKeySize = maxKeySize
+    self.staleReadersCleared = staleReadersCleared
+    self.state = Mutex(State(mapSize: mapSize, databases: [:]))
+  }
+
+  deinit {
+    close()
+  }
+
+  /// Closes the environment, waiting for transactions of this process to end. Later calls throw
+  /// ``LMDBError/badTransaction``. Closing twice is harmless.
+  ///
+  /// Close before opening the same directory again in this process: LMDB's locks are per process.
+  public func close() {
+    resizeLock.lockExclusive()
+    defer { resizeLock.unlock() }
+    let wasOpen = state.withLock { s in
+      defer { s.isClosed = true }
+      return !s.isClosed
+    }
+    if wasOpen { mdb_env_close(env) }
+  }
+
+  /// Whether ``close()`` was called.
+  public var isClosed: Bool { state.withLock { $0.isClosed } }
+
+  private func ensureOpen() throws {
+    if state.withLock({ $0.isClosed }) {
+      throw LMDBError(code: MDB_BAD_TXN, message: "the environment at \(path) is closed")
+    }
+  }
+
+  /// Opens the named databases in one committed transaction, creating missing ones unless the
+  /// environment is read-only or `create` is false. Names already open are skipped.
+  ///
+  /// `then`, when given, runs inside that same transaction with every handle asked for, so that a
+  /// new store's databases and its first records are committed together.
+  public func openDatabases(
+    _ names: [String], create: Bool = true, then: ((Transaction, [String: Database]) throws -> Void)? = nil
+  ) throws {
+    let known = state.withLock { s in s.databases }
+    let missing = names.filter { known[$0] == nil }
+    if missing.isEmpty && then == nil { return }
+    let creating = create && !options.readOnly
+    var opened: [String: Database] = [:]
+    let body: (Transaction) throws -> Void = { txn in
+      opened = [:]
+      for name in missing {
+        var dbi: MDB_dbi = 0
+        let rc = mdb_dbi_open(txn.txn, name, creating ? UInt32(MDB_CREATE) : 0, &dbi)
+        if rc == MDB_NOTFOUND {
+          throw LMDBError(code: MDB_NOTFOUND, message: "database '\(name)' does not exist in \(self.path)")
+        }
+        try txn.check(rc, "opening database '\(name)'")
+        opened[name] = Database(dbi: dbi, name: name)
+      }
+      if let then {
+        var all: [String: Database] = [:]
+        for name in names { all[name] = opened[name] ?? known[name] }
+        try then(txn, all)
+      }
+    }
+    if creating || (then != nil && !options.readOnly) {
+      try write(body)
+    } else {
+      // A read-only transaction is committed (not aborted) so that its handles stay open.
+      try read(commitWhenDone: true, body)
+    }
+    state.withLock { s in s.databases.merge(opened) { old, _ in old } }
+  }
+
+  /// The names of every named database in the environment (the keys of LMDB's main database).
+  public func namedDatabases() throws -> [String] {
+    try read { txn in
+      var dbi: MDB_dbi = 0
+      try txn.check(mdb_dbi_open(txn.txn, nil, 0, &dbi), "opening the main database")
+      let main = Database(dbi: dbi, name: "(main)")
+      var names: [String] = []
+      try txn.withCursor(main) { cursor in
+        try cursor.scan(from: nil) { key, _ in
+          names.append(String(decoding: key, as: UTF8.self))
+          return true
+        }
+      }
+      return names
+    }
+  }
+
+  /// The handle of a database opened earlier; ``LMDBError/badDatabase`` if it was never opened.
+  public func database(_ name: String) throws -> Database {
+    guard let db = state.withLock({ $0.databases[name] }) else {
+      throw LMDBError(code: MDB_BAD_DBI, message: "database '\(name)' was not opened in \(path)")
+    }
+    return db
+  }
+
+  /// The names of the databases opened so far.
+  public var openDatabaseNames: [String] { state.withLock { Array($0.databases.keys).sorted() } }
+
+  /// Runs `body` in a write transaction and commits it; aborts it if `body` throws.
+  ///
+  /// `body` may run more than once: when the map fills, the transaction is aborted, the map
+  /// grown and `body` run again from the start. It must not have effects outside the transaction
+  /// that a second run would repeat.
+  @discardableResult
+  public func write<R>(_ body: (Transaction) throws -> R) throws -> R {
+    if options.readOnly {
+      throw LMDBError(code: EACCES, message: "the environment at \(path) is open read-only")
+    }
+    while true {
+      resizeLock.lockShared()
+      do { try ensureOpen() } catch {
+        resizeLock.unlock()
+        throw error
+      }
+      var txnPointer: OpaquePointer?
+      let rc = mdb_txn_begin(env, nil, 0, &txnPointer)
+      if rc == MDB_MAP_RESIZED {
+        resizeLock.unlock()
+        try adoptMapSize()
+        continue
+      }
+      guard rc == MDB_SUCCESS, let pointer = txnPointer else {
+        resizeLock.unlock()
+        throw LMDBError(code: rc, operation: "beginning a write transaction")
+      }
+      let txn = Transaction(txn: pointer, environment: self, readOnly: false)
+      do {
+        let result = try body(txn)
+        try txn.commit()
+        resizeLock.unlock()
+        state.withLock { $0.counters.commits += 1 }
+        return result
+      } catch {
+        txn.abortIfOpen()
+        resizeLock.unlock()
+        state.withLock { $0.counters.aborts += 1 }
+        if txn.hitMapFull {
+          try grow()
+          continue
+        }
+        throw error
+      }
+    }
+  }
+
+  /// Runs `body` in a read-only transaction (a consistent snapshot), then ends it.
+  ///
+  /// Keep read transactions short: a long one keeps old pages alive and makes the file grow
+  /// while another transaction writes. Scan large ranges in chunks.
+  @discardableResult
+  public func read<R>(_ body: (Transaction) throws -> R) throws -> R {
+    try read(commitWhenDone: false, body)
+  }
+
+  @discardableResult
+  private func read<R>(commitWhenDone: Bool, _ body: (Transaction) throws -> R) throws -> R {
+    while true {
+      resizeLock.lockShared()
+      do { try ensureOpen() } catch {
+        resizeLock.unlock()
+        throw error
+      }
+      var txnPointer: OpaquePointer?
+      let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnPointer)
+      if rc == MDB_MAP_RESIZED {
+        resizeLock.unlock()
+        try adoptMapSize()
+        continue
+      }
+      guard rc == MDB_SUCCESS, let pointer = txnPointer else {
+        resizeLock.unlock()
+        throw LMDBError(code: rc, operation: "beginning a read transaction")
+      }
+      let txn = Transaction(txn: pointer, environment: self, readOnly: true)
+      defer {
+        txn.abortIfOpen()
+        resizeLock.unlock()
+      }
+      let result = try body(txn)
+      if commitWhenDone { try txn.commit() }
+      return result
+    }
+  }
+
+  /// The current map size in bytes.
+  public var mapSize: Int { state.withLock { $0.mapSize } }
+
+  /// Counters of commits, aborts and map growth since open.
+  public var counters: Counters { state.withLock { $0.counters } }
+
+  /// What `mdb_env_info` and `mdb_env_stat` report about the environment.
+  public struct Info: Sendable, Equatable {
+    /// The map size in bytes.
+    public var mapSize: Int
+    /// The last page number in use.
+    public var lastPage: Int
+    /// The page size in bytes.
+    public var pageSize: Int
+    /// Reader slots in use.
+    public var readers: Int
+    /// Reader slots available.
+    public var maxReaders: Int
+    /// Bytes of the map in use: `(lastPage + 1) * pageSize`.
+    public var usedBytes: Int { (lastPage + 1) * pageSize }
+  }
+
+  /// Runs `body` while the environment is open and cannot be closed or resized under it.
+  private func withOpenEnvironment<R>(_ body: () throws -> R) throws -> R {
+    resizeLock.lockShared()
+    defer { resizeLock.unlock() }
+    try ensureOpen()
+    return try body()
+  }
+
+  /// Map size, pages in use, page size and readers.
+  public func info() throws -> Info {
+    try withOpenEnvironment {
+      var info = MDB_envinfo()
+      mdb_env_info(env, &info)
+      var stat = MDB_stat()
+      mdb_env_stat(env, &stat)
+      return Info(
+        mapSize: info.me_mapsize, lastPage: info.me_last_pgno, pageSize: Int(stat.ms_psize),
+        readers: Int(info.me_numreaders), maxReaders: Int(info.me_maxreaders))
+    }
+  }
+
+  /// Clears reader slots left by processes that died (`mdb_reader_check`); returns how many.
+  @discardableResult
+  public func readerCheck() throws -> Int {
+    try withOpenEnvironment {
+      var dead: Int32 = 0
+      try check(mdb_reader_check(env, &dead), "mdb_reader_check")
+      return Int(dead)
+    }
+  }
+
+  /// Flushes the data file to disk (`mdb_env_sync(force: 1)`).
+  public func sync() throws {
+    try withOpenEnvironment { try check(mdb_env_sync(env, 1), "mdb_env_sync") }
+  }
+
+  /// Writes a copy of the environment into the existing, empty directory `path`,
+  /// compacting it (omitting free pages) when asked (`mdb_env_copy2`).
+  public func copy(to path: String, compact: Bool) throws {
+    try withOpenEnvironment {
+      try check(mdb_env_copy2(env, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "copying environment to \(path)")
+    }
+  }
+
+  /// Doubles the map (up to `maxMapSize`). Waits until no transaction of this process is open.
+  private func grow() throws {
+    resizeLock.lockExclusive()
+    defer { resizeLock.unlock() }
+    try ensureOpen()
+    var info = MDB_envinfo()
+    mdb_env_info(env, &info)
+    let current = info.me_mapsize
+    guard current < options.maxMapSize else {
+      throw LMDBError(
+        code: MDB_MAP_FULL,
+        message: "the map of \(path) is full at its maximum size of \(options.maxMapSize) bytes")
+    }
+    let next = min(max(current * 2, current + (1 << 20)), options.maxMapSize)
+    try check(mdb_env_set_mapsize(env, next), "growing the map to \(next) bytes")
+    state.withLock {
+      $0.mapSize = next
+      $0.counters.mapGrowths += 1
+    }
+  }
+
+  /// Adopts the larger map size another process has set (`mdb_env_set_mapsize(env, 0)`).
+  private func adoptMapSize() throws {
+    resizeLock.lockExclusive()
+    defer { resizeLock.unlock() }
+    try ensureOpen()
+    try check(mdb_env_set_mapsize(env, 0), "adopting the map size set by another process")
+    var info = MDB_envinfo()
+    mdb_env_info(env, &info)
+    state.withLock {
+      $0.mapSize = info.me_mapsize
+      $0.counters.mapAdoptions += 1
+    }
+  }
+}
+
+func parentDirectory(of path: String) -> String {
+  var trimmed = Substring(path)
+  while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
+  guard let slash = trimmed.lastIndex(of: "/") else { return "." }
+  if slash == trimmed.startIndex { return "/" }
+  return String(trimmed[..<slash])
+}
+
+func fsyncDirectory(_ path: String) throws {
+  #if canImport(Glibc)
+    let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY)
+  #else
+    let fd = Darwin.open(path, O_RDONLY | O_DIRECTORY)
+  #endif
+  if fd < 0 {
+    let code = errno
+    throw LMDBError(code: code, operation: "opening directory \(path) to fsync it")
+  }
+  defer { close(fd) }
+  if fsync(fd) != 0 {
+    let code = errno
+    throw LMDBError(code: code, operation: "fsync of directory \(path)")
+  }
+}

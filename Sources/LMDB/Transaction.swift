@@ -1,0 +1,234 @@
+import CLMDB
+
+/// A read or write transaction, valid only inside the closure given to ``Environment/read(_:)``
+/// or ``Environment/write(_:)``.
+///
+/// The environment finishes it exactly once, when the closure ends; a reference kept past that
+/// point is inert and every call on it throws ``LMDBError/badTransaction``. It is not `Sendable`:
+/// it stays on the thread that runs the closure.
+public final class Transaction {
+  let txn: OpaquePointer
+  /// The environment the transaction belongs to.
+  public unowned let environment: Environment
+  /// Whether this is a read-only transaction.
+  public let isReadOnly: Bool
+  private(set) var isFinished = false
+  /// Set when an operation failed with `MDB_MAP_FULL`, so the environment grows the map and retries
+  /// even if the caller's code wrapped or swallowed the error.
+  private(set) var hitMapFull = false
+
+  init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
+    self.txn = txn
+    self.environment = environment
+    self.isReadOnly = readOnly
+  }
+
+  func check(_ rc: Int32, _ operation: @autoclosure () -> String) throws(LMDBError) {
+    if rc == MDB_SUCCESS { return }
+    if rc == MDB_MAP_FULL { hitMapFull = true }
+    throw LMDBError(code: rc, operation: operation())
+  }
+
+  private func ensureOpen() throws(LMDBError) {
+    if isFinished {
+      throw LMDBError(code: MDB_BAD_TXN, message: "the transaction was already committed or aborted")
+    }
+  }
+
+  func commit() throws(LMDBError) {
+    try ensureOpen()
+    isFinished = true
+    try check(mdb_txn_commit(txn), "committing a transaction")
+  }
+
+  func abortIfOpen() {
+    if isFinished { return }
+    isFinished = true
+    mdb_txn_abort(txn)
+  }
+
+  /// Checks that a key is one LMDB can hold: 1 to ``Environment/maxKeySize`` bytes.
+  public func validateKey(_ count: Int, in db: Database) throws(LMDBError) {
+    if count == 0 || count > environment.maxKeySize {
+      throw LMDBError(
+        code: MDB_BAD_VALSIZE,
+        message: "a key of \(count) bytes cannot be stored in '\(db.name)': keys hold 1 to \(environment.maxKeySize) bytes")
+    }
+  }
+
+  /// The value stored under `key`, copied out, or nil.
+  public func get(_ db: Database, key: [UInt8]) throws -> [UInt8]? {
+    try withValue(db, key: key) { buffer in buffer.map { Array($0) } }
+  }
+
+  /// Calls `body` with the bytes stored under `key` (nil when absent). The buffer points into the
+  /// map and is valid only during the call.
+  public func withValue<R>(
+    _ db: Database, key: [UInt8], _ body: (UnsafeRawBufferPointer?) throws -> R
+  ) throws -> R {
+    try ensureOpen()
+    try validateKey(key.count, in: db)
+    var data = MDB_val()
+    let rc = key.withUnsafeBytes { k -> Int32 in
+      var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+      return mdb_get(txn, db.dbi, &keyVal, &data)
+    }
+    if rc == MDB_NOTFOUND { return try body(nil) }
+    try check(rc, "reading from '\(db.name)'")
+    return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
+  }
+
+  /// Stores `value` under `key`.
+  ///
+  /// With ``PutFlags/noOverwrite`` an existing key throws ``LMDBError/keyExists``; with
+  /// ``PutFlags/append`` a key that does not sort last throws ``LMDBError/keyExists``.
+  public func put(_ db: Database, key: [UInt8], value: [UInt8], flags: PutFlags = []) throws {
+    try ensureOpen()
+    try validateKey(key.count, in: db)
+    let rc = key.withUnsafeBytes { k in
+      value.withUnsafeBytes { v -> Int32 in
+        var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+        var dataVal = MDB_val(mv_size: v.count, mv_data: UnsafeMutableRawPointer(mutating: v.baseAddress))
+        return mdb_put(txn, db.dbi, &keyVal, &dataVal, flags.rawValue)
+      }
+    }
+    try check(rc, "writing \(value.count) bytes to '\(db.name)'")
+  }
+
+  /// Deletes `key`; returns whether it was there.
+  @discardableResult
+  public func delete(_ db: Database, key: [UInt8]) throws -> Bool {
+    try ensureOpen()
+    try validateKey(key.count, in: db)
+    let rc = key.withUnsafeBytes { k -> Int32 in
+      var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+      return mdb_del(txn, db.dbi, &keyVal, nil)
+    }
+    if rc == MDB_NOTFOUND { return false }
+    try check(rc, "deleting from '\(db.name)'")
+    return true
+  }
+
+  /// Removes every key of the database, keeping the database itself (`mdb_drop(dbi, 0)`).
+  public func empty(_ db: Database) throws {
+    try ensureOpen()
+    try check(mdb_drop(txn, db.dbi, 0), "emptying '\(db.name)'")
+  }
+
+  /// Statistics of the database as this transaction sees it.
+  public func statistics(_ db: Database) throws -> DatabaseStatistics {
+    try ensureOpen()
+    var stat = MDB_stat()
+    try check(mdb_stat(txn, db.dbi, &stat), "mdb_stat of '\(db.name)'")
+    return DatabaseStatistics(
+      entries: stat.ms_entries, depth: Int(stat.ms_depth),
+      pages: stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages)
+  }
+
+  /// Runs `body` with a cursor over `db`, closed when `body` returns.
+  @discardableResult
+  public func withCursor<R>(_ db: Database, _ body: (Cursor) throws -> R) throws -> R {
+    try ensureOpen()
+    var cursorPointer: OpaquePointer?
+    try check(mdb_cursor_open(txn, db.dbi, &cursorPointer), "opening a cursor on '\(db.name)'")
+    guard let pointer = cursorPointer else { throw LMDBError(code: MDB_BAD_TXN, message: "mdb_cursor_open returned no cursor") }
+    let cursor = Cursor(cursor: pointer, transaction: self, database: db)
+    defer {
+      cursor.isClosed = true
+      mdb_cursor_close(pointer)
+    }
+    return try body(cursor)
+  }
+}
+
+/// A position in one database, valid only inside ``Transaction/withCursor(_:_:)``.
+public final class Cursor {
+  let cursor: OpaquePointer
+  unowned let transaction: Transaction
+  /// The database the cursor walks.
+  public let database: Database
+  var isClosed = false
+
+  init(cursor: OpaquePointer, transaction: Transaction, database: Database) {
+    self.cursor = cursor
+    self.transaction = transaction
+    self.database = database
+  }
+
+  /// One key/value pair, copied out of the map.
+  public typealias Entry = (key: [UInt8], value: [UInt8])
+
+  private func move(_ op: MDB_cursor_op, key: [UInt8]? = nil) throws -> Entry? {
+    try withMove(op, key: key) { k, v in (Array(k), Array(v)) }
+  }
+
+  /// Moves the cursor and calls `body` with the key and value it lands on (nil when there is none).
+  /// The buffers point into the map and are valid only during the call.
+  func withMove<R>(
+    _ op: MDB_cursor_op, key: [UInt8]?, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R
+  ) throws -> R? {
+    if isClosed { throw LMDBError(code: MDB_BAD_TXN, message: "the cursor is closed") }
+    var keyVal = MDB_val()
+    var dataVal = MDB_val()
+    let rc: Int32
+    if let key {
+      try transaction.validateKey(key.count, in: database)
+      rc = key.withUnsafeBytes { k -> Int32 in
+        keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
+        return mdb_cursor_get(cursor, &keyVal, &dataVal, op)
+      }
+    } else {
+      rc = mdb_cursor_get(cursor, &keyVal, &dataVal, op)
+    }
+    if rc == MDB_NOTFOUND { return nil }
+    try transaction.check(rc, "moving a cursor on '\(database.name)'")
+    return try body(
+      UnsafeRawBufferPointer(start: keyVal.mv_data, count: keyVal.mv_size),
+      UnsafeRawBufferPointer(start: dataVal.mv_data, count: dataVal.mv_size))
+  }
+
+  /// The first entry, or nil when the database is empty.
+  public func first() throws -> Entry? { try move(MDB_FIRST) }
+  /// The last entry, or nil when the database is empty.
+  public func last() throws -> Entry? { try move(MDB_LAST) }
+  /// The entry after the current one (the first when unpositioned), or nil at the end.
+  public func next() throws -> Entry? { try move(MDB_NEXT) }
+  /// The entry before the current one (the last when unpositioned), or nil at the start.
+  public func previous() throws -> Entry? { try move(MDB_PREV) }
+  /// The first entry whose key is greater than or equal to `key`, or nil.
+  public func seek(atOrAfter key: [UInt8]) throws -> Entry? { try move(MDB_SET_RANGE, key: key) }
+
+  /// The key the cursor is at, copied, or nil when unpositioned.
+  public func currentKey() throws -> [UInt8]? {
+    try withMove(MDB_GET_CURRENT, key: nil) { k, _ in Array(k) }
+  }
+
+  /// Walks forward from the first key at or after `start` (from the first key when nil), calling
+  /// `body` with each key and value without copying them, until `body` returns false or the
+  /// database ends. Returns how many entries `body` saw.
+  @discardableResult
+  public func scan(
+    from start: [UInt8]?, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+  ) throws -> Int {
+    var seen = 0
+    var more =
+      try withMove(start == nil ? MDB_FIRST : MDB_SET_RANGE, key: start) { k, v in
+        seen += 1
+        return try body(k, v)
+      } ?? false
+    while more {
+      more =
+        try withMove(MDB_NEXT, key: nil) { k, v in
+          seen += 1
+          return try body(k, v)
+        } ?? false
+    }
+    return seen
+  }
+
+  /// Deletes the entry the cursor is at.
+  public func deleteCurrent() throws {
+    if isClosed { throw LMDBError(code: MDB_BAD_TXN, message: "the cursor is closed") }
+    try transaction.check(mdb_cursor_del(cursor, 0), "deleting at a cursor on '\(database.name)'")
+  }
+}

@@ -1,0 +1,4 @@
+import Testing
+@testable import FerryLog
+
+@Test func placeholder() {}

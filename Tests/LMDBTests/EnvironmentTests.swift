@@ -1,0 +1,4 @@
+import Testing
+@testable import LMDB
+
+@Test func placeholder() {}
