@@ -29,14 +29,18 @@ let package = Package(
       ],
       path: "Tools/ferry"
     ),
+    .executableTarget(
+      name: "ferry-test-worker",
+      dependencies: ["FerryLog", "LMDB"],
+      path: "Tools/ferry-test-worker"
+    ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [
         "FerryLog", "LMDB",
         .product(name: "PropertyBased", package: "swift-property-based"),
-      ],
-      resources: [.copy("Vectors")]
+      ]
     ),
   ],
   swiftLanguageModes: [.v6]

@@ -298,6 +298,7 @@ public final class EventLog: Sendable {
   private static func translateOpenError(_ error: LMDBError, path: String) -> FerryLogError {
     switch error {
     case .noSuchFile: return .noSuchStore(path: path)
+    case .alreadyOpen: return .alreadyOpen(path: path)
     case .notADirectory: return .notAStore(path: path, reason: "it is not a directory")
     case .permissionDenied, .readOnlyFileSystem, LMDBError(code: EPERM, message: ""):
       return .permissionDenied(path: path, detail: error.message)

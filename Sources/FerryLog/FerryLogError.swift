@@ -13,6 +13,8 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case notAStore(path: String, reason: String)
   /// The store was written by a newer Ferry; this code refuses to touch it.
   case newerFormat(path: String, found: UInt32, supported: UInt32)
+  /// The store is already open in this process; close that log before opening it again.
+  case alreadyOpen(path: String)
   /// The process may not read or write the store.
   case permissionDenied(path: String, detail: String)
   /// The record at `sequence` failed its CRC or is malformed. Nothing else is read past it.
@@ -49,6 +51,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .notAStore(let path, let reason): return "\(path) is not a Ferry store: \(reason)"
     case .newerFormat(let path, let found, let supported):
       return "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
+    case .alreadyOpen(let path): return "the store at \(path) is already open in this process"
     case .permissionDenied(let path, let detail): return "permission denied for \(path): \(detail)"
     case .corruptRecord(let sequence, let reason): return "corrupt record at sequence \(sequence): \(reason)"
     case .unsupportedRecordFormat(let sequence, let version, let supported):

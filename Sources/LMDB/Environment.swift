@@ -94,6 +94,18 @@ public final class Environment: @unchecked Sendable {
 
   let resizeLock = ReadWriteLock()
   let state: Mutex<State>
+  /// The directory's device and inode, registered in `openInProcess` while open.
+  let identity: DirectoryIdentity
+
+  /// A directory's device and inode number: its identity whatever path names it.
+  struct DirectoryIdentity: Hashable, Sendable {
+    let device: UInt64
+    let inode: UInt64
+  }
+
+  /// Environments open in this process. LMDB's locks are per process: opening the same one twice
+  /// and closing either copy would silently release the other's locks, so a second open is refused.
+  static let openInProcess = Mutex(Set<DirectoryIdentity>())
 
   /// Opens (and, unless read-only, creates) the environment at `path`, then opens every named
   /// database in `databases` in one committed transaction.
@@ -123,6 +135,19 @@ public final class Environment: @unchecked Sendable {
       let code = errno
       throw LMDBError(code: code, operation: "reading \(path)")
     }
+
+    guard stat(path, &info) == 0 else {
+      let code = errno
+      throw LMDBError(code: code, operation: "reading \(path)")
+    }
+    let identity = DirectoryIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    let registered = openInProcess.withLock { $0.insert(identity).inserted }
+    guard registered else {
+      throw LMDBError(
+        code: EBUSY, message: "the environment at \(path) is already open in this process; close it before opening it again")
+    }
+    var keepRegistration = false
+    defer { if !keepRegistration { _ = openInProcess.withLock { $0.remove(identity) } } }
 
     var envPointer: OpaquePointer?
     try check(mdb_env_create(&envPointer), "mdb_env_create")
@@ -154,18 +179,20 @@ public final class Environment: @unchecked Sendable {
     var envInfo = MDB_envinfo()
     mdb_env_info(env, &envInfo)
     let environment = Environment(
-      env: env, path: path, options: options, created: created,
+      env: env, path: path, options: options, created: created, identity: identity,
       maxKeySize: Int(mdb_env_get_maxkeysize(env)), staleReadersCleared: Int(cleared),
       mapSize: envInfo.me_mapsize)
+    keepRegistration = true
     try environment.openDatabases(databases)
     return environment
   }
 
   private init(
-    env: OpaquePointer, path: String, options: Options, created: Bool, maxKeySize: Int,
+    env: OpaquePointer, path: String, options: Options, created: Bool, identity: DirectoryIdentity, maxKeySize: Int,
     staleReadersCleared: Int, mapSize: Int
   ) {
     self.env = env
+    self.identity = identity
     self.path = path
     self.options = options
     self.wasCreated = created
@@ -189,7 +216,10 @@ public final class Environment: @unchecked Sendable {
       defer { s.isClosed = true }
       return !s.isClosed
     }
-    if wasOpen { mdb_env_close(env) }
+    if wasOpen {
+      mdb_env_close(env)
+      _ = Environment.openInProcess.withLock { $0.remove(identity) }
+    }
   }
 
   /// Whether ``close()`` was called.

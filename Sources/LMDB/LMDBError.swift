@@ -72,6 +72,7 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     case ENOSPC: return "ENOSPC"
     case EAGAIN: return "EAGAIN"
     case EINVAL: return "EINVAL"
+    case EBUSY: return "EBUSY"
     case EIO: return "EIO"
     case ENOMEM: return "ENOMEM"
     default: return code > 0 ? "errno(\(code))" : "MDB(\(code))"
@@ -116,6 +117,8 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
   public static let readOnlyFileSystem = LMDBError(code: EROFS, message: "read-only file system")
   /// The path exists but is not a directory (`ENOTDIR`).
   public static let notADirectory = LMDBError(code: ENOTDIR, message: "not a directory")
+  /// The environment is already open in this process (`EBUSY`).
+  public static let alreadyOpen = LMDBError(code: EBUSY, message: "already open in this process")
   /// No space left on the device (`ENOSPC`).
   public static let noSpace = LMDBError(code: ENOSPC, message: "no space left on device")
 }

@@ -1,0 +1,49 @@
+import Foundation
+
+@testable import LMDB
+
+/// A fresh directory under the system's temporary directory, removed by `remove()`.
+struct ScratchDirectory {
+  let path: String
+
+  init(_ label: String = #function) {
+    let safe = label.filter { $0.isLetter || $0.isNumber }
+    path = FileManager.default.temporaryDirectory.path + "/ferry-lmdb-\(safe)-\(UUID().uuidString.prefix(8))"
+  }
+
+  /// A path inside it.
+  func child(_ name: String) -> String { path + "/" + name }
+
+  func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+func permissions(of path: String) throws -> Int {
+  let attributes = try FileManager.default.attributesOfItem(atPath: path)
+  return (attributes[.posixPermissions] as? NSNumber)?.intValue ?? -1
+}
+
+/// Runs a built executable of this package and returns its exit status and standard output.
+func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
+  let process = Process()
+  process.executableURL = productsDirectory().appendingPathComponent(name)
+  process.arguments = arguments
+  let pipe = Pipe()
+  process.standardOutput = pipe
+  try process.run()
+  let data = pipe.fileHandleForReading.readDataToEndOfFile()
+  process.waitUntilExit()
+  return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// The build directory holding this test bundle and the package's executables.
+func productsDirectory() -> URL {
+  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+    return bundle.bundleURL.deletingLastPathComponent()
+  }
+  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+}
+
+extension UInt32 {
+  /// The integer's four bytes, most significant first (so keys sort numerically).
+  var bigEndianBytes: [UInt8] { withUnsafeBytes(of: bigEndian) { Array($0) } }
+}

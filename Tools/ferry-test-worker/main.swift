@@ -1,0 +1,64 @@
+// A helper process for Ferry's own tests: it acts on a store from another process, which is the
+// only way to exercise what LMDB does across processes (map resizing, concurrent readers, locks).
+import FerryLog
+import Foundation
+import LMDB
+
+/// Writes a line straight to file descriptor 1 (no buffering), so the parent sees it even if this
+/// process is killed right after.
+func say(_ line: String) {
+  FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+func fail(_ message: String) -> Never {
+  FileHandle.standardError.write(Data((message + "\n").utf8))
+  exit(2)
+}
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 3 else { fail("usage: ferry-test-worker grow-map DIR BYTES | append DIR COUNT") }
+let command = arguments[1]
+let directory = arguments[2]
+
+switch command {
+case "grow-map":
+  // Writes into database "data" until the map has grown to at least BYTES.
+  guard arguments.count == 4, let target = Int(arguments[3]) else { fail("grow-map DIR BYTES") }
+  do {
+    let env = try Environment.open(path: directory, databases: ["data"])
+    let db = try env.database("data")
+    var key: UInt64 = 1 << 32
+    while env.mapSize < target {
+      try env.write { txn in
+        for _ in 0..<64 {
+          key += 1
+          try txn.put(db, key: key.bigEndianBytes, value: [UInt8](repeating: 7, count: 4096))
+        }
+      }
+    }
+    say("mapsize \(env.mapSize)")
+    env.close()
+  } catch {
+    fail("grow-map failed: \(error)")
+  }
+case "append":
+  // Appends COUNT events of type "worker.event" one by one, printing "ack SEQ" after each.
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("append DIR COUNT") }
+  let done = DispatchSemaphore(value: 0)
+  Task {
+    do {
+      let log = try EventLog.open(at: directory)
+      for i in 0..<count {
+        let sequence = try await log.append(NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
+        say("ack \(sequence)")
+      }
+      log.close()
+    } catch {
+      fail("append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+default:
+  fail("unknown command \(command)")
+}
