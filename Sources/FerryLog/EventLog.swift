@@ -103,6 +103,10 @@ public final class EventLog: Sendable {
     var projections = configuration.projections
     if configuration.idempotentAppends { projections.append(EventIDIndex()) }
     try validate(projections: projections, userProjections: configuration.projections)
+    guard (0...EventRecord.maxPayloadSize).contains(configuration.maxPayloadSize) else {
+      throw FerryLogError.invalidConfiguration(
+        reason: "maxPayloadSize must be between 0 and \(EventRecord.maxPayloadSize) bytes (the record format's limit)")
+    }
 
     try checkDirectory(path, configuration: configuration)
     var options = Environment.Options()
@@ -173,7 +177,7 @@ public final class EventLog: Sendable {
         guard isNew, let meta = databases["meta"] else { return }
         try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
         try txn.put(meta, key: MetaKey.createdAt, value: clock().bigEndianBytes)
-        try txn.put(meta, key: MetaKey.storeId, value: EventID.make().bytes)
+        try txn.put(meta, key: MetaKey.storeId, value: EventID.make(milliseconds: clock()).bytes)
       }
     }
 
@@ -358,9 +362,21 @@ public final class EventLog: Sendable {
       let id = event.id ?? EventID.make(milliseconds: timestamp)
       let record = EventRecord.encode(
         type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id, payload: event.payload)
+      var current = (version: event.schemaVersion, payload: event.payload)
+      if let catalog = configuration.catalog {
+        let probe = LoggedEvent(
+          sequence: 0, type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
+          payload: event.payload)
+        do {
+          let upcast = try catalog.upcast(probe)
+          current = (upcast.schemaVersion, upcast.payload)
+        } catch {
+          throw FerryLogError.invalidEvent(reason: "its payload cannot be upcast to the current schema: \(error)")
+        }
+      }
       return PreparedEvent(
-        type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id, payload: event.payload,
-        record: record)
+        type: event.type, schemaVersion: event.schemaVersion, currentSchemaVersion: current.version,
+        currentPayload: current.payload, timestamp: timestamp, id: id, payload: event.payload, record: record)
     }
   }
 
@@ -391,12 +407,13 @@ public final class EventLog: Sendable {
   public func events(after sequence: UInt64, limit: Int = 1000) throws -> [LoggedEvent] {
     try guarded {
       var result: [LoggedEvent] = []
-      if limit <= 0 { return result }
+      if limit <= 0 || sequence == .max { return result }
       try environment.read { txn in
         try txn.withCursor(core.events) { cursor in
           try cursor.scan(from: (sequence + 1).bigEndianBytes) { key, value in
             guard let current = UInt64(bigEndianBytes: key) else {
-              throw FerryLogError.corruptRecord(sequence: 0, reason: "a key of the log has \(key.count) bytes, not 8")
+              throw FerryLogError.corruptRecord(
+                sequence: sequence + UInt64(result.count) + 1, reason: "its key has \(key.count) bytes, not 8")
             }
             result.append(try core.decode(value, sequence: current))
             return result.count < limit

@@ -12,12 +12,15 @@
 /// u32  crc32c             (of every byte before it)
 /// ```
 ///
-/// Every integer is big-endian.
+/// Every integer is big-endian. Decoding checks, in order: the minimum length, the CRC, the
+/// format version, then each field.
 public enum EventRecord {
   /// The record format this code writes and the newest it reads.
   public static let formatVersion: UInt8 = 1
   /// The longest event type, in bytes.
   public static let maxTypeLength = 64
+  /// The largest payload the format can hold (its length is a u32), less the record's own bytes.
+  public static let maxPayloadSize = Int(UInt32.max) - overhead - maxTypeLength
   /// Bytes a record adds around its type and payload.
   public static let overhead = 1 + 1 + 2 + 8 + 16 + 4 + 4
 
@@ -61,9 +64,6 @@ public enum EventRecord {
       throw .corruptRecord(sequence: sequence, reason: "record of \(bytes.count) bytes is shorter than the minimum \(overhead + 1)")
     }
     let version = bytes[0]
-    if version > formatVersion {
-      throw .unsupportedRecordFormat(sequence: sequence, version: version, supported: formatVersion)
-    }
     let body = UnsafeRawBufferPointer(rebasing: bytes[0..<(bytes.count - 4)])
     let stored =
       UInt32(bytes[bytes.count - 4]) << 24 | UInt32(bytes[bytes.count - 3]) << 16
@@ -73,6 +73,10 @@ public enum EventRecord {
       throw .corruptRecord(
         sequence: sequence,
         reason: "CRC32C mismatch: stored \(hex32(stored)), computed \(hex32(computed))")
+    }
+    // Checked after the CRC, so that a damaged first byte reads as damage, not as a newer format.
+    if version > formatVersion {
+      throw .unsupportedRecordFormat(sequence: sequence, version: version, supported: formatVersion)
     }
     guard version == formatVersion else {
       throw .corruptRecord(sequence: sequence, reason: "format version \(version) is not valid")
@@ -85,6 +89,7 @@ public enum EventRecord {
       let type = String(decoding: typeBytes, as: UTF8.self)
       guard isValidType(type) else { throw RecordDecodingFailure("event type is not a valid name") }
       let schemaVersion = try reader.read(UInt16.self, "schemaVersion")
+      guard schemaVersion >= 1 else { throw RecordDecodingFailure("schema version 0 is not valid") }
       let timestamp = try reader.read(Int64.self, "timestamp")
       let id = EventID(uncheckedBytes: try reader.read(count: 16, "eventId"))
       let payloadLength = Int(try reader.read(UInt32.self, "payloadLength"))

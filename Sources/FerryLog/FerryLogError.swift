@@ -47,7 +47,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
   /// A one-line message for people.
   public var description: String {
     switch self {
-    case .noSuchStore(let path): return "no Ferry store at \(path): the directory does not exist"
+    case .noSuchStore(let path): return "no Ferry store at \(path): the directory (or its parent) does not exist"
     case .notAStore(let path, let reason): return "\(path) is not a Ferry store: \(reason)"
     case .newerFormat(let path, let found, let supported):
       return "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"

@@ -6,7 +6,11 @@ import Synchronization
 /// (encoding and the CRC are done by the caller, in parallel, not on the writer thread).
 struct PreparedEvent: Sendable {
   let type: String
+  /// The schema version stored in the record.
   let schemaVersion: UInt16
+  /// The version and payload projections see (upcast through the catalog when older).
+  let currentSchemaVersion: UInt16
+  let currentPayload: [UInt8]
   let timestamp: Int64
   let id: EventID
   let payload: [UInt8]
@@ -179,10 +183,10 @@ final class GroupCommitWriter: @unchecked Sendable {
           }
           head += 1
           try txn.put(core.events, key: head.bigEndianBytes, value: event.record, flags: .append)
-          var logged = LoggedEvent(
-            sequence: head, type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp,
-            id: event.id, payload: event.payload)
-          if let catalog = core.catalog { logged = try catalog.upcast(logged) }
+          let logged = LoggedEvent(
+            sequence: head, type: event.type, schemaVersion: event.currentSchemaVersion,
+            storedSchemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
+            payload: event.currentPayload)
           try core.apply(logged, to: core.projections, txn)
           sequences.append(head)
         }
@@ -203,9 +207,14 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// into them first, in the same transaction.
   private func catchUpInline(to head: UInt64, _ txn: Transaction) throws {
     for target in core.projections {
-      guard let state = try core.state(of: target.name, txn), state.version == target.projection.version else {
+      guard let state = try core.state(of: target.name, txn) else {
         throw FerryLogError.projectionNotCurrent(
-          projection: target.name, reason: "its stored version changed while this process had the store open")
+          projection: target.name, reason: "its stored state disappeared while this process had the store open")
+      }
+      guard state.version == target.projection.version else {
+        throw FerryLogError.projectionNotCurrent(
+          projection: target.name,
+          reason: "another process changed its version to \(state.version) while this one runs version \(target.projection.version)")
       }
       if state.position < head {
         _ = try core.replay(

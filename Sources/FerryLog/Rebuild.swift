@@ -192,6 +192,9 @@ extension EventLog {
         let head = try core.head(txn)
         var report = VerifyReport(head: head, recordsChecked: 0, rowsCompared: 0, problems: [], moreDifferences: false)
         let replayed = rebuild(into: scratch, from: txn, through: head, report: &report)
+        for (name, reason) in staleProjections.sorted(by: { $0.key < $1.key }) {
+          report.problems.append(.projectionState(projection: name, reason: reason))
+        }
         for target in core.projections {
           let state = try core.state(of: target.name, txn)
           if let state, state.version != target.projection.version {
@@ -246,6 +249,10 @@ extension EventLog {
           report.problems.append(.projectionFailed(projection: projection, sequence: sequence, reason: "\(underlying)"))
         default:
           report.problems.append(.unreadableRecord(sequence: position + 1, reason: error.description))
+        }
+        // The failing chunk was rolled back; everything before the named record was read and checked.
+        if let sequence = report.problems.last?.sequence, sequence > position {
+          report.recordsChecked += Int(sequence - position - 1)
         }
         return position
       } catch {

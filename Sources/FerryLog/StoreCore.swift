@@ -117,7 +117,10 @@ struct StoreCore: Sendable {
     var failure: (any Error)?
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
-        guard let sequence = UInt64(bigEndianBytes: key), sequence <= last else { return false }
+        guard let sequence = UInt64(bigEndianBytes: key) else {
+          throw FerryLogError.corruptRecord(sequence: expected, reason: "its key has \(key.count) bytes, not 8")
+        }
+        guard sequence <= last else { return false }
         guard sequence == expected else {
           failure = FerryLogError.sequenceGap(expected: expected, found: sequence)
           return false

@@ -211,7 +211,7 @@ public final class Environment: @unchecked Sendable {
   /// Close before opening the same directory again in this process: LMDB's locks are per process.
   public func close() {
     resizeLock.lockExclusive()
-    defer { resizeLock.unlock() }
+    defer { resizeLock.unlockExclusive() }
     let wasOpen = state.withLock { s in
       defer { s.isClosed = true }
       return !s.isClosed
@@ -311,30 +311,30 @@ public final class Environment: @unchecked Sendable {
     while true {
       resizeLock.lockShared()
       do { try ensureOpen() } catch {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         throw error
       }
       var txnPointer: OpaquePointer?
       let rc = mdb_txn_begin(env, nil, 0, &txnPointer)
       if rc == MDB_MAP_RESIZED {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         try adoptMapSize()
         continue
       }
       guard rc == MDB_SUCCESS, let pointer = txnPointer else {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         throw LMDBError(code: rc, operation: "beginning a write transaction")
       }
       let txn = Transaction(txn: pointer, environment: self, readOnly: false)
       do {
         let result = try body(txn)
         try txn.commit()
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         state.withLock { $0.counters.commits += 1 }
         return result
       } catch {
         txn.abortIfOpen()
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         state.withLock { $0.counters.aborts += 1 }
         if txn.hitMapFull {
           try grow()
@@ -359,24 +359,24 @@ public final class Environment: @unchecked Sendable {
     while true {
       resizeLock.lockShared()
       do { try ensureOpen() } catch {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         throw error
       }
       var txnPointer: OpaquePointer?
       let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnPointer)
       if rc == MDB_MAP_RESIZED {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         try adoptMapSize()
         continue
       }
       guard rc == MDB_SUCCESS, let pointer = txnPointer else {
-        resizeLock.unlock()
+        resizeLock.unlockShared()
         throw LMDBError(code: rc, operation: "beginning a read transaction")
       }
       let txn = Transaction(txn: pointer, environment: self, readOnly: true)
       defer {
         txn.abortIfOpen()
-        resizeLock.unlock()
+        resizeLock.unlockShared()
       }
       let result = try body(txn)
       if commitWhenDone { try txn.commit() }
@@ -409,7 +409,7 @@ public final class Environment: @unchecked Sendable {
   /// Runs `body` while the environment is open and cannot be closed or resized under it.
   private func withOpenEnvironment<R>(_ body: () throws -> R) throws -> R {
     resizeLock.lockShared()
-    defer { resizeLock.unlock() }
+    defer { resizeLock.unlockShared() }
     try ensureOpen()
     return try body()
   }
@@ -452,8 +452,13 @@ public final class Environment: @unchecked Sendable {
 
   /// Doubles the map (up to `maxMapSize`). Waits until no transaction of this process is open.
   private func grow() throws {
+    if resizeLock.sharedDepth > 0 {
+      throw LMDBError(
+        code: MDB_MAP_FULL,
+        message: "the map of \(path) is full and cannot grow while this thread holds another transaction open")
+    }
     resizeLock.lockExclusive()
-    defer { resizeLock.unlock() }
+    defer { resizeLock.unlockExclusive() }
     try ensureOpen()
     var info = MDB_envinfo()
     mdb_env_info(env, &info)
@@ -473,8 +478,13 @@ public final class Environment: @unchecked Sendable {
 
   /// Adopts the larger map size another process has set (`mdb_env_set_mapsize(env, 0)`).
   private func adoptMapSize() throws {
+    if resizeLock.sharedDepth > 0 {
+      throw LMDBError(
+        code: MDB_MAP_RESIZED,
+        message: "another process grew the map of \(path); finish this thread's open transaction to adopt it")
+    }
     resizeLock.lockExclusive()
-    defer { resizeLock.unlock() }
+    defer { resizeLock.unlockExclusive() }
     try ensureOpen()
     try check(mdb_env_set_mapsize(env, 0), "adopting the map size set by another process")
     var info = MDB_envinfo()

@@ -45,7 +45,7 @@ case "append":
   // Appends COUNT events of type "worker.event" one by one, printing "ack SEQ" after each.
   guard arguments.count == 4, let count = Int(arguments[3]) else { fail("append DIR COUNT") }
   let done = DispatchSemaphore(value: 0)
-  Task {
+  Task.detached {
     do {
       let log = try EventLog.open(at: directory)
       for i in 0..<count {

@@ -1,0 +1,240 @@
+import Foundation
+import LMDB
+import Testing
+
+@testable import FerryLog
+
+@Suite struct ProjectionTests {
+  @Test func aProjectionThatThrowsFailsOnlyTheAppendThatCausedIt() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType(), PayloadsBySequence()])
+    defer { log.close() }
+    // Many callers at once, so that the poisoned appends share group commits with good ones.
+    let outcomes = await withTaskGroup(of: (Int, Bool).self) { group in
+      for i in 0..<200 {
+        group.addTask {
+          let text = i % 10 == 3 ? "poison \(i)" : "good \(i)"
+          do {
+            _ = try await log.append(NewEvent(type: "t", payload: payload(text)))
+            return (i, true)
+          } catch FerryLogError.projectionFailed(let projection, _, let underlying) {
+            #expect(projection == "payloads")
+            #expect(underlying is PayloadsBySequence.Poisoned)
+            return (i, false)
+          } catch {
+            Issue.record("unexpected error \(error)")
+            return (i, false)
+          }
+        }
+      }
+      var result: [Int: Bool] = [:]
+      for await (i, ok) in group { result[i] = ok }
+      return result
+    }
+    #expect(outcomes.filter { !$0.value }.keys.sorted() == Array(stride(from: 3, to: 200, by: 10)))
+    #expect(try log.head() == 180)
+    #expect(try counts(log) == ["t": 180])
+    var poisoned = 0
+    try log.forEachEvent { if $0.payload.starts(with: payload("poison")) { poisoned += 1 } }
+    #expect(poisoned == 0)
+
+    // Several events in one call are all or nothing.
+    await #expect(throws: FerryLogError.self) {
+      try await log.append([
+        NewEvent(type: "t", payload: payload("fine")), NewEvent(type: "t", payload: payload("poison")),
+      ])
+    }
+    #expect(try log.head() == 180)
+    #expect(try log.verify().isHealthy)
+  }
+
+  @Test func aKeyLMDBCannotHoldFailsTheAppendWithAClearError() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([PayloadAsKey()])
+    defer { log.close() }
+    _ = try await log.append(NewEvent(type: "k", payload: [UInt8](repeating: 1, count: 511)))
+    do {
+      _ = try await log.append(NewEvent(type: "k", payload: [UInt8](repeating: 2, count: 512)))
+      Issue.record("a 512-byte key was accepted")
+    } catch FerryLogError.projectionFailed(let projection, let sequence, let underlying) {
+      #expect(projection == "payloadAsKey")
+      #expect(sequence == 2)
+      #expect((underlying as? LMDBError) == .badValueSize)
+    }
+    _ = try await log.append(NewEvent(type: "k", payload: [3]))
+    #expect(try log.head() == 2)
+    #expect(try log.verify().isHealthy)
+  }
+
+  @Test func aChangedVersionRebuildsAtOpen() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([CountByType()])
+    for i in 0..<50 { _ = try await log.append(NewEvent(type: i < 20 ? "x" : "y", payload: [])) }
+    log.close()
+
+    // Version 2 of the projection lives under the same name but counts into a fresh table state.
+    var v2 = CountByType()
+    v2.version = 2
+    log = try store.open([v2])
+    #expect(log.eventsReplayedAtOpen == 50)
+    #expect(try counts(log) == ["x": 20, "y": 30])
+    log.close()
+    log = try store.open([v2])
+    defer { log.close() }
+    #expect(log.eventsReplayedAtOpen == 0)
+  }
+
+  @Test func anInterruptedRebuildResumesAtOpen() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([CountByType()]) { $0.rebuildChunkSize = 7 }
+    for _ in 0..<40 { _ = try await log.append(NewEvent(type: "x", payload: [])) }
+    log.close()
+
+    // What a crash part-way through a rebuild leaves: a projection emptied and positioned at 0.
+    try store.withRawEnvironment(["meta", "p:countByType:counts"]) { env in
+      try env.write { txn in
+        try txn.empty(try env.database("p:countByType:counts"))
+        try txn.put(
+          try env.database("meta"), key: Array("projection:countByType".utf8),
+          value: UInt32(1).bigEndianBytes + UInt64(0).bigEndianBytes)
+      }
+    }
+    log = try store.open([CountByType()]) { $0.rebuildChunkSize = 7 }
+    defer { log.close() }
+    #expect(log.eventsReplayedAtOpen == 40)
+    #expect(try counts(log) == ["x": 40])
+    #expect(try log.verify().isHealthy)
+  }
+
+  @Test func verifyReportsAPlantedDivergence() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([CountByType()])
+    for i in 0..<30 { _ = try await log.append(NewEvent(type: i % 2 == 0 ? "even" : "odd", payload: [])) }
+    #expect(try log.verify().isHealthy)
+    log.close()
+
+    try store.withRawEnvironment(["p:countByType:counts"]) { env in
+      let table = try env.database("p:countByType:counts")
+      try env.write { txn in
+        try txn.put(table, key: Array("odd".utf8), value: UInt64(99).bigEndianBytes)
+        try txn.put(table, key: Array("ghost".utf8), value: UInt64(1).bigEndianBytes)
+      }
+    }
+    log = try store.open([CountByType()])
+    defer { log.close() }
+    let report = try log.verify()
+    #expect(!report.isHealthy)
+    #expect(report.recordsChecked == 30)
+    let rows = report.problems.compactMap { problem -> (String, [UInt8]?, [UInt8]?)? in
+      if case .rowDiffers(_, "counts", let key, let stored, let rebuilt) = problem {
+        return (String(decoding: key, as: UTF8.self), stored, rebuilt)
+      }
+      return nil
+    }
+    #expect(rows.count == 2)
+    #expect(rows.first { $0.0 == "ghost" }?.2 == nil)
+    #expect(rows.first { $0.0 == "odd" }?.1 == UInt64(99).bigEndianBytes)
+    #expect(rows.first { $0.0 == "odd" }?.2 == UInt64(15).bigEndianBytes)
+
+    // An explicit rebuild repairs it.
+    let rebuilt = try await log.rebuild()
+    #expect(rebuilt.eventsReplayed == 30)
+    #expect(try log.verify().isHealthy)
+    #expect(try counts(log) == ["even": 15, "odd": 15])
+  }
+
+  @Test func readingThePastRebuildsItInAScratchArea() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType()])
+    defer { log.close() }
+    for i in 0..<10 { _ = try await log.append(NewEvent(type: i < 4 ? "early" : "late", payload: [])) }
+    let past = try log.withProjections(asOf: 5) { view in
+      (try view.head(), try view.tables(of: "countByType").entries("counts").count)
+    }
+    #expect(past.0 == 5)
+    #expect(past.1 == 2)
+    let early = try log.withProjections(asOf: 3) { view in
+      try view.tables(of: "countByType").get("counts", key: payload("early")).flatMap { UInt64(bigEndianBytes: $0) }
+    }
+    #expect(early == 3)
+    #expect(try counts(log) == ["early": 4, "late": 6])
+  }
+
+  @Test func upcastersBringOldPayloadsToTheCurrentSchemaWithoutRewritingThem() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    struct LastPayload: Projection {
+      let name = "last"
+      let version: UInt32 = 1
+      let tables = ["payload"]
+      func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+        try tables.put("payload", key: [0], value: event.payload + [UInt8(event.schemaVersion)])
+      }
+    }
+    let v1 = EventCatalog([.init("note", version: 1)])
+    var log = try store.open([LastPayload()], catalog: v1)
+    _ = try await log.append(NewEvent(type: "note", payload: payload("hi")))
+    let storedBytes = try #require(try log.record(at: 1))
+    log.close()
+
+    // Version 2 appends "!" to every payload; version 1 records are upcast on read.
+    let v2 = EventCatalog([.init("note", version: 2, upcasters: [1: { $0 + payload("!") }])])
+    var last = LastPayload()
+    log = try store.open([last], catalog: v2)
+    let event = try #require(try log.event(at: 1))
+    #expect(event.schemaVersion == 2)
+    #expect(event.storedSchemaVersion == 1)
+    #expect(event.payload == payload("hi!"))
+    #expect(try log.record(at: 1) == storedBytes)
+    _ = last
+    // A rebuild folds the upcast payload.
+    _ = try await log.rebuild()
+    let folded = try log.read { try $0.tables(of: "last").get("payload", key: [0]) }
+    #expect(folded == payload("hi!") + [2])
+    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "note", schemaVersion: 3, payload: [])) }
+    log.close()
+    last = LastPayload()
+  }
+
+  @Test func unknownEventTypesAreReportedNotCrashedOn() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([])
+    _ = try await log.append(NewEvent(type: "known", payload: []))
+    _ = try await log.append(NewEvent(type: "future.thing", payload: []))
+    log.close()
+
+    let catalog = EventCatalog([.init("known")])
+    log = try store.open([], catalog: catalog)
+    defer { log.close() }
+    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "other", payload: [])) }
+    #expect(try log.event(at: 1)?.type == "known")
+    do {
+      _ = try log.event(at: 2)
+      Issue.record("an unknown type was decoded")
+    } catch FerryLogError.unknownEventType(let type, let sequence) {
+      #expect(type == "future.thing")
+      #expect(sequence == 2)
+    }
+    let report = try log.verify()
+    #expect(report.problems.first?.sequence == 2)
+  }
+
+  @Test func invalidProjectionsAreRefusedAtOpen() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    #expect(throws: FerryLogError.self) { try store.open([CountByType(), CountByType()]) }
+    var badName = CountByType()
+    badName.name = "has space"
+    #expect(throws: FerryLogError.self) { try store.open([badName]) }
+    var reserved = CountByType()
+    reserved.name = "ferry.mine"
+    #expect(throws: FerryLogError.self) { try store.open([reserved]) }
+  }
+}

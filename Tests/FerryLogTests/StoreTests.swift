@@ -1,0 +1,196 @@
+import Foundation
+import LMDB
+import Testing
+
+@testable import FerryLog
+
+@Suite struct StoreTests {
+  @Test func aFlippedByteIsReportedWithItsSequenceNumber() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open()
+    for i in 1...20 {
+      let text = i == 13 ? "the thirteenth payload" : "payload number \(i)"
+      _ = try await log.append(NewEvent(type: "t", payload: payload(text)))
+    }
+    log.close()
+
+    let offset = try flipByte(in: store.path + "/data.mdb", after: payload("the thirteenth payload"), offset: 4)
+    #expect(offset != nil)
+
+    log = try store.open()
+    defer { log.close() }
+    #expect(try log.event(at: 12)?.sequence == 12)
+    do {
+      _ = try log.event(at: 13)
+      Issue.record("a corrupt record was decoded")
+    } catch FerryLogError.corruptRecord(let sequence, let reason) {
+      #expect(sequence == 13)
+      #expect(reason.contains("CRC32C mismatch"))
+    }
+    #expect(throws: FerryLogError.self) { try log.forEachEvent { _ in } }
+    let report = try log.verify()
+    #expect(report.problems.count == 1)
+    #expect(report.problems.first?.sequence == 13)
+    #expect(report.recordsChecked == 12)
+  }
+
+  @Test func aStoreOfANewerFormatIsRefusedUntouched() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open()
+    _ = try await log.append(NewEvent(type: "t", payload: []))
+    log.close()
+    try store.withRawEnvironment(["meta"]) { env in
+      try env.write { try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(2).bigEndianBytes) }
+    }
+    let before = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
+    do {
+      _ = try store.open([CountByType(), PayloadsBySequence()])
+      Issue.record("a newer store was opened")
+    } catch FerryLogError.newerFormat(_, let found, let supported) {
+      #expect(found == 2)
+      #expect(supported == 1)
+    }
+    let after = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
+    #expect(before == after)
+  }
+
+  @Test func pathsThatAreNotStoresGetClearErrors() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    #expect(throws: FerryLogError.self) { try store.open { $0.createIfMissing = false } }
+    do {
+      _ = try store.open { $0.readOnly = true }
+    } catch FerryLogError.noSuchStore(let path) {
+      #expect(path == store.path)
+    }
+
+    try FileManager.default.createDirectory(atPath: store.path, withIntermediateDirectories: true)
+    #expect(FileManager.default.createFile(atPath: store.path + "/notes.txt", contents: Data("hello".utf8)))
+    do {
+      _ = try store.open()
+      Issue.record("a directory of other files was taken for a store")
+    } catch FerryLogError.notAStore(_, let reason) {
+      #expect(reason.contains("notes.txt"))
+    }
+    #expect(FileManager.default.fileExists(atPath: store.path + "/data.mdb") == false)
+
+    do {
+      _ = try EventLog.open(at: store.path + "/notes.txt")
+      Issue.record("a file was taken for a store")
+    } catch FerryLogError.notAStore {}
+
+    try FileManager.default.removeItem(atPath: store.path + "/notes.txt")
+    #expect(FileManager.default.createFile(atPath: store.path + "/data.mdb", contents: Data(repeating: 7, count: 8192)))
+    do {
+      _ = try store.open()
+      Issue.record("garbage was taken for a store")
+    } catch FerryLogError.notAStore {}
+  }
+
+  @Test func anLMDBEnvironmentOfSomethingElseIsNotAStore() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    try store.withRawEnvironment(["customers"]) { _ in }
+    do {
+      _ = try store.open()
+      Issue.record("a foreign LMDB environment was taken for a store")
+    } catch FerryLogError.notAStore(_, let reason) {
+      #expect(reason.contains("customers"))
+    }
+  }
+
+  @Test func aStoreOpenTwiceInOneProcessIsRefused() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open()
+    defer { log.close() }
+    do {
+      _ = try store.open()
+      Issue.record("opened twice")
+    } catch FerryLogError.alreadyOpen {}
+  }
+
+  @Test func aReadOnlyOpenReadsButNeverWrites() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([CountByType()])
+    for _ in 0..<5 { _ = try await log.append(NewEvent(type: "r", payload: [])) }
+    log.close()
+    let before = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
+
+    log = try store.open([CountByType(), PayloadsBySequence()]) { $0.readOnly = true }
+    #expect(try log.head() == 5)
+    #expect(try counts(log) == ["r": 5])
+    #expect(log.staleProjections["payloads"] != nil)
+    #expect(throws: FerryLogError.self) { try log.read { try $0.tables(of: "payloads").count("bySequence") } }
+    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "r", payload: [])) }
+    let report = try log.verify()
+    #expect(report.recordsChecked == 5)
+    #expect(report.problems.count == 1)  // the projection this store never had, and nothing else
+    #expect(report.problems.first?.description.contains("payloads") == true)
+    log.close()
+    let after = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
+    #expect(before == after)
+  }
+
+  @Test func anotherProcessAppendingIsFoldedIntoThisProcessesProjections() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([])
+    _ = try await log.append(NewEvent(type: "local", payload: []))
+    log.close()
+
+    let (status, output) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    #expect(output.split(separator: "\n").last == "ack 26")
+
+    log = try store.open([CountByType()])
+    defer { log.close() }
+    #expect(log.eventsReplayedAtOpen == 26)
+    #expect(try counts(log) == ["local": 1, "worker.event": 25])
+  }
+
+  @Test func aTailDeliversThePastThenEachNewEventAndEndsOnClose() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open()
+    for i in 0..<3 { _ = try await log.append(NewEvent(type: "old", payload: payload("\(i)"))) }
+
+    let reader = Task { () -> [UInt64] in
+      var seen: [UInt64] = []
+      for try await event in log.tail(after: 1, chunkSize: 2) {
+        seen.append(event.sequence)
+      }
+      return seen
+    }
+    for i in 0..<20 { _ = try await log.append(NewEvent(type: "new", payload: payload("\(i)"))) }
+    // Let the tail drain what is committed, then close: the sequence ends.
+    while true {
+      let seen = try log.read { try $0.head() }
+      if seen == 23 { break }
+    }
+    try await Task.sleep(for: .milliseconds(50))
+    log.close()
+    let seen = try await reader.value
+    #expect(seen == Array(2...23))
+  }
+
+  @Test func cancellingATailEndsIt() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open()
+    defer { log.close() }
+    let reader = Task { () -> Int in
+      var count = 0
+      for try await _ in log.tail() { count += 1 }
+      return count
+    }
+    _ = try await log.append(NewEvent(type: "one", payload: []))
+    try await Task.sleep(for: .milliseconds(50))
+    reader.cancel()
+    let count = try await reader.value
+    #expect(count <= 1)
+  }
+}

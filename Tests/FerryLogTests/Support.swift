@@ -1,0 +1,130 @@
+import FerryLog
+import Foundation
+import LMDB
+
+/// A fresh store directory under the system's temporary directory, removed by `remove()`.
+struct TemporaryStore {
+  let path: String
+
+  init(_ label: String = #function) {
+    let safe = label.filter { $0.isLetter || $0.isNumber }
+    path = FileManager.default.temporaryDirectory.path + "/ferry-log-\(safe)-\(UUID().uuidString.prefix(8))"
+  }
+
+  func remove() { try? FileManager.default.removeItem(atPath: path) }
+
+  /// Opens the store with the given projections and options.
+  func open(
+    _ projections: [any Projection] = [CountByType()], catalog: EventCatalog? = nil,
+    configure: (inout EventLog.Configuration) -> Void = { _ in }
+  ) throws -> EventLog {
+    var configuration = EventLog.Configuration(projections: projections, catalog: catalog)
+    configure(&configuration)
+    return try EventLog.open(at: path, configuration: configuration)
+  }
+
+  /// Opens the store's LMDB environment directly, to plant damage a test then looks for.
+  func withRawEnvironment(_ databases: [String], _ body: (Environment) throws -> Void) throws {
+    let env = try Environment.open(path: path, databases: databases)
+    defer { env.close() }
+    try body(env)
+  }
+}
+
+/// Counts events per type: key = type, value = u64 count.
+struct CountByType: Projection {
+  var name = "countByType"
+  var version: UInt32 = 1
+  let tables = ["counts"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let key = Array(event.type.utf8)
+    let count = try tables.get("counts", key: key).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
+    try tables.put("counts", key: key, value: (count + 1).bigEndianBytes)
+  }
+}
+
+/// Keeps every payload by sequence, and throws on a payload that starts with "poison".
+struct PayloadsBySequence: Projection {
+  struct Poisoned: Error {}
+  let name = "payloads"
+  let version: UInt32 = 1
+  let tables = ["bySequence"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    if event.payload.starts(with: Array("poison".utf8)) { throw Poisoned() }
+    try tables.put("bySequence", key: event.sequence.bigEndianBytes, value: event.payload)
+  }
+}
+
+/// Uses the payload as a key: a long payload makes a key LMDB cannot hold.
+struct PayloadAsKey: Projection {
+  let name = "payloadAsKey"
+  let version: UInt32 = 1
+  let tables = ["keys"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    try tables.put("keys", key: event.payload, value: event.sequence.bigEndianBytes)
+  }
+}
+
+func payload(_ text: String) -> [UInt8] { Array(text.utf8) }
+
+func counts(_ log: EventLog, projection: String = "countByType") throws -> [String: UInt64] {
+  try log.read { view in
+    var result: [String: UInt64] = [:]
+    for entry in try view.tables(of: projection).entries("counts") {
+      result[String(decoding: entry.key, as: UTF8.self)] = UInt64(bigEndianBytes: entry.value)
+    }
+    return result
+  }
+}
+
+/// The build directory holding this test bundle and the package's executables.
+func productsDirectory() -> URL {
+  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+    return bundle.bundleURL.deletingLastPathComponent()
+  }
+  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+}
+
+/// The repository's root, found from this file's path.
+func repositoryRoot(_ file: String = #filePath) -> URL {
+  URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+}
+
+/// Flips the bits of one byte of a file where `needle` first occurs; returns the offset.
+func flipByte(in file: String, after needle: [UInt8], offset extra: Int = 0) throws -> Int? {
+  var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+  guard needle.count <= bytes.count else { return nil }
+  for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
+    if Array(bytes[start..<(start + needle.count)]) == needle {
+      let target = start + extra
+      bytes[target] ^= 0xFF
+      try Data(bytes).write(to: URL(fileURLWithPath: file))
+      return target
+    }
+  }
+  return nil
+}
+
+/// Runs one of this package's executables with a time limit (a hung child is killed, never waited
+/// on forever) and returns its exit status and standard output.
+func runProduct(_ name: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> (
+  status: Int32, output: String
+) {
+  let process = Process()
+  process.executableURL = productsDirectory().appendingPathComponent(name)
+  process.arguments = arguments
+  let pipe = Pipe()
+  process.standardOutput = pipe
+  try process.run()
+  let watchdog = Task {
+    try await Task.sleep(for: timeout)
+    if process.isRunning { process.terminate() }
+  }
+  let data = pipe.fileHandleForReading.readDataToEndOfFile()
+  process.waitUntilExit()
+  watchdog.cancel()
+  return (process.terminationStatus, String(decoding: data, as: UTF8.self))
+}

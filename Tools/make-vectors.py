@@ -1,0 +1,379 @@
+#!/usr/bin/env python3
+"""Generates the golden vectors of Ferry's event record format into Specs/vectors/.
+
+An independent implementation of the record encoder of Specs/event-format.md (Python 3 standard
+library only; CRC-32C is implemented here, bit by bit, not imported). It shares no code with the
+Swift implementation in Sources/FerryLog, so a vector that the Swift decoder accepts shows that
+both agree on the format.
+
+Every input is fixed (ids, timestamps, payloads), so the output is byte-for-byte the same on every
+run: re-running overwrites the same files with the same contents.
+
+    python3 Tools/make-vectors.py              # writes into Specs/vectors/ of this repository
+    python3 Tools/make-vectors.py --out DIR    # writes into DIR instead
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+
+# --- CRC-32C (Castagnoli) -------------------------------------------------------------------------
+
+CRC32C_POLY_REFLECTED = 0x82F63B78
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C: reflected polynomial 0x82F63B78, initial value and final XOR 0xFFFFFFFF.
+
+    Deliberately the plain bitwise algorithm (no tables), unlike the Swift slicing-by-8 one.
+    """
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            if crc & 1:
+                crc = (crc >> 1) ^ CRC32C_POLY_REFLECTED
+            else:
+                crc >>= 1
+    return crc ^ 0xFFFFFFFF
+
+
+# (description, input bytes, expected CRC) — the expected values are published ones; the script
+# refuses to write anything if its CRC does not reproduce them.
+RFC3720_ISCSI_READ = bytes.fromhex(
+    "01c00000000000000000000000000000"
+    "14000000000004000000001400000018"
+    "28000000000000000200000000000000"
+)
+KNOWN_CRCS = [
+    ("empty input", b"", 0x00000000),
+    ('check value: ASCII "123456789"', b"123456789", 0xE3069283),
+    ("RFC 3720 B.4: 32 bytes of 0x00", bytes(32), 0x8A9136AA),
+    ("RFC 3720 B.4: 32 bytes of 0xFF", b"\xff" * 32, 0x62A8AB43),
+    ("RFC 3720 B.4: 32 incrementing bytes 0x00..0x1F", bytes(range(32)), 0x46DD794E),
+    ("RFC 3720 B.4: 32 decrementing bytes 0x1F..0x00", bytes(range(31, -1, -1)), 0x113FDB5C),
+    ("RFC 3720 B.4: an iSCSI SCSI Read (10) command PDU, 48 bytes", RFC3720_ISCSI_READ, 0xD9963A56),
+]
+
+# Further inputs whose CRC is computed here (lengths that exercise 8-byte blocks plus a remainder).
+COMPUTED_CRC_INPUTS = [
+    ('ASCII "a"', b"a"),
+    ('ASCII "abc"', b"abc"),
+    ("ASCII \"The quick brown fox jumps over the lazy dog\"", b"The quick brown fox jumps over the lazy dog"),
+    ("7 bytes 0x01..0x07 (shorter than one 8-byte block)", bytes(range(1, 8))),
+    ("9 bytes 0x01..0x09 (one 8-byte block and one byte)", bytes(range(1, 10))),
+    ("all 256 byte values 0x00..0xFF, then 0x00..0x0C (269 bytes)", bytes(range(256)) + bytes(range(13))),
+    ("1000 bytes, byte i = (i * 31 + 7) mod 256", bytes((i * 31 + 7) % 256 for i in range(1000))),
+]
+
+
+def check_crc_implementation() -> None:
+    failures = []
+    for description, data, expected in KNOWN_CRCS:
+        got = crc32c(data)
+        if got != expected:
+            failures.append(f"  {description}: computed 0x{got:08x}, expected 0x{expected:08x}")
+    if failures:
+        sys.exit("make-vectors: the CRC-32C implementation does not reproduce the published values:\n"
+                 + "\n".join(failures) + "\nNothing was written.")
+
+
+# --- The record format ----------------------------------------------------------------------------
+
+FORMAT_VERSION = 1
+MAX_TYPE_LENGTH = 64
+TYPE_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+OVERHEAD = 1 + 1 + 2 + 8 + 16 + 4 + 4  # 36 bytes around the type and the payload
+
+
+def record_body(type_bytes: bytes, schema_version: int, timestamp: int, event_id: bytes, payload: bytes,
+                format_version: int = FORMAT_VERSION, type_length: int = None,
+                payload_length: int = None) -> bytes:
+    """Every byte of a record before its CRC. The overrides exist to build invalid records."""
+    assert len(event_id) == 16
+    return (
+        struct.pack(">B", format_version)
+        + struct.pack(">B", len(type_bytes) if type_length is None else type_length)
+        + type_bytes
+        + struct.pack(">H", schema_version)
+        + struct.pack(">q", timestamp)
+        + event_id
+        + struct.pack(">I", len(payload) if payload_length is None else payload_length)
+        + payload
+    )
+
+
+def seal(body: bytes) -> bytes:
+    """Appends the CRC-32C of `body`, big-endian."""
+    return body + struct.pack(">I", crc32c(body))
+
+
+def encode(type_name: str, schema_version: int, timestamp: int, event_id: bytes, payload: bytes) -> bytes:
+    """A valid record; refuses inputs the format does not allow."""
+    type_bytes = type_name.encode("ascii")
+    assert 1 <= len(type_bytes) <= MAX_TYPE_LENGTH and set(type_bytes) <= TYPE_ALPHABET, type_name
+    assert 1 <= schema_version <= 0xFFFF
+    assert -(1 << 63) <= timestamp < (1 << 63)
+    assert len(payload) <= 0xFFFFFFFF
+    return seal(record_body(type_bytes, schema_version, timestamp, event_id, payload))
+
+
+def uuid7(unix_ms: int, tail: bytes) -> bytes:
+    """A UUIDv7-layout id with fixed (not random) bits: 48-bit milliseconds, version 7, variant 10."""
+    assert len(tail) == 10
+    b = bytearray(unix_ms.to_bytes(8, "big", signed=True)[2:] + tail)
+    b[6] = (b[6] & 0x0F) | 0x70
+    b[8] = (b[8] & 0x3F) | 0x80
+    return bytes(b)
+
+
+# --- The vectors ----------------------------------------------------------------------------------
+
+ID_SEQUENTIAL = bytes(range(0x10, 0x20))        # a caller-chosen id: any 16 bytes
+ID_ZERO = bytes(16)
+ID_FF = b"\xff" * 16
+TS_TYPICAL = 1_700_000_000_000                  # 2023-11-14T22:13:20Z
+TS_APOLLO = -14_182_940_000                     # 1969-07-20T20:17:40Z, before the epoch
+ID_TYPICAL = uuid7(TS_TYPICAL, bytes.fromhex("0123456789abcdef0123"))
+TYPICAL_PAYLOAD = '{"id":"t-1","title":"Buy milk ü"}'.encode("utf-8")
+TYPE_64 = "a.b_c:d-" + "".join("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"[i % 62]
+                               for i in range(56))
+assert len(TYPE_64) == 64
+PAYLOAD_300 = bytes(range(256)) + bytes(range(44))
+
+
+def valid(name, description, sequence, type_name, schema_version, timestamp, event_id, payload):
+    record = encode(type_name, schema_version, timestamp, event_id, payload)
+    return name, {
+        "description": description,
+        "sequence": sequence,
+        "hex": record.hex(),
+        "expect": {
+            "type": type_name,
+            "schemaVersion": schema_version,
+            "timestamp": timestamp,
+            "eventId": event_id.hex(),
+            "payloadHex": payload.hex(),
+            "crc32c": f"0x{crc32c(record[:-4]):08x}",
+        },
+    }
+
+
+def invalid(name, description, sequence, record, error):
+    return name, {"description": description, "sequence": sequence, "hex": record.hex(), "error": error}
+
+
+def flip(data: bytes, index: int, mask: int = 0x01) -> bytes:
+    b = bytearray(data)
+    b[index] ^= mask
+    return bytes(b)
+
+
+def crc_matches(record: bytes) -> bool:
+    return len(record) >= 4 and struct.unpack(">I", record[-4:])[0] == crc32c(record[:-4])
+
+
+def build_record_vectors():
+    vectors = []
+
+    vectors.append(valid(
+        "record-001-minimal",
+        "Smallest valid record: 1-byte type, schema version 1, timestamp 0, all-zero id, empty payload "
+        "(37 bytes, the minimum length).",
+        1, "a", 1, 0, ID_ZERO, b""))
+    vectors.append(valid(
+        "record-002-typical",
+        "Typical record: type \"task.added\", schema version 1, a UUIDv7-layout id, a UTF-8 JSON payload "
+        "(with a non-ASCII character).",
+        2, "task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    vectors.append(valid(
+        "record-003-schema3-negative-timestamp",
+        "Schema version 3 and a negative timestamp (1969-07-20T20:17:40Z, before the Unix epoch); "
+        "a caller-chosen id that is not UUIDv7.",
+        42, "moon:landed", 3, TS_APOLLO, ID_SEQUENTIAL, b"\x00\x01\x02"))
+    vectors.append(valid(
+        "record-004-type-64",
+        "The longest type: 64 bytes, using every character class of the alphabet (A-Z a-z 0-9 . _ : -).",
+        1000, TYPE_64, 1, TS_TYPICAL + 1, ID_FF, b"x"))
+    vectors.append(valid(
+        "record-005-payload-300-all-bytes",
+        "A 300-byte payload holding every byte value 0x00..0xFF, then 0x00..0x2B; schema version 65535 "
+        "(the largest).",
+        123456789, "blob.stored", 65535, TS_TYPICAL + 2, ID_SEQUENTIAL, PAYLOAD_300))
+    vectors.append(valid(
+        "record-006-timestamp-minus-one",
+        "Timestamp -1 (all 64 bits set, 1969-12-31T23:59:59.999Z); a 4-byte payload e3069283 that "
+        "looks like a CRC trailer but is payload.",
+        3, "x-y_z.w:v", 2, -1, ID_TYPICAL, bytes.fromhex("e3069283")))
+
+    typical = encode("task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD)
+    type_offset = 2
+    payload_offset = len(typical) - 4 - len(TYPICAL_PAYLOAD)
+
+    # Invalid records. Each is checked below to fail at the step its description names.
+    flipped_payload = flip(typical, payload_offset + 5)
+    assert not crc_matches(flipped_payload)
+    vectors.append(invalid(
+        "record-101-payload-bit-flipped",
+        "record-002 with one bit of a payload byte flipped: the CRC does not match.",
+        2, flipped_payload, "corruptRecord"))
+
+    flipped_crc = flip(typical, len(typical) - 1, 0x80)
+    assert not crc_matches(flipped_crc)
+    vectors.append(invalid(
+        "record-102-crc-bit-flipped",
+        "record-002 with one bit of its stored CRC flipped: the CRC does not match.",
+        2, flipped_crc, "corruptRecord"))
+
+    truncated = typical[:-5]
+    assert len(truncated) >= OVERHEAD + 1 and not crc_matches(truncated)
+    vectors.append(invalid(
+        "record-103-truncated",
+        "record-002 with its last 5 bytes removed: long enough to pass the length check, but its last "
+        "4 bytes are not the CRC of the rest.",
+        2, truncated, "corruptRecord"))
+
+    v2 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=2))
+    assert crc_matches(v2)
+    vectors.append(invalid(
+        "record-104-format-version-2",
+        "record-002 written with format version 2 (CRC recomputed, so only the version is wrong): a "
+        "newer format than the decoder reads.",
+        2, v2, "unsupportedRecordFormat"))
+
+    trailing = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD) + b"\x00")
+    assert crc_matches(trailing)
+    vectors.append(invalid(
+        "record-105-trailing-byte",
+        "record-002 with one extra byte (0x00) after the payload, inside the CRC coverage (CRC "
+        "recomputed): the CRC passes, parsing finds 1 byte after the payload.",
+        2, trailing, "corruptRecord"))
+
+    empty_type = seal(record_body(b"", 1, TS_TYPICAL, ID_TYPICAL, b"abc"))
+    assert crc_matches(empty_type) and len(empty_type) >= OVERHEAD + 1
+    vectors.append(invalid(
+        "record-106-type-length-0",
+        "typeLength 0 (empty type) with a valid CRC; a 3-byte payload keeps it at the minimum length, "
+        "so it fails the type check, not the length check.",
+        7, empty_type, "corruptRecord"))
+
+    # Extra cases, one per remaining decoding rule.
+    too_short = encode("a", 1, 0, ID_ZERO, b"")[:-1]
+    assert len(too_short) == OVERHEAD
+    vectors.append(invalid(
+        "record-107-shorter-than-minimum",
+        "36 bytes (record-001 without its last byte): shorter than the 37-byte minimum.",
+        1, too_short, "corruptRecord"))
+
+    v2_bad_crc = flip(v2, payload_offset + 5)
+    assert not crc_matches(v2_bad_crc)
+    vectors.append(invalid(
+        "record-108-format-version-2-bad-crc",
+        "record-104 (format version 2) with a payload bit flipped as well: the CRC is checked "
+        "before the version, so damage reads as damage: corruptRecord.",
+        2, v2_bad_crc, "corruptRecord"))
+
+    v0 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=0))
+    assert crc_matches(v0)
+    vectors.append(invalid(
+        "record-109-format-version-0",
+        "record-002 with format version 0 (CRC recomputed): version 0 was never valid.",
+        2, v0, "corruptRecord"))
+
+    bad_char = seal(record_body(b"task added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    assert crc_matches(bad_char)
+    vectors.append(invalid(
+        "record-110-type-with-space",
+        "A type containing a space (\"task added\"), valid CRC: the type is not a valid name.",
+        2, bad_char, "corruptRecord"))
+
+    long_type = seal(record_body(("a" * 65).encode(), 1, TS_TYPICAL, ID_TYPICAL, b""))
+    assert crc_matches(long_type)
+    vectors.append(invalid(
+        "record-111-type-65-bytes",
+        "A 65-byte type (one over the maximum), valid CRC.",
+        2, long_type, "corruptRecord"))
+
+    non_ascii = seal(record_body("tâsk".encode("utf-8"), 1, TS_TYPICAL, ID_TYPICAL, b""))
+    assert crc_matches(non_ascii)
+    vectors.append(invalid(
+        "record-112-type-non-ascii",
+        "A type with a non-ASCII UTF-8 character (\"tâsk\"), valid CRC.",
+        2, non_ascii, "corruptRecord"))
+
+    long_payload_length = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD,
+                                           payload_length=len(TYPICAL_PAYLOAD) + 1))
+    assert crc_matches(long_payload_length)
+    vectors.append(invalid(
+        "record-113-payload-length-too-large",
+        "payloadLength one more than the payload bytes present, valid CRC: truncated at the payload.",
+        2, long_payload_length, "corruptRecord"))
+
+    long_type_length = seal(record_body(b"a", 1, 0, ID_ZERO, b"", type_length=255))
+    assert crc_matches(long_type_length)
+    vectors.append(invalid(
+        "record-114-type-length-past-end",
+        "typeLength 255 but only 1 type byte followed by the rest of a minimal record, valid CRC: "
+        "truncated at the type.",
+        1, long_type_length, "corruptRecord"))
+
+    schema0 = seal(record_body(b"task.added", 0, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    assert crc_matches(schema0)
+    vectors.append(invalid(
+        "record-115-schema-version-0",
+        "record-002 with schema version 0 (CRC recomputed): schema versions start at 1.",
+        2, schema0, "corruptRecord"))
+
+    first_byte_flipped = flip(typical, 0, 0x02)
+    assert not crc_matches(first_byte_flipped)
+    vectors.append(invalid(
+        "record-116-format-byte-damaged",
+        "record-002 with its format-version byte damaged (0x01 -> 0x03), CRC not recomputed: "
+        "corruptRecord, not a newer format.",
+        2, first_byte_flipped, "corruptRecord"))
+
+    valid_crc_sanity = [v for v in vectors if "expect" in v[1]]
+    for _, vector in valid_crc_sanity:
+        assert crc_matches(bytes.fromhex(vector["hex"]))
+    assert bytes.fromhex(vectors[1][1]["hex"]) == typical
+    assert typical[type_offset:type_offset + 10] == b"task.added"
+    return vectors
+
+
+def build_crc_vectors():
+    cases = [{"description": d, "inputHex": data.hex(), "crc32c": f"0x{expected:08x}"}
+             for d, data, expected in KNOWN_CRCS]
+    cases += [{"description": d, "inputHex": data.hex(), "crc32c": f"0x{crc32c(data):08x}"}
+              for d, data in COMPUTED_CRC_INPUTS]
+    return cases
+
+
+def write_json(path: str, value) -> None:
+    text = json.dumps(value, indent=2, ensure_ascii=False) + "\n"
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+    print(f"wrote {path} ({len(text.encode('utf-8'))} bytes)")
+
+
+def main() -> None:
+    repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parser = argparse.ArgumentParser(description="Writes Ferry's record-format golden vectors.")
+    parser.add_argument("--out", default=os.path.join(repository, "Specs", "vectors"),
+                        help="output directory (default: Specs/vectors of this repository)")
+    arguments = parser.parse_args()
+
+    check_crc_implementation()
+    record_vectors = build_record_vectors()
+    crc_vectors = build_crc_vectors()
+
+    os.makedirs(arguments.out, exist_ok=True)
+    write_json(os.path.join(arguments.out, "crc32c.json"), crc_vectors)
+    for name, vector in record_vectors:
+        write_json(os.path.join(arguments.out, name + ".json"), vector)
+    print(f"{len(record_vectors)} record vectors and {len(crc_vectors)} CRC-32C cases in {arguments.out}")
+
+
+if __name__ == "__main__":
+    main()
