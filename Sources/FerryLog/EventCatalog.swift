@@ -22,7 +22,9 @@ public struct EventCatalog: Sendable {
     public let upcasters: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]]
 
     /// Declares an event type.
-    public init(_ name: String, version: UInt16 = 1, upcasters: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]] = [:]) {
+    public init(
+      _ name: String, version: UInt16 = 1, upcasters: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]] = [:]
+    ) {
       self.name = name
       self.version = version
       self.upcasters = upcasters
@@ -41,13 +43,16 @@ public struct EventCatalog: Sendable {
   func validate(_ event: NewEvent) throws(FerryLogError) {
     guard let type = types[event.type] else { throw .unknownEventType(type: event.type, sequence: nil) }
     guard event.schemaVersion >= 1, event.schemaVersion <= type.version else {
-      throw .unsupportedSchemaVersion(type: event.type, version: event.schemaVersion, supported: type.version, sequence: nil)
+      throw .unsupportedSchemaVersion(
+        type: event.type, version: event.schemaVersion, supported: type.version, sequence: nil)
     }
   }
 
   /// Brings an event to its type's current schema version.
   func upcast(_ event: LoggedEvent) throws(FerryLogError) -> LoggedEvent {
-    guard let type = types[event.type] else { throw .unknownEventType(type: event.type, sequence: event.sequence) }
+    guard let type = types[event.type] else {
+      throw .unknownEventType(type: event.type, sequence: event.sequence)
+    }
     if event.schemaVersion == type.version { return event }
     guard event.schemaVersion < type.version else {
       throw .unsupportedSchemaVersion(
@@ -64,7 +69,8 @@ public struct EventCatalog: Sendable {
         payload = try upcaster(payload)
       } catch {
         throw .corruptRecord(
-          sequence: event.sequence, reason: "upcasting '\(event.type)' from version \(version) failed: \(error)")
+          sequence: event.sequence,
+          reason: "upcasting '\(event.type)' from version \(version) failed: \(error)")
       }
       version += 1
     }

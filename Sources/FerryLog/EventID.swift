@@ -65,7 +65,8 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
   /// The id in UUID form (8-4-4-4-12 hexadecimal digits).
   public var description: String {
     let h = Array(hex)
-    return String(h[0..<8]) + "-" + String(h[8..<12]) + "-" + String(h[12..<16]) + "-" + String(h[16..<20]) + "-"
+    return String(h[0..<8]) + "-" + String(h[8..<12]) + "-" + String(h[12..<16]) + "-" + String(h[16..<20])
+      + "-"
       + String(h[20..<32])
   }
 

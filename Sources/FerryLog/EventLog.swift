@@ -91,7 +91,8 @@ public final class EventLog: Sendable {
   ///
   /// Throws ``FerryLogError/noSuchStore(path:)``, ``FerryLogError/notAStore(path:reason:)``,
   /// ``FerryLogError/newerFormat(path:found:supported:)``, ``FerryLogError/permissionDenied(path:detail:)``.
-  public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog {
+  public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog
+  {
     do {
       return try openStore(at: path, configuration: configuration)
     } catch let error as LMDBError {
@@ -105,7 +106,9 @@ public final class EventLog: Sendable {
     try validate(projections: projections, userProjections: configuration.projections)
     guard (0...EventRecord.maxPayloadSize).contains(configuration.maxPayloadSize) else {
       throw FerryLogError.invalidConfiguration(
-        reason: "maxPayloadSize must be between 0 and \(EventRecord.maxPayloadSize) bytes (the record format's limit)")
+        reason:
+          "maxPayloadSize must be between 0 and \(EventRecord.maxPayloadSize) bytes (the record format's limit)"
+      )
     }
 
     try checkDirectory(path, configuration: configuration)
@@ -116,7 +119,8 @@ public final class EventLog: Sendable {
     options.maxMapSize = configuration.maxMapSize
     let environment = try Environment.open(path: path, options: options)
     do {
-      return try finishOpening(environment, path: path, configuration: configuration, projections: projections)
+      return try finishOpening(
+        environment, path: path, configuration: configuration, projections: projections)
     } catch {
       environment.close()
       throw error
@@ -149,7 +153,10 @@ public final class EventLog: Sendable {
       isNew = true
     } else {
       throw FerryLogError.notAStore(
-        path: path, reason: "the LMDB environment holds other databases (\(existing.sorted().prefix(3).joined(separator: ", ")))")
+        path: path,
+        reason:
+          "the LMDB environment holds other databases (\(existing.sorted().prefix(3).joined(separator: ", ")))"
+      )
     }
 
     // Every database handle, opened in one committed transaction; a new store's metadata with them.
@@ -196,7 +203,8 @@ public final class EventLog: Sendable {
       for target in bound {
         let state = try environment.read { txn in try core.state(of: target.name, txn) }
         if let state, state.version != target.projection.version {
-          stale[target.name] = "stored version \(state.version), this code has version \(target.projection.version)"
+          stale[target.name] =
+            "stored version \(state.version), this code has version \(target.projection.version)"
         } else if let state, state.position < head {
           stale[target.name] = "it covers the log up to \(state.position) of \(head)"
         } else if state == nil {
@@ -204,7 +212,8 @@ public final class EventLog: Sendable {
         }
       }
     } else {
-      replayed = try prepareProjections(core, environment: environment, chunk: configuration.rebuildChunkSize, reset: [])
+      replayed = try prepareProjections(
+        core, environment: environment, chunk: configuration.rebuildChunkSize, reset: [])
     }
 
     let liveCore = StoreCore(
@@ -272,11 +281,14 @@ public final class EventLog: Sendable {
         projection.tables.allSatisfy({ TableNaming.isValidName($0) })
       else {
         throw FerryLogError.invalidConfiguration(
-          reason: "projection '\(projection.name)' must declare distinct table names of 1 to 48 characters from A-Z a-z 0-9 . _ -")
+          reason:
+            "projection '\(projection.name)' must declare distinct table names of 1 to 48 characters from A-Z a-z 0-9 . _ -"
+        )
       }
     }
     if let reserved = userProjections.first(where: { $0.name.hasPrefix("ferry.") }) {
-      throw FerryLogError.invalidConfiguration(reason: "projection names starting with 'ferry.' are Ferry's own ('\(reserved.name)')")
+      throw FerryLogError.invalidConfiguration(
+        reason: "projection names starting with 'ferry.' are Ferry's own ('\(reserved.name)')")
     }
   }
 
@@ -284,10 +296,14 @@ public final class EventLog: Sendable {
   private static func checkDirectory(_ path: String, configuration: Configuration) throws {
     var isDirectory: ObjCBool = false
     guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-      if configuration.readOnly || !configuration.createIfMissing { throw FerryLogError.noSuchStore(path: path) }
+      if configuration.readOnly || !configuration.createIfMissing {
+        throw FerryLogError.noSuchStore(path: path)
+      }
       return
     }
-    guard isDirectory.boolValue else { throw FerryLogError.notAStore(path: path, reason: "it is a file, not a directory") }
+    guard isDirectory.boolValue else {
+      throw FerryLogError.notAStore(path: path, reason: "it is a file, not a directory")
+    }
     if FileManager.default.fileExists(atPath: path + "/data.mdb") { return }
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
     if configuration.readOnly || !configuration.createIfMissing {
@@ -295,7 +311,10 @@ public final class EventLog: Sendable {
     }
     if !entries.isEmpty {
       throw FerryLogError.notAStore(
-        path: path, reason: "the directory is not empty and has no data.mdb (found \(entries.sorted().prefix(3).joined(separator: ", ")))")
+        path: path,
+        reason:
+          "the directory is not empty and has no data.mdb (found \(entries.sorted().prefix(3).joined(separator: ", ")))"
+      )
     }
   }
 
@@ -304,10 +323,11 @@ public final class EventLog: Sendable {
     case .noSuchFile: return .noSuchStore(path: path)
     case .alreadyOpen: return .alreadyOpen(path: path)
     case .notADirectory: return .notAStore(path: path, reason: "it is not a directory")
-    case .permissionDenied, .readOnlyFileSystem, LMDBError(code: EPERM, message: ""):
+    case .permissionDenied, .readOnlyFileSystem, .notPermitted:
       return .permissionDenied(path: path, detail: error.message)
     case .invalid, .versionMismatch:
-      return .notAStore(path: path, reason: "data.mdb is not an LMDB file this version can read (\(error.message))")
+      return .notAStore(
+        path: path, reason: "data.mdb is not an LMDB file this version can read (\(error.message))")
     default: return .storage(error)
     }
   }
@@ -340,7 +360,9 @@ public final class EventLog: Sendable {
   /// Appends one event and returns its sequence number once it is durable.
   public func append(_ event: NewEvent) async throws -> UInt64 {
     let sequences = try await append([event])
-    guard let sequence = sequences.first else { throw FerryLogError.invalidEvent(reason: "the writer returned no sequence") }
+    guard let sequence = sequences.first else {
+      throw FerryLogError.invalidEvent(reason: "the writer returned no sequence")
+    }
     return sequence
   }
 
@@ -350,18 +372,24 @@ public final class EventLog: Sendable {
     return try events.map { event in
       guard EventRecord.isValidType(event.type) else {
         throw FerryLogError.invalidEvent(
-          reason: "event type '\(event.type)' must be 1 to \(EventRecord.maxTypeLength) characters from A-Z a-z 0-9 . _ : -")
+          reason:
+            "event type '\(event.type)' must be 1 to \(EventRecord.maxTypeLength) characters from A-Z a-z 0-9 . _ : -"
+        )
       }
       guard event.payload.count <= configuration.maxPayloadSize else {
         throw FerryLogError.invalidEvent(
-          reason: "payload of \(event.payload.count) bytes exceeds the maximum of \(configuration.maxPayloadSize)")
+          reason:
+            "payload of \(event.payload.count) bytes exceeds the maximum of \(configuration.maxPayloadSize)")
       }
-      guard event.schemaVersion >= 1 else { throw FerryLogError.invalidEvent(reason: "schema versions start at 1") }
+      guard event.schemaVersion >= 1 else {
+        throw FerryLogError.invalidEvent(reason: "schema versions start at 1")
+      }
       try configuration.catalog?.validate(event)
       let timestamp = event.timestamp ?? now
       let id = event.id ?? EventID.make(milliseconds: timestamp)
       let record = EventRecord.encode(
-        type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id, payload: event.payload)
+        type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
+        payload: event.payload)
       var current = (version: event.schemaVersion, payload: event.payload)
       if let catalog = configuration.catalog {
         let probe = LoggedEvent(
@@ -371,7 +399,8 @@ public final class EventLog: Sendable {
           let upcast = try catalog.upcast(probe)
           current = (upcast.schemaVersion, upcast.payload)
         } catch {
-          throw FerryLogError.invalidEvent(reason: "its payload cannot be upcast to the current schema: \(error)")
+          throw FerryLogError.invalidEvent(
+            reason: "its payload cannot be upcast to the current schema: \(error)")
         }
       }
       return PreparedEvent(
@@ -413,7 +442,8 @@ public final class EventLog: Sendable {
           try cursor.scan(from: (sequence + 1).bigEndianBytes) { key, value in
             guard let current = UInt64(bigEndianBytes: key) else {
               throw FerryLogError.corruptRecord(
-                sequence: sequence + UInt64(result.count) + 1, reason: "its key has \(key.count) bytes, not 8")
+                sequence: sequence + UInt64(result.count) + 1, reason: "its key has \(key.count) bytes, not 8"
+              )
             }
             result.append(try core.decode(value, sequence: current))
             return result.count < limit
@@ -427,7 +457,8 @@ public final class EventLog: Sendable {
   /// Calls `body` with every event from `first` through `last` (the head when nil), reading in
   /// chunks of `chunkSize` so that no read transaction stays open long.
   public func forEachEvent(
-    from first: UInt64 = 1, through last: UInt64? = nil, chunkSize: Int = 1000, _ body: (LoggedEvent) throws -> Void
+    from first: UInt64 = 1, through last: UInt64? = nil, chunkSize: Int = 1000,
+    _ body: (LoggedEvent) throws -> Void
   ) throws {
     var after = first > 0 ? first - 1 : 0
     let end = try last ?? head()

@@ -59,9 +59,13 @@ public enum EventRecord {
   /// Throws ``FerryLogError/corruptRecord(sequence:reason:)`` (naming `sequence`) for a CRC mismatch or
   /// malformed bytes, and ``FerryLogError/unsupportedRecordFormat(sequence:version:supported:)`` for a
   /// record written by a newer format.
-  public static func decode(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws(FerryLogError) -> LoggedEvent {
+  public static func decode(
+    _ bytes: UnsafeRawBufferPointer, sequence: UInt64
+  ) throws(FerryLogError) -> LoggedEvent {
     guard bytes.count >= overhead + 1 else {
-      throw .corruptRecord(sequence: sequence, reason: "record of \(bytes.count) bytes is shorter than the minimum \(overhead + 1)")
+      throw .corruptRecord(
+        sequence: sequence,
+        reason: "record of \(bytes.count) bytes is shorter than the minimum \(overhead + 1)")
     }
     let version = bytes[0]
     let body = UnsafeRawBufferPointer(rebasing: bytes[0..<(bytes.count - 4)])

@@ -47,29 +47,35 @@ public enum FerryLogError: Error, CustomStringConvertible {
   /// A one-line message for people.
   public var description: String {
     switch self {
-    case .noSuchStore(let path): return "no Ferry store at \(path): the directory (or its parent) does not exist"
+    case .noSuchStore(let path):
+      return "no Ferry store at \(path): the directory (or its parent) does not exist"
     case .notAStore(let path, let reason): return "\(path) is not a Ferry store: \(reason)"
     case .newerFormat(let path, let found, let supported):
-      return "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
+      return
+        "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
     case .alreadyOpen(let path): return "the store at \(path) is already open in this process"
     case .permissionDenied(let path, let detail): return "permission denied for \(path): \(detail)"
     case .corruptRecord(let sequence, let reason): return "corrupt record at sequence \(sequence): \(reason)"
     case .unsupportedRecordFormat(let sequence, let version, let supported):
-      return "record at sequence \(sequence) has format \(version), newer than the \(supported) this version of Ferry reads"
+      return
+        "record at sequence \(sequence) has format \(version), newer than the \(supported) this version of Ferry reads"
     case .unknownEventType(let type, let sequence):
       return "unknown event type '\(type)'" + (sequence.map { " at sequence \($0)" } ?? "")
     case .unsupportedSchemaVersion(let type, let version, let supported, let sequence):
-      return "event type '\(type)' schema version \(version) is not readable (this code knows up to \(supported))"
+      return
+        "event type '\(type)' schema version \(version) is not readable (this code knows up to \(supported))"
         + (sequence.map { " at sequence \($0)" } ?? "")
     case .invalidEvent(let reason): return "invalid event: \(reason)"
     case .projectionFailed(let projection, let sequence, let underlying):
       return "projection '\(projection)' failed on the event at sequence \(sequence): \(underlying)"
     case .invalidConfiguration(let reason): return "invalid configuration: \(reason)"
-    case .projectionNotCurrent(let projection, let reason): return "projection '\(projection)' is not current: \(reason)"
+    case .projectionNotCurrent(let projection, let reason):
+      return "projection '\(projection)' is not current: \(reason)"
     case .unknownTable(let projection, let table):
       return "projection '\(projection)' has no table '\(table)' (declare it in `tables`)"
     case .sequenceGap(let expected, let found):
-      return "the log has a gap: sequence \(expected) is missing" + (found.map { ", \($0) follows" } ?? " and the log ends")
+      return "the log has a gap: sequence \(expected) is missing"
+        + (found.map { ", \($0) follows" } ?? " and the log ends")
     case .closed: return "the event log is closed"
     case .storage(let error): return "storage error: \(error)"
     }

@@ -51,7 +51,10 @@ final class GroupCommitWriter: @unchecked Sendable {
   private var stopping = false
   private let finished = DispatchSemaphore(value: 0)
 
-  init(environment: Environment, core: StoreCore, maxEventsPerCommit: Int, onCommit: @escaping @Sendable (UInt64) -> Void) {
+  init(
+    environment: Environment, core: StoreCore, maxEventsPerCommit: Int,
+    onCommit: @escaping @Sendable (UInt64) -> Void
+  ) {
     self.environment = environment
     self.core = core
     self.maxEventsPerCommit = max(1, maxEventsPerCommit)
@@ -162,7 +165,9 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
   }
 
-  private func appendBatch(_ requests: [AppendRequest], _ txn: Transaction) throws -> ([[UInt64]], UInt64, Int) {
+  private func appendBatch(
+    _ requests: [AppendRequest], _ txn: Transaction
+  ) throws -> ([[UInt64]], UInt64, Int) {
     var head = try core.head(txn)
     var duplicates = 0
     try catchUpInline(to: head, txn)
@@ -175,7 +180,8 @@ final class GroupCommitWriter: @unchecked Sendable {
         for event in request.events {
           if let eventIndex = core.eventIndex, let existing = try txn.get(eventIndex, key: event.id.bytes) {
             guard let sequence = UInt64(bigEndianBytes: existing) else {
-              throw FerryLogError.corruptRecord(sequence: 0, reason: "event-id index entry for \(event.id) is malformed")
+              throw FerryLogError.corruptRecord(
+                sequence: 0, reason: "event-id index entry for \(event.id) is malformed")
             }
             sequences.append(sequence)
             duplicates += 1
@@ -198,7 +204,8 @@ final class GroupCommitWriter: @unchecked Sendable {
       results.append(sequences)
     }
     for target in core.projections {
-      try core.setState(ProjectionState(version: target.projection.version, position: head), of: target.name, txn)
+      try core.setState(
+        ProjectionState(version: target.projection.version, position: head), of: target.name, txn)
     }
     return (results, head, duplicates)
   }
@@ -209,12 +216,15 @@ final class GroupCommitWriter: @unchecked Sendable {
     for target in core.projections {
       guard let state = try core.state(of: target.name, txn) else {
         throw FerryLogError.projectionNotCurrent(
-          projection: target.name, reason: "its stored state disappeared while this process had the store open")
+          projection: target.name,
+          reason: "its stored state disappeared while this process had the store open")
       }
       guard state.version == target.projection.version else {
         throw FerryLogError.projectionNotCurrent(
           projection: target.name,
-          reason: "another process changed its version to \(state.version) while this one runs version \(target.projection.version)")
+          reason:
+            "another process changed its version to \(state.version) while this one runs version \(target.projection.version)"
+        )
       }
       if state.position < head {
         _ = try core.replay(

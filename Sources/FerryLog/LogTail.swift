@@ -133,7 +133,9 @@ extension EventLog {
   /// The events after `sequence`, then every new event as it is committed.
   ///
   /// Give a `pollInterval` to also see appends made by other processes (they cannot wake this one).
-  public func tail(after sequence: UInt64 = 0, pollInterval: Duration? = nil, chunkSize: Int = 1000) -> LogTail {
+  public func tail(
+    after sequence: UInt64 = 0, pollInterval: Duration? = nil, chunkSize: Int = 1000
+  ) -> LogTail {
     LogTail(log: self, after: sequence, pollInterval: pollInterval, chunkSize: max(1, chunkSize))
   }
 }

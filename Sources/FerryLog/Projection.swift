@@ -44,7 +44,10 @@ public protocol ProjectionTableReading {
   /// Visits the entries of `table` in key order from the first key at or after `start`, until
   /// `body` returns false. The buffers are valid only during each call. Returns entries visited.
   @discardableResult
-  func scan(_ table: String, from start: [UInt8]?, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool)
+  func scan(
+    _ table: String, from start: [UInt8]?,
+    _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+  )
     throws -> Int
   /// The number of entries in `table`.
   func count(_ table: String) throws -> Int
@@ -52,7 +55,9 @@ public protocol ProjectionTableReading {
 
 extension ProjectionTableReading {
   /// The entries of `table` from `start` (inclusive), at most `limit` of them, copied.
-  public func entries(_ table: String, from start: [UInt8]? = nil, limit: Int = .max) throws -> [(key: [UInt8], value: [UInt8])] {
+  public func entries(
+    _ table: String, from start: [UInt8]? = nil, limit: Int = .max
+  ) throws -> [(key: [UInt8], value: [UInt8])] {
     var result: [(key: [UInt8], value: [UInt8])] = []
     if limit <= 0 { return result }
     try scan(table, from: start) { key, value in
@@ -107,7 +112,8 @@ public final class ProjectionTables: ProjectionTableReading {
   /// Visits the entries of `table` in key order from the first key at or after `start`.
   @discardableResult
   public func scan(
-    _ table: String, from start: [UInt8]?, _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+    _ table: String, from start: [UInt8]?,
+    _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
   ) throws -> Int {
     try transaction.withCursor(database(table)) { cursor in try cursor.scan(from: start, body) }
   }

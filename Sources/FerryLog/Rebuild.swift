@@ -113,7 +113,8 @@ extension EventLog {
         let state = try core.state(of: target.name, txn)
         if state == nil || state?.version != target.projection.version || reset.contains(target.name) {
           for database in target.databases.values { try txn.empty(database) }
-          try core.setState(ProjectionState(version: target.projection.version, position: 0), of: target.name, txn)
+          try core.setState(
+            ProjectionState(version: target.projection.version, position: 0), of: target.name, txn)
         }
       }
     }
@@ -131,7 +132,8 @@ extension EventLog {
         let last = try core.replay(
           after: lowest, limit: max(1, chunk), through: head, into: targets, targetTxn: txn, logTxn: txn)
         for target in targets {
-          try core.setState(ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
+          try core.setState(
+            ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
         }
         return Int(last - lowest)
       }
@@ -146,7 +148,9 @@ extension EventLog {
   /// Appends wait while it runs; readers may see the projections partly rebuilt until it returns.
   /// An interrupted rebuild resumes where it stopped at the next open.
   public func rebuild(_ names: [String]? = nil) async throws -> RebuildReport {
-    guard let writer else { throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only") }
+    guard let writer else {
+      throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
+    }
     let registered = Set(self.core.projections.map(\.name))
     let selected = names.map(Set.init) ?? registered
     if let unknown = selected.first(where: { !registered.contains($0) }) {
@@ -161,9 +165,11 @@ extension EventLog {
           let start = ContinuousClock.now
           do {
             let subset = StoreCore(
-              events: core.events, meta: core.meta, projections: core.projections.filter { selected.contains($0.name) },
+              events: core.events, meta: core.meta,
+              projections: core.projections.filter { selected.contains($0.name) },
               eventIndex: core.eventIndex, catalog: core.catalog)
-            let replayed = try Self.prepareProjections(subset, environment: environment, chunk: chunk, reset: selected)
+            let replayed = try Self.prepareProjections(
+              subset, environment: environment, chunk: chunk, reset: selected)
             let head = try environment.read { txn in try core.head(txn) }
             let elapsed = ContinuousClock.now - start
             continuation.resume(
@@ -190,7 +196,8 @@ extension EventLog {
       defer { scratch.close() }
       return try environment.read { txn in
         let head = try core.head(txn)
-        var report = VerifyReport(head: head, recordsChecked: 0, rowsCompared: 0, problems: [], moreDifferences: false)
+        var report = VerifyReport(
+          head: head, recordsChecked: 0, rowsCompared: 0, problems: [], moreDifferences: false)
         let replayed = rebuild(into: scratch, from: txn, through: head, report: &report)
         for (name, reason) in staleProjections.sorted(by: { $0.key < $1.key }) {
           report.problems.append(.projectionState(projection: name, reason: reason))
@@ -199,21 +206,29 @@ extension EventLog {
           let state = try core.state(of: target.name, txn)
           if let state, state.version != target.projection.version {
             report.problems.append(
-              .projectionState(projection: target.name, reason: "stored version \(state.version), code version \(target.projection.version)"))
+              .projectionState(
+                projection: target.name,
+                reason: "stored version \(state.version), code version \(target.projection.version)"))
           } else if let state, state.position != head {
             report.problems.append(
-              .projectionState(projection: target.name, reason: "covers the log up to \(state.position), the head is \(head)"))
+              .projectionState(
+                projection: target.name, reason: "covers the log up to \(state.position), the head is \(head)"
+              ))
           } else if state == nil {
-            report.problems.append(.projectionState(projection: target.name, reason: "it has no stored state"))
+            report.problems.append(
+              .projectionState(projection: target.name, reason: "it has no stored state"))
           }
         }
         guard replayed == head else { return report }
         var budget = maxDifferences
         for (stored, rebuilt) in zip(core.projections, scratch.projections) {
           for table in stored.projection.tables {
-            guard let storedDB = stored.databases[table], let rebuiltDB = rebuilt.databases[table] else { continue }
+            guard let storedDB = stored.databases[table], let rebuiltDB = rebuilt.databases[table] else {
+              continue
+            }
             try compare(
-              storedDB, in: txn, with: rebuiltDB, of: scratch.environment, projection: stored.name, table: table,
+              storedDB, in: txn, with: rebuiltDB, of: scratch.environment, projection: stored.name,
+              table: table,
               budget: &budget, report: &report)
           }
         }
@@ -223,7 +238,9 @@ extension EventLog {
   }
 
   /// Replays the snapshot's log into the scratch area; records problems; returns the last sequence applied.
-  private func rebuild(into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport)
+  private func rebuild(
+    into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport
+  )
     -> UInt64
   {
     var position: UInt64 = 0
@@ -232,7 +249,8 @@ extension EventLog {
       do {
         let last = try scratch.environment.write { scratchTxn in
           try core.replay(
-            after: position, limit: chunk, through: head, into: scratch.projections, targetTxn: scratchTxn, logTxn: txn)
+            after: position, limit: chunk, through: head, into: scratch.projections, targetTxn: scratchTxn,
+            logTxn: txn)
         }
         report.recordsChecked += Int(last - position)
         position = last
@@ -246,7 +264,8 @@ extension EventLog {
         case .sequenceGap(let expected, let found):
           report.problems.append(.sequenceGap(expected: expected, found: found))
         case .projectionFailed(let projection, let sequence, let underlying):
-          report.problems.append(.projectionFailed(projection: projection, sequence: sequence, reason: "\(underlying)"))
+          report.problems.append(
+            .projectionFailed(projection: projection, sequence: sequence, reason: "\(underlying)"))
         default:
           report.problems.append(.unreadableRecord(sequence: position + 1, reason: error.description))
         }
@@ -264,7 +283,8 @@ extension EventLog {
   }
 
   private func compare(
-    _ storedDB: Database, in txn: Transaction, with rebuiltDB: Database, of scratch: Environment, projection: String,
+    _ storedDB: Database, in txn: Transaction, with rebuiltDB: Database, of scratch: Environment,
+    projection: String,
     table: String, budget: inout Int, report: inout VerifyReport
   ) throws {
     try txn.withCursor(storedDB) { storedCursor in
@@ -277,15 +297,18 @@ extension EventLog {
             var difference: VerifyReport.Problem?
             if let s = stored, let r = rebuilt, s.key == r.key {
               if s.value != r.value {
-                difference = .rowDiffers(projection: projection, table: table, key: s.key, stored: s.value, rebuilt: r.value)
+                difference = .rowDiffers(
+                  projection: projection, table: table, key: s.key, stored: s.value, rebuilt: r.value)
               }
               stored = try storedCursor.next()
               rebuilt = try rebuiltCursor.next()
             } else if let s = stored, rebuilt == nil || s.key.lexicographicallyPrecedes(rebuilt?.key ?? []) {
-              difference = .rowDiffers(projection: projection, table: table, key: s.key, stored: s.value, rebuilt: nil)
+              difference = .rowDiffers(
+                projection: projection, table: table, key: s.key, stored: s.value, rebuilt: nil)
               stored = try storedCursor.next()
             } else if let r = rebuilt {
-              difference = .rowDiffers(projection: projection, table: table, key: r.key, stored: nil, rebuilt: r.value)
+              difference = .rowDiffers(
+                projection: projection, table: table, key: r.key, stored: nil, rebuilt: r.value)
               rebuilt = try rebuiltCursor.next()
             }
             if let difference {
@@ -317,14 +340,16 @@ extension EventLog {
         while position < until {
           position = try scratch.environment.write { scratchTxn in
             try core.replay(
-              after: position, limit: max(1, configuration.rebuildChunkSize), through: until, into: scratch.projections,
+              after: position, limit: max(1, configuration.rebuildChunkSize), through: until,
+              into: scratch.projections,
               targetTxn: scratchTxn, logTxn: txn)
           }
         }
         return until
       }
       let scratchCore = StoreCore(
-        events: core.events, meta: core.meta, projections: scratch.projections, eventIndex: nil, catalog: core.catalog)
+        events: core.events, meta: core.meta, projections: scratch.projections, eventIndex: nil,
+        catalog: core.catalog)
       return try scratch.environment.read { txn in
         try body(LogView(core: scratchCore, transaction: txn, stale: [:], fixedHead: until))
       }

@@ -18,7 +18,8 @@ struct BoundProjection: Sendable {
   static func bind(_ projection: any Projection, in environment: Environment) throws -> BoundProjection {
     var databases: [String: Database] = [:]
     for table in projection.tables {
-      databases[table] = try environment.database(TableNaming.databaseName(projection: projection.name, table: table))
+      databases[table] = try environment.database(
+        TableNaming.databaseName(projection: projection.name, table: table))
     }
     return BoundProjection(projection: projection, databases: databases)
   }
@@ -68,7 +69,8 @@ struct StoreCore: Sendable {
     try txn.withCursor(events) { cursor in
       guard let key = try cursor.currentKeyOfLast() else { return 0 }
       guard let sequence = UInt64(bigEndianBytes: key) else {
-        throw FerryLogError.corruptRecord(sequence: 0, reason: "the last key of the log has \(key.count) bytes, not 8")
+        throw FerryLogError.corruptRecord(
+          sequence: 0, reason: "the last key of the log has \(key.count) bytes, not 8")
       }
       return sequence
     }
@@ -99,7 +101,8 @@ struct StoreCore: Sendable {
       } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
         throw error  // the map grows and the transaction is retried; not the projection's fault
       } catch {
-        throw FerryLogError.projectionFailed(projection: target.name, sequence: event.sequence, underlying: error)
+        throw FerryLogError.projectionFailed(
+          projection: target.name, sequence: event.sequence, underlying: error)
       }
     }
   }
@@ -108,7 +111,8 @@ struct StoreCore: Sendable {
   /// log through `logTxn` and writing through `targetTxn` (the same transaction for a live store, a
   /// scratch environment's for verify). Returns the last sequence applied (`position` if none).
   func replay(
-    after position: UInt64, limit: Int, through last: UInt64, into targets: [BoundProjection], targetTxn: Transaction,
+    after position: UInt64, limit: Int, through last: UInt64, into targets: [BoundProjection],
+    targetTxn: Transaction,
     logTxn: Transaction
   ) throws -> UInt64 {
     var expected = position + 1
@@ -118,7 +122,8 @@ struct StoreCore: Sendable {
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
         guard let sequence = UInt64(bigEndianBytes: key) else {
-          throw FerryLogError.corruptRecord(sequence: expected, reason: "its key has \(key.count) bytes, not 8")
+          throw FerryLogError.corruptRecord(
+            sequence: expected, reason: "its key has \(key.count) bytes, not 8")
         }
         guard sequence <= last else { return false }
         guard sequence == expected else {

@@ -144,14 +144,18 @@ public final class Environment: @unchecked Sendable {
     let registered = openInProcess.withLock { $0.insert(identity).inserted }
     guard registered else {
       throw LMDBError(
-        code: EBUSY, message: "the environment at \(path) is already open in this process; close it before opening it again")
+        code: EBUSY,
+        message:
+          "the environment at \(path) is already open in this process; close it before opening it again")
     }
     var keepRegistration = false
     defer { if !keepRegistration { _ = openInProcess.withLock { $0.remove(identity) } } }
 
     var envPointer: OpaquePointer?
     try check(mdb_env_create(&envPointer), "mdb_env_create")
-    guard let env = envPointer else { throw LMDBError(code: ENOMEM, message: "mdb_env_create returned no environment") }
+    guard let env = envPointer else {
+      throw LMDBError(code: ENOMEM, message: "mdb_env_create returned no environment")
+    }
     do {
       try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs")
       try check(mdb_env_set_maxreaders(env, options.maxReaders), "mdb_env_set_maxreaders")
@@ -188,7 +192,8 @@ public final class Environment: @unchecked Sendable {
   }
 
   private init(
-    env: OpaquePointer, path: String, options: Options, created: Bool, identity: DirectoryIdentity, maxKeySize: Int,
+    env: OpaquePointer, path: String, options: Options, created: Bool, identity: DirectoryIdentity,
+    maxKeySize: Int,
     staleReadersCleared: Int, mapSize: Int
   ) {
     self.env = env
@@ -446,7 +451,8 @@ public final class Environment: @unchecked Sendable {
   /// compacting it (omitting free pages) when asked (`mdb_env_copy2`).
   public func copy(to path: String, compact: Bool) throws {
     try withOpenEnvironment {
-      try check(mdb_env_copy2(env, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "copying environment to \(path)")
+      try check(
+        mdb_env_copy2(env, path, compact ? UInt32(MDB_CP_COMPACT) : 0), "copying environment to \(path)")
     }
   }
 
@@ -455,7 +461,8 @@ public final class Environment: @unchecked Sendable {
     if resizeLock.sharedDepth > 0 {
       throw LMDBError(
         code: MDB_MAP_FULL,
-        message: "the map of \(path) is full and cannot grow while this thread holds another transaction open")
+        message: "the map of \(path) is full and cannot grow while this thread holds another transaction open"
+      )
     }
     resizeLock.lockExclusive()
     defer { resizeLock.unlockExclusive() }

@@ -67,6 +67,7 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
     case MDB_BAD_DBI: return "MDB_BAD_DBI"
     case ENOENT: return "ENOENT"
     case EACCES: return "EACCES"
+    case EPERM: return "EPERM"
     case EROFS: return "EROFS"
     case ENOTDIR: return "ENOTDIR"
     case ENOSPC: return "ENOSPC"
@@ -113,6 +114,8 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
   public static let noSuchFile = LMDBError(code: ENOENT, message: "no such file or directory")
   /// Permission denied (`EACCES`).
   public static let permissionDenied = LMDBError(code: EACCES, message: "permission denied")
+  /// The operation is not permitted (`EPERM`).
+  public static let notPermitted = LMDBError(code: EPERM, message: "operation not permitted")
   /// The file system is read-only (`EROFS`).
   public static let readOnlyFileSystem = LMDBError(code: EROFS, message: "read-only file system")
   /// The path exists but is not a directory (`ENOTDIR`).

@@ -52,7 +52,9 @@ public final class Transaction {
     if count == 0 || count > environment.maxKeySize {
       throw LMDBError(
         code: MDB_BAD_VALSIZE,
-        message: "a key of \(count) bytes cannot be stored in '\(db.name)': keys hold 1 to \(environment.maxKeySize) bytes")
+        message:
+          "a key of \(count) bytes cannot be stored in '\(db.name)': keys hold 1 to \(environment.maxKeySize) bytes"
+      )
     }
   }
 
@@ -131,7 +133,9 @@ public final class Transaction {
     try ensureOpen()
     var cursorPointer: OpaquePointer?
     try check(mdb_cursor_open(txn, db.dbi, &cursorPointer), "opening a cursor on '\(db.name)'")
-    guard let pointer = cursorPointer else { throw LMDBError(code: MDB_BAD_TXN, message: "mdb_cursor_open returned no cursor") }
+    guard let pointer = cursorPointer else {
+      throw LMDBError(code: MDB_BAD_TXN, message: "mdb_cursor_open returned no cursor")
+    }
     let cursor = Cursor(cursor: pointer, transaction: self, database: db)
     defer {
       cursor.isClosed = true

@@ -76,7 +76,8 @@ import Testing
         group.addTask {
           var sequences: [UInt64] = []
           for i in 0..<perCaller {
-            sequences.append(try await log.append(NewEvent(type: "c\(caller)", payload: payload("\(caller):\(i)"))))
+            sequences.append(
+              try await log.append(NewEvent(type: "c\(caller)", payload: payload("\(caller):\(i)"))))
           }
           return sequences
         }
@@ -110,7 +111,9 @@ import Testing
     #expect(statistics.eventsAppended == total)
     #expect(statistics.commits < total)  // group commit happened
     #expect(statistics.largestBatch > 1)
-    print("64 callers x 1000: \(statistics.commits) commits for \(total) appends, largest batch \(statistics.largestBatch)")
+    print(
+      "64 callers x 1000: \(statistics.commits) commits for \(total) appends, largest batch \(statistics.largestBatch)"
+    )
     #expect(try counts(log).values.reduce(0, +) == UInt64(total))
   }
 
@@ -140,18 +143,25 @@ import Testing
     let log = try store.open { $0.maxPayloadSize = 100 }
     defer { log.close() }
     await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "", payload: [])) }
-    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "has space", payload: [])) }
+    await #expect(throws: FerryLogError.self) {
+      try await log.append(NewEvent(type: "has space", payload: []))
+    }
     await #expect(throws: FerryLogError.self) {
       try await log.append(NewEvent(type: String(repeating: "x", count: 65), payload: []))
     }
-    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "ok", payload: [UInt8](repeating: 0, count: 101))) }
-    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "ok", schemaVersion: 0, payload: [])) }
+    await #expect(throws: FerryLogError.self) {
+      try await log.append(NewEvent(type: "ok", payload: [UInt8](repeating: 0, count: 101)))
+    }
+    await #expect(throws: FerryLogError.self) {
+      try await log.append(NewEvent(type: "ok", schemaVersion: 0, payload: []))
+    }
     // One bad event in a call refuses the whole call.
     await #expect(throws: FerryLogError.self) {
       try await log.append([NewEvent(type: "ok", payload: []), NewEvent(type: "bad type", payload: [])])
     }
     #expect(try log.head() == 0)
-    _ = try await log.append(NewEvent(type: String(repeating: "x", count: 64), payload: [UInt8](repeating: 0, count: 100)))
+    _ = try await log.append(
+      NewEvent(type: String(repeating: "x", count: 64), payload: [UInt8](repeating: 0, count: 100)))
     #expect(try log.head() == 1)
   }
 
@@ -185,7 +195,9 @@ import Testing
     #expect(inOneCall[0] == inOneCall[1])
     let shared = EventID.make()
     let concurrent = try await withThrowingTaskGroup(of: UInt64.self) { group in
-      for _ in 0..<16 { group.addTask { [log] in try await log.append(NewEvent(type: "pay", payload: [], id: shared)) } }
+      for _ in 0..<16 {
+        group.addTask { [log] in try await log.append(NewEvent(type: "pay", payload: [], id: shared)) }
+      }
       var result = Set<UInt64>()
       for try await sequence in group { result.insert(sequence) }
       return result

@@ -160,7 +160,9 @@ import Testing
     #expect(past.0 == 5)
     #expect(past.1 == 2)
     let early = try log.withProjections(asOf: 3) { view in
-      try view.tables(of: "countByType").get("counts", key: payload("early")).flatMap { UInt64(bigEndianBytes: $0) }
+      try view.tables(of: "countByType").get("counts", key: payload("early")).flatMap {
+        UInt64(bigEndianBytes: $0)
+      }
     }
     #expect(early == 3)
     #expect(try counts(log) == ["early": 4, "late": 6])
@@ -197,7 +199,9 @@ import Testing
     _ = try await log.rebuild()
     let folded = try log.read { try $0.tables(of: "last").get("payload", key: [0]) }
     #expect(folded == payload("hi!") + [2])
-    await #expect(throws: FerryLogError.self) { try await log.append(NewEvent(type: "note", schemaVersion: 3, payload: [])) }
+    await #expect(throws: FerryLogError.self) {
+      try await log.append(NewEvent(type: "note", schemaVersion: 3, payload: []))
+    }
     log.close()
     last = LastPayload()
   }

@@ -104,7 +104,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     let vectors = try JSONDecoder().decode([CRCVector].self, from: Data(contentsOf: file))
     #expect(vectors.count >= 5)
     for vector in vectors {
-      #expect(hex32(CRC32C.checksum(try bytes(hex: vector.inputHex))) == vector.crc32c, "\(vector.description)")
+      #expect(
+        hex32(CRC32C.checksum(try bytes(hex: vector.inputHex))) == vector.crc32c, "\(vector.description)")
     }
     #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
   }
@@ -119,7 +120,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     ) { name, separator, schema, timestamp, payload, sequence in
       let type = name + (separator ?? "") + "x"
       let id = EventID.make(milliseconds: timestamp)
-      let record = EventRecord.encode(type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload)
+      let record = EventRecord.encode(
+        type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload)
       #expect(record.count == EventRecord.overhead + type.utf8.count + payload.count)
       let event = try #require(try? EventRecord.decode(record, sequence: sequence))
       #expect(event.sequence == sequence)
@@ -132,7 +134,9 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
   }
 
   @Test func everySingleBitFlipIsDetected() async {
-    await propertyCheck(count: 200, input: Gen.uint8().array(of: 0...200), Gen.int(in: 0...10_000), Gen.int(in: 0...7)) {
+    await propertyCheck(
+      count: 200, input: Gen.uint8().array(of: 0...200), Gen.int(in: 0...10_000), Gen.int(in: 0...7)
+    ) {
       payload, position, bit in
       var record = EventRecord.encode(
         type: "bit.flip", schemaVersion: 1, timestamp: 1, id: EventID.make(milliseconds: 1), payload: payload)
@@ -144,7 +148,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
   }
 
   @Test func crcCanBeComputedInPieces() async {
-    await propertyCheck(count: 200, input: Gen.uint8().array(of: 0...100), Gen.uint8().array(of: 0...100)) { a, b in
+    await propertyCheck(count: 200, input: Gen.uint8().array(of: 0...100), Gen.uint8().array(of: 0...100)) {
+      a, b in
       let whole = CRC32C.checksum(a + b)
       let first = CRC32C.checksum(a)
       let pieces = b.withUnsafeBytes { CRC32C.update(first, $0) }

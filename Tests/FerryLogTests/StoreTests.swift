@@ -15,7 +15,8 @@ import Testing
     }
     log.close()
 
-    let offset = try flipByte(in: store.path + "/data.mdb", after: payload("the thirteenth payload"), offset: 4)
+    let offset = try flipByte(
+      in: store.path + "/data.mdb", after: payload("the thirteenth payload"), offset: 4)
     #expect(offset != nil)
 
     log = try store.open()
@@ -42,7 +43,9 @@ import Testing
     _ = try await log.append(NewEvent(type: "t", payload: []))
     log.close()
     try store.withRawEnvironment(["meta"]) { env in
-      try env.write { try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(2).bigEndianBytes) }
+      try env.write {
+        try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(2).bigEndianBytes)
+      }
     }
     let before = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
     do {
@@ -82,11 +85,38 @@ import Testing
     } catch FerryLogError.notAStore {}
 
     try FileManager.default.removeItem(atPath: store.path + "/notes.txt")
-    #expect(FileManager.default.createFile(atPath: store.path + "/data.mdb", contents: Data(repeating: 7, count: 8192)))
+    #expect(
+      FileManager.default.createFile(
+        atPath: store.path + "/data.mdb", contents: Data(repeating: 7, count: 8192)))
     do {
       _ = try store.open()
       Issue.record("garbage was taken for a store")
     } catch FerryLogError.notAStore {}
+  }
+
+  @Test func aPlaceThatCannotBeWrittenIsReportedAsSuch() throws {
+    // Root ignores file modes, so as root the store goes where even root may not create a
+    // directory (sysfs); anyone else gets a parent directory without write permission.
+    let parent = TemporaryStore()
+    defer {
+      chmod(parent.path, 0o700)
+      parent.remove()
+    }
+    let path: String
+    if getuid() == 0 {
+      path = "/sys/ferry-test-store-\(getpid())"
+    } else {
+      try FileManager.default.createDirectory(atPath: parent.path, withIntermediateDirectories: true)
+      chmod(parent.path, 0o500)
+      path = parent.path + "/store"
+    }
+    do {
+      _ = try EventLog.open(at: path)
+      Issue.record("a store was created at \(path)")
+    } catch FerryLogError.permissionDenied(let deniedPath, let detail) {
+      #expect(deniedPath == path)
+      #expect(!detail.isEmpty)
+    }
   }
 
   @Test func anLMDBEnvironmentOfSomethingElseIsNotAStore() throws {

@@ -90,7 +90,8 @@ func productsDirectory() -> URL {
 
 /// The repository's root, found from this file's path.
 func repositoryRoot(_ file: String = #filePath) -> URL {
-  URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+  URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent()
 }
 
 /// Flips the bits of one byte of a file where `needle` first occurs; returns the offset.
@@ -110,7 +111,9 @@ func flipByte(in file: String, after needle: [UInt8], offset extra: Int = 0) thr
 
 /// Runs one of this package's executables with a time limit (a hung child is killed, never waited
 /// on forever) and returns its exit status and standard output.
-func runProduct(_ name: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> (
+func runProduct(
+  _ name: String, _ arguments: [String], timeout: Duration = .seconds(60)
+) async throws -> (
   status: Int32, output: String
 ) {
   let process = Process()

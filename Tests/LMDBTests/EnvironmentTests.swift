@@ -44,7 +44,9 @@ import Testing
     let scratch = ScratchDirectory()
     defer { scratch.remove() }
     try FileManager.default.createDirectory(atPath: scratch.path, withIntermediateDirectories: true)
-    #expect(FileManager.default.createFile(atPath: scratch.child("data.mdb"), contents: Data(repeating: 0xAB, count: 16384)))
+    #expect(
+      FileManager.default.createFile(
+        atPath: scratch.child("data.mdb"), contents: Data(repeating: 0xAB, count: 16384)))
     #expect(throws: LMDBError.invalid) { try Environment.open(path: scratch.path) }
   }
 
@@ -72,7 +74,9 @@ import Testing
     let items = try readOnly.database("items")
     let read1 = try readOnly.read { try $0.get(items, key: [1]) }
     #expect(read1 == [2])
-    #expect(throws: LMDBError.permissionDenied) { try readOnly.write { try $0.put(items, key: [3], value: [4]) } }
+    #expect(throws: LMDBError.permissionDenied) {
+      try readOnly.write { try $0.put(items, key: [3], value: [4]) }
+    }
     #expect(throws: LMDBError.notFound) { try readOnly.openDatabases(["missing"]) }
   }
 
@@ -128,7 +132,9 @@ import Testing
     try env.write { try $0.put(items, key: [0], value: [1, 2, 3]) }
     #expect(throws: LMDBError.mapFull) {
       try env.write { txn throws in
-        for i in 0..<1000 { try txn.put(items, key: UInt32(i + 1).bigEndianBytes, value: [UInt8](repeating: 1, count: 1000)) }
+        for i in 0..<1000 {
+          try txn.put(items, key: UInt32(i + 1).bigEndianBytes, value: [UInt8](repeating: 1, count: 1000))
+        }
       }
     }
     #expect(env.mapSize == 256 << 10)

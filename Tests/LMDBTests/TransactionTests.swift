@@ -24,7 +24,8 @@ import Testing
         #expect(try txn.get(items, key: [2]) == [])
         #expect(try txn.get(items, key: [3]) == nil)
       }
-      let deleted = try env.write { txn in (try txn.delete(items, key: [1]), try txn.delete(items, key: [9])) }
+      let deleted = try env.write { txn in (try txn.delete(items, key: [1]), try txn.delete(items, key: [9]))
+      }
       #expect(deleted == (true, false))
       try env.write { try $0.empty(items) }
       let read1 = try env.read { try $0.statistics(items).entries }
@@ -38,8 +39,12 @@ import Testing
         try txn.put(items, key: [5], value: [1], flags: .append)
         try txn.put(items, key: [6], value: [1], flags: .append)
       }
-      #expect(throws: LMDBError.keyExists) { try env.write { try $0.put(items, key: [5], value: [2], flags: .noOverwrite) } }
-      #expect(throws: LMDBError.keyExists) { try env.write { try $0.put(items, key: [4], value: [2], flags: .append) } }
+      #expect(throws: LMDBError.keyExists) {
+        try env.write { try $0.put(items, key: [5], value: [2], flags: .noOverwrite) }
+      }
+      #expect(throws: LMDBError.keyExists) {
+        try env.write { try $0.put(items, key: [4], value: [2], flags: .append) }
+      }
       let read2 = try env.read { try $0.get(items, key: [5]) }
       #expect(read2 == [1])
     }

@@ -49,7 +49,8 @@ case "append":
     do {
       let log = try EventLog.open(at: directory)
       for i in 0..<count {
-        let sequence = try await log.append(NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
+        let sequence = try await log.append(
+          NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
         say("ack \(sequence)")
       }
       log.close()

@@ -31,7 +31,9 @@ struct SmokeRun {
       _ = try await log.append(NewEvent(type: "item.added", payload: Array("item \(i)".utf8)))
     }
     var seconds = (ContinuousClock.now - start).seconds
-    print("1 caller:   \(events) durable appends in \(format(seconds)) s = \(Int(Double(events) / seconds)) appends/s")
+    print(
+      "1 caller:   \(events) durable appends in \(format(seconds)) s = \(Int(Double(events) / seconds)) appends/s"
+    )
 
     let before = log.statistics.commits
     start = ContinuousClock.now
@@ -40,7 +42,8 @@ struct SmokeRun {
       for c in 0..<callers {
         group.addTask { [log] in
           for i in 0..<perCaller {
-            _ = try await log.append(NewEvent(type: "item.checked", payload: Array("caller \(c) item \(i)".utf8)))
+            _ = try await log.append(
+              NewEvent(type: "item.checked", payload: Array("caller \(c) item \(i)".utf8)))
           }
         }
       }

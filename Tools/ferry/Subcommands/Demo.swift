@@ -24,7 +24,9 @@ struct Demo: AsyncParsableCommand {
   }
 
   func run() async throws {
-    let path = dir ?? FileManager.default.temporaryDirectory.path + "/ferry-demo-\(ProcessInfo.processInfo.processIdentifier)"
+    let path =
+      dir ?? FileManager.default.temporaryDirectory.path
+      + "/ferry-demo-\(ProcessInfo.processInfo.processIdentifier)"
     let report = try await SmokeRun(path: path, events: events, callers: callers).run { line in print(line) }
     print("store left at \(path)")
     if !report { throw ExitCode(1) }

@@ -22,7 +22,8 @@ struct Verify: AsyncParsableCommand {
     }
     defer { log.close() }
     let report = try log.verify()
-    print("head \(report.head), \(report.recordsChecked) records checked, \(report.rowsCompared) rows compared")
+    print(
+      "head \(report.head), \(report.recordsChecked) records checked, \(report.rowsCompared) rows compared")
     for problem in report.problems { print("problem: \(problem)") }
     if !report.isHealthy { throw ExitCode(1) }
     print("ok")
