@@ -76,8 +76,7 @@ import Testing
     log.close()
 
     // Version 2 of the projection lives under the same name but counts into a fresh table state.
-    var v2 = CountByType()
-    v2.version = 2
+    let v2 = CountByType(version: 2)
     log = try store.open([v2])
     #expect(log.eventsReplayedAtOpen == 50)
     #expect(try counts(log) == ["x": 20, "y": 30])
@@ -234,11 +233,7 @@ import Testing
     let store = TemporaryStore()
     defer { store.remove() }
     #expect(throws: FerryLogError.self) { try store.open([CountByType(), CountByType()]) }
-    var badName = CountByType()
-    badName.name = "has space"
-    #expect(throws: FerryLogError.self) { try store.open([badName]) }
-    var reserved = CountByType()
-    reserved.name = "ferry.mine"
-    #expect(throws: FerryLogError.self) { try store.open([reserved]) }
+    #expect(throws: FerryLogError.self) { try store.open([EventTypeCounts(name: "has space")]) }
+    #expect(throws: FerryLogError.self) { try store.open([EventTypeCounts(name: "ferry.mine")]) }
   }
 }

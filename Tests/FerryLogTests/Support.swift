@@ -31,17 +31,9 @@ struct TemporaryStore {
   }
 }
 
-/// Counts events per type: key = type, value = u64 count.
-struct CountByType: Projection {
-  var name = "countByType"
-  var version: UInt32 = 1
-  let tables = ["counts"]
-
-  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    let key = Array(event.type.utf8)
-    let count = try tables.get("counts", key: key).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
-    try tables.put("counts", key: key, value: (count + 1).bigEndianBytes)
-  }
+/// The type-count projection under the name the tests use.
+func CountByType(version: UInt32 = 1) -> EventTypeCounts {
+  EventTypeCounts(name: "countByType", version: version)
 }
 
 /// Keeps every payload by sequence, and throws on a payload that starts with "poison".
@@ -71,13 +63,7 @@ struct PayloadAsKey: Projection {
 func payload(_ text: String) -> [UInt8] { Array(text.utf8) }
 
 func counts(_ log: EventLog, projection: String = "countByType") throws -> [String: UInt64] {
-  try log.read { view in
-    var result: [String: UInt64] = [:]
-    for entry in try view.tables(of: projection).entries("counts") {
-      result[String(decoding: entry.key, as: UTF8.self)] = UInt64(bigEndianBytes: entry.value)
-    }
-    return result
-  }
+  try log.read { view in try EventTypeCounts.counts(in: view.tables(of: projection)) }
 }
 
 /// The build directory holding this test bundle and the package's executables.

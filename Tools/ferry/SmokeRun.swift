@@ -1,19 +1,6 @@
 import FerryLog
 import Foundation
 
-/// Counts events by type: the projection the smoke run keeps materialized.
-struct TypeCounts: Projection {
-  let name = "demo.typeCounts"
-  let version: UInt32 = 1
-  let tables = ["counts"]
-
-  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    let key = Array(event.type.utf8)
-    let count = try tables.get("counts", key: key).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
-    try tables.put("counts", key: key, value: (count + 1).bigEndianBytes)
-  }
-}
-
 /// The engine smoke run behind `ferry demo`.
 struct SmokeRun {
   let path: String
@@ -22,7 +9,7 @@ struct SmokeRun {
 
   /// Runs every phase, printing as it goes; returns whether the final verify was clean.
   func run(print: (String) -> Void) async throws -> Bool {
-    let configuration = EventLog.Configuration(projections: [TypeCounts()])
+    let configuration = EventLog.Configuration(projections: [EventTypeCounts()])
     var log = try EventLog.open(at: path, configuration: configuration)
     print("opened \(path) (created: \(log.wasCreated))")
 
@@ -60,12 +47,9 @@ struct SmokeRun {
     log = try EventLog.open(at: path, configuration: configuration)
     defer { log.close() }
     let head = try log.head()
-    let counts = try log.read { view in
-      try view.tables(of: "demo.typeCounts").entries("counts").map {
-        (String(decoding: $0.key, as: UTF8.self), UInt64(bigEndianBytes: $0.value) ?? 0)
-      }
-    }
-    print("reopened: head \(head); counts " + counts.map { "\($0.0)=\($0.1)" }.joined(separator: ", "))
+    let counts = try log.read { view in try EventTypeCounts.counts(in: view.tables(of: "eventTypeCounts")) }
+      .sorted { $0.key < $1.key }
+    print("reopened: head \(head); counts " + counts.map { "\($0.key)=\($0.value)" }.joined(separator: ", "))
     let report = try log.verify()
     print(
       "verify: \(report.recordsChecked) records, \(report.rowsCompared) rows compared, "

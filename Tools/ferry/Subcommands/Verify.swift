@@ -13,7 +13,7 @@ struct Verify: AsyncParsableCommand {
   func run() async throws {
     let log: EventLog
     do {
-      var configuration = EventLog.Configuration(projections: [TypeCounts()])
+      var configuration = EventLog.Configuration(projections: [EventTypeCounts()])
       configuration.readOnly = true
       log = try EventLog.open(at: dir, configuration: configuration)
     } catch let error as FerryLogError {
