@@ -199,16 +199,10 @@ public final class EventLog: Sendable {
 
     var replayed = 0
     if configuration.readOnly {
-      let head = try environment.read { txn in try core.head(txn) }
-      for target in bound {
-        let state = try environment.read { txn in try core.state(of: target.name, txn) }
-        if let state, state.version != target.projection.version {
-          stale[target.name] =
-            "stored version \(state.version), this code has version \(target.projection.version)"
-        } else if let state, state.position < head {
-          stale[target.name] = "it covers the log up to \(state.position) of \(head)"
-        } else if state == nil {
-          stale[target.name] = "it was never built in this store"
+      try environment.read { txn in
+        let head = try core.head(txn)
+        for target in bound {
+          if let reason = try core.staleness(of: target, head: head, txn) { stale[target.name] = reason }
         }
       }
     } else {
@@ -241,7 +235,7 @@ public final class EventLog: Sendable {
       let notifier = self.notifier
       let writer = GroupCommitWriter(
         environment: environment, core: core, maxEventsPerCommit: configuration.maxEventsPerCommit,
-        onCommit: { head in notifier.publish(head) })
+        catchUpChunk: configuration.rebuildChunkSize, onCommit: { head in notifier.publish(head) })
       writer.start()
       self.writer = writer
     }
@@ -305,7 +299,10 @@ public final class EventLog: Sendable {
       throw FerryLogError.notAStore(path: path, reason: "it is a file, not a directory")
     }
     if FileManager.default.fileExists(atPath: path + "/data.mdb") { return }
-    let entries = (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+    // lock.mdb alone is what a first open that died before creating data.mdb leaves behind.
+    let entries = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter {
+      $0 != "lock.mdb"
+    }
     if configuration.readOnly || !configuration.createIfMissing {
       throw FerryLogError.notAStore(path: path, reason: "it has no data.mdb")
     }
@@ -387,7 +384,7 @@ public final class EventLog: Sendable {
       try configuration.catalog?.validate(event)
       let timestamp = event.timestamp ?? now
       let id = event.id ?? EventID.make(milliseconds: timestamp)
-      let record = EventRecord.encode(
+      let record = try EventRecord.encode(
         type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
         payload: event.payload)
       var current = (version: event.schemaVersion, payload: event.payload)
@@ -511,6 +508,8 @@ public struct LogView {
   let transaction: Transaction
   let stale: [String: String]
   var fixedHead: UInt64? = nil
+  /// Whether to check each projection's stored state against the log (not for a scratch rebuild).
+  var checksState = true
 
   /// The head of the log in this snapshot (for a view of the past, the sequence it was built up to).
   public func head() throws -> UInt64 { try fixedHead ?? core.head(transaction) }
@@ -520,6 +519,11 @@ public struct LogView {
     if let reason = stale[name] { throw FerryLogError.projectionNotCurrent(projection: name, reason: reason) }
     guard let target = core.projections.first(where: { $0.name == name }) else {
       throw FerryLogError.invalidConfiguration(reason: "no projection named '\(name)' is registered")
+    }
+    // Another process may have appended without it, rebuilt it at another version, or a rebuild
+    // may have failed part-way: never serve rows that do not match the log.
+    if checksState, let reason = try core.staleness(of: target, head: core.head(transaction), transaction) {
+      throw FerryLogError.projectionNotCurrent(projection: name, reason: reason)
     }
     return target.tables(in: transaction)
   }

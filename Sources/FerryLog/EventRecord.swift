@@ -35,10 +35,20 @@ public enum EventRecord {
     }
   }
 
-  /// Encodes one record. The caller has validated the type and payload size.
+  /// Encodes one record; ``FerryLogError/invalidEvent(reason:)`` for a type that is not a valid
+  /// name, schema version 0, or a payload larger than ``maxPayloadSize``.
   public static func encode(
     type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8]
-  ) -> [UInt8] {
+  ) throws(FerryLogError) -> [UInt8] {
+    guard isValidType(type) else {
+      throw .invalidEvent(
+        reason: "event type '\(type)' must be 1 to \(maxTypeLength) characters from A-Z a-z 0-9 . _ : -")
+    }
+    guard schemaVersion >= 1 else { throw .invalidEvent(reason: "schema versions start at 1") }
+    guard payload.count <= maxPayloadSize else {
+      throw .invalidEvent(
+        reason: "a payload of \(payload.count) bytes exceeds the format's maximum of \(maxPayloadSize)")
+    }
     let typeBytes = Array(type.utf8)
     var writer = ByteWriter(capacity: overhead + typeBytes.count + payload.count)
     writer.write(formatVersion)

@@ -24,7 +24,8 @@ public struct EventTypeCounts: Projection {
   public func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     let key = Array(event.type.utf8)
     let count = try tables.get("counts", key: key).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
-    try tables.put("counts", key: key, value: (count + 1).bigEndianBytes)
+    let (next, overflow) = count.addingReportingOverflow(1)
+    try tables.put("counts", key: key, value: (overflow ? count : next).bigEndianBytes)  // saturates
   }
 
   /// Reads the counts back from the projection's tables.

@@ -43,6 +43,9 @@ final class GroupCommitWriter: @unchecked Sendable {
   let environment: Environment
   let core: StoreCore
   let maxEventsPerCommit: Int
+  /// Events a projection may be behind and still be caught up inside an append's transaction;
+  /// more are replayed first in chunked transactions of their own.
+  let catchUpChunk: Int
   let onCommit: @Sendable (UInt64) -> Void
   let statistics = Mutex(EventLog.Statistics())
 
@@ -51,13 +54,17 @@ final class GroupCommitWriter: @unchecked Sendable {
   private var stopping = false
   private let finished = DispatchSemaphore(value: 0)
 
+  /// A projection is further behind than one transaction should replay.
+  struct FarBehind: Error {}
+
   init(
-    environment: Environment, core: StoreCore, maxEventsPerCommit: Int,
+    environment: Environment, core: StoreCore, maxEventsPerCommit: Int, catchUpChunk: Int,
     onCommit: @escaping @Sendable (UInt64) -> Void
   ) {
     self.environment = environment
     self.core = core
     self.maxEventsPerCommit = max(1, maxEventsPerCommit)
+    self.catchUpChunk = max(1, catchUpChunk)
     self.onCommit = onCommit
   }
 
@@ -148,6 +155,13 @@ final class GroupCommitWriter: @unchecked Sendable {
         for (request, sequences) in zip(live, results) { request.continuation.resume(returning: sequences) }
         onCommit(head)
         return
+      } catch is FarBehind {
+        do {
+          _ = try EventLog.prepareProjections(core, environment: environment, chunk: catchUpChunk, reset: [])
+        } catch {
+          for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error)) }
+          return
+        }
       } catch let failure as RequestFailure {
         if let lmdb = failure.error as? LMDBError, lmdb == .transactionFull, live.count > 1 {
           // Too much for one transaction: write the batch in two halves.
@@ -187,6 +201,10 @@ final class GroupCommitWriter: @unchecked Sendable {
             duplicates += 1
             continue
           }
+          guard head < UInt64.max else {
+            throw FerryLogError.corruptRecord(
+              sequence: head, reason: "the log's last sequence number is the largest possible")
+          }
           head += 1
           try txn.put(core.events, key: head.bigEndianBytes, value: event.record, flags: .append)
           let logged = LoggedEvent(
@@ -196,6 +214,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           try core.apply(logged, to: core.projections, txn)
           sequences.append(head)
         }
+        // A projection may have caught an LMDB error and carried on; LMDB refuses the rest of the
+        // transaction after most errors, so the request during which it happened owns it.
+        if let failure = txn.firstFailure { throw failure }
       } catch let error as LMDBError where error == .mapFull {
         throw error
       } catch {
@@ -227,8 +248,10 @@ final class GroupCommitWriter: @unchecked Sendable {
         )
       }
       if state.position < head {
+        guard head - state.position <= UInt64(catchUpChunk) else { throw FarBehind() }
         _ = try core.replay(
-          after: state.position, limit: Int.max, through: head, into: [target], targetTxn: txn, logTxn: txn)
+          after: state.position, limit: catchUpChunk, through: head, into: [target], targetTxn: txn,
+          logTxn: txn)
       }
     }
   }

@@ -109,7 +109,11 @@ public struct LogTail: AsyncSequence, Sendable {
           return event
         }
         if Task.isCancelled || log.isClosed { return nil }
-        buffer = try log.events(after: last, limit: chunkSize)
+        do {
+          buffer = try log.events(after: last, limit: chunkSize)
+        } catch FerryLogError.closed {
+          return nil  // closed between the check and the read
+        }
         index = 0
         if !buffer.isEmpty { continue }
         let notifier = log.notifier

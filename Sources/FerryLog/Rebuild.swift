@@ -351,7 +351,8 @@ extension EventLog {
         events: core.events, meta: core.meta, projections: scratch.projections, eventIndex: nil,
         catalog: core.catalog)
       return try scratch.environment.read { txn in
-        try body(LogView(core: scratchCore, transaction: txn, stale: [:], fixedHead: until))
+        try body(
+          LogView(core: scratchCore, transaction: txn, stale: [:], fixedHead: until, checksState: false))
       }
     }
   }

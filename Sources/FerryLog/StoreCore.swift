@@ -86,6 +86,16 @@ struct StoreCore: Sendable {
     try txn.put(meta, key: MetaKey.projection(name), value: state.bytes)
   }
 
+  /// Why a projection's stored state does not match the log at `head`, or nil when it does.
+  func staleness(of target: BoundProjection, head: UInt64, _ txn: Transaction) throws -> String? {
+    guard let state = try state(of: target.name, txn) else { return "it was never built in this store" }
+    if state.version != target.projection.version {
+      return "stored version \(state.version), this code has version \(target.projection.version)"
+    }
+    if state.position != head { return "it covers the log up to \(state.position) of \(head)" }
+    return nil
+  }
+
   /// Decodes the record at `sequence` and upcasts it through the catalog.
   func decode(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws -> LoggedEvent {
     let event = try EventRecord.decode(bytes, sequence: sequence)
@@ -133,12 +143,14 @@ struct StoreCore: Sendable {
         let event = try decode(value, sequence: sequence)
         try apply(event, to: targets, targetTxn)
         applied = sequence
-        expected += 1
+        guard sequence < last else { return false }
+        expected = sequence + 1
         return applied - position < UInt64(limit)
       }
     }
     if let failure { throw failure }
-    if applied < min(last, position + UInt64(limit)) {
+    let (end, overflow) = position.addingReportingOverflow(UInt64(limit))
+    if applied < min(last, overflow ? .max : end) {
       throw FerryLogError.sequenceGap(expected: expected, found: nil)
     }
     return applied

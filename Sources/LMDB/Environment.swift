@@ -92,8 +92,13 @@ public final class Environment: @unchecked Sendable {
   /// Stale reader slots cleared by `mdb_reader_check` at open.
   public let staleReadersCleared: Int
 
-  let resizeLock = ReadWriteLock()
+  let resizeLock: ReadWriteLock
   let state: Mutex<State>
+  /// Serialises `mdb_dbi_open`, which LMDB forbids from concurrent transactions.
+  let databaseOpening = Mutex(())
+  /// The thread holding this environment's write transaction, to refuse a nested write (which
+  /// would wait forever on LMDB's writer lock held by that same thread).
+  let writingThread = Mutex<pthread_t?>(nil)
   /// The directory's device and inode, registered in `openInProcess` while open.
   let identity: DirectoryIdentity
 
@@ -182,8 +187,13 @@ public final class Environment: @unchecked Sendable {
     mdb_reader_check(env, &cleared)
     var envInfo = MDB_envinfo()
     mdb_env_info(env, &envInfo)
+    let resizeLock: ReadWriteLock
+    do { resizeLock = try ReadWriteLock() } catch {
+      mdb_env_close(env)
+      throw error
+    }
     let environment = Environment(
-      env: env, path: path, options: options, created: created, identity: identity,
+      env: env, path: path, options: options, created: created, identity: identity, resizeLock: resizeLock,
       maxKeySize: Int(mdb_env_get_maxkeysize(env)), staleReadersCleared: Int(cleared),
       mapSize: envInfo.me_mapsize)
     keepRegistration = true
@@ -193,10 +203,10 @@ public final class Environment: @unchecked Sendable {
 
   private init(
     env: OpaquePointer, path: String, options: Options, created: Bool, identity: DirectoryIdentity,
-    maxKeySize: Int,
-    staleReadersCleared: Int, mapSize: Int
+    resizeLock: ReadWriteLock, maxKeySize: Int, staleReadersCleared: Int, mapSize: Int
   ) {
     self.env = env
+    self.resizeLock = resizeLock
     self.identity = identity
     self.path = path
     self.options = options
@@ -266,11 +276,13 @@ public final class Environment: @unchecked Sendable {
         try then(txn, all)
       }
     }
-    if creating || (then != nil && !options.readOnly) {
-      try write(body)
-    } else {
-      // A read-only transaction is committed (not aborted) so that its handles stay open.
-      try read(commitWhenDone: true, body)
+    try databaseOpening.withLock { _ in
+      if creating || (then != nil && !options.readOnly) {
+        try write(body)
+      } else {
+        // A read-only transaction is committed (not aborted) so that its handles stay open.
+        try read(commitWhenDone: true, body)
+      }
     }
     state.withLock { s in s.databases.merge(opened) { old, _ in old } }
   }
@@ -313,6 +325,13 @@ public final class Environment: @unchecked Sendable {
     if options.readOnly {
       throw LMDBError(code: EACCES, message: "the environment at \(path) is open read-only")
     }
+    let me = pthread_self()
+    if let holder = writingThread.withLock({ $0 }), pthread_equal(holder, me) != 0 {
+      throw LMDBError(
+        code: MDB_BAD_TXN,
+        message: "a write transaction was begun inside another on the same thread (it would wait forever)")
+    }
+    try growAheadIfNeeded()
     while true {
       resizeLock.lockShared()
       do { try ensureOpen() } catch {
@@ -330,15 +349,19 @@ public final class Environment: @unchecked Sendable {
         resizeLock.unlockShared()
         throw LMDBError(code: rc, operation: "beginning a write transaction")
       }
+      writingThread.withLock { $0 = me }
       let txn = Transaction(txn: pointer, environment: self, readOnly: false)
       do {
         let result = try body(txn)
         try txn.commit()
-        resizeLock.unlockShared()
+        writingThread.withLock { $0 = nil }
+        defer { resizeLock.unlockShared() }
+        try flushDriveCache()
         state.withLock { $0.counters.commits += 1 }
         return result
       } catch {
         txn.abortIfOpen()
+        writingThread.withLock { $0 = nil }
         resizeLock.unlockShared()
         state.withLock { $0.counters.aborts += 1 }
         if txn.hitMapFull {
@@ -348,6 +371,33 @@ public final class Environment: @unchecked Sendable {
         throw error
       }
     }
+  }
+
+  /// On Apple platforms `fsync` (what LMDB calls) leaves data in the drive's cache; only
+  /// `F_FULLFSYNC` reaches the medium, so a durable commit asks for it before returning.
+  private func flushDriveCache() throws {
+    #if canImport(Darwin)
+      guard options.durability == .durable else { return }
+      var fd: mdb_filehandle_t = -1
+      if mdb_env_get_fd(env, &fd) == MDB_SUCCESS && fd >= 0 && fcntl(fd, F_FULLFSYNC) != 0 {
+        let code = errno
+        throw LMDBError(code: code, operation: "F_FULLFSYNC after a commit")
+      }
+    #endif
+  }
+
+  /// Grows the map before a write once it is three-quarters used, so that writes rarely fill it
+  /// (a full map costs an aborted transaction, and growing must wait for every reader to finish).
+  private func growAheadIfNeeded() throws {
+    guard resizeLock.sharedDepth == 0 else { return }
+    let (used, size) = try withOpenEnvironment { () -> (Int, Int) in
+      var info = MDB_envinfo()
+      mdb_env_info(env, &info)
+      var stat = MDB_stat()
+      mdb_env_stat(env, &stat)
+      return ((info.me_last_pgno + 1) * Int(stat.ms_psize), info.me_mapsize)
+    }
+    if used > size / 4 * 3 && size < options.maxMapSize { try grow() }
   }
 
   /// Runs `body` in a read-only transaction (a consistent snapshot), then ends it.
@@ -522,7 +572,12 @@ func fsyncDirectory(_ path: String) throws {
     throw LMDBError(code: code, operation: "opening directory \(path) to fsync it")
   }
   defer { close(fd) }
-  if fsync(fd) != 0 {
+  #if canImport(Darwin)
+    let flushed = fcntl(fd, F_FULLFSYNC) == 0 || fsync(fd) == 0
+  #else
+    let flushed = fsync(fd) == 0
+  #endif
+  if !flushed {
     let code = errno
     throw LMDBError(code: code, operation: "fsync of directory \(path)")
   }

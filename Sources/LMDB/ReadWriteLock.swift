@@ -18,11 +18,20 @@ final class ReadWriteLock: @unchecked Sendable {
   private let lock: UnsafeMutablePointer<pthread_rwlock_t>
   private var depthKey = pthread_key_t()
 
-  init() {
+  init() throws(LMDBError) {
     lock = .allocate(capacity: 1)
     lock.initialize(to: pthread_rwlock_t())
-    pthread_rwlock_init(lock, nil)
-    pthread_key_create(&depthKey, nil)
+    let initialized = pthread_rwlock_init(lock, nil)
+    guard initialized == 0 else {
+      lock.deallocate()
+      throw LMDBError(code: initialized, operation: "pthread_rwlock_init")
+    }
+    let keyed = pthread_key_create(&depthKey, nil)
+    guard keyed == 0 else {
+      pthread_rwlock_destroy(lock)
+      lock.deallocate()
+      throw LMDBError(code: keyed, operation: "pthread_key_create")
+    }
   }
 
   deinit {

@@ -16,6 +16,9 @@ public final class Transaction {
   /// Set when an operation failed with `MDB_MAP_FULL`, so the environment grows the map and retries
   /// even if the caller's code wrapped or swallowed the error.
   private(set) var hitMapFull = false
+  /// The first LMDB error any operation of this transaction returned, even if the caller's code
+  /// caught it: after most errors LMDB refuses the rest of the transaction.
+  public private(set) var firstFailure: LMDBError?
 
   init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
     self.txn = txn
@@ -26,7 +29,9 @@ public final class Transaction {
   func check(_ rc: Int32, _ operation: @autoclosure () -> String) throws(LMDBError) {
     if rc == MDB_SUCCESS { return }
     if rc == MDB_MAP_FULL { hitMapFull = true }
-    throw LMDBError(code: rc, operation: operation())
+    let error = LMDBError(code: rc, operation: operation())
+    if firstFailure == nil && rc != MDB_NOTFOUND && rc != MDB_KEYEXIST { firstFailure = error }
+    throw error
   }
 
   private func ensureOpen() throws(LMDBError) {

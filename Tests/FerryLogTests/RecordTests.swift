@@ -83,7 +83,7 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
         #expect(event.payload == (try bytes(hex: expected.payloadHex)), "\(name)")
         #expect(hex32(CRC32C.checksum(raw.dropLast(4))) == expected.crc32c, "\(name)")
         // The Swift encoder writes exactly the bytes the independent generator wrote.
-        let encoded = EventRecord.encode(
+        let encoded = try EventRecord.encode(
           type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
           payload: event.payload)
         #expect(encoded == raw, "\(name)")
@@ -120,8 +120,9 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     ) { name, separator, schema, timestamp, payload, sequence in
       let type = name + (separator ?? "") + "x"
       let id = EventID.make(milliseconds: timestamp)
-      let record = EventRecord.encode(
-        type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload)
+      let record = try #require(
+        try? EventRecord.encode(
+          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload))
       #expect(record.count == EventRecord.overhead + type.utf8.count + payload.count)
       let event = try #require(try? EventRecord.decode(record, sequence: sequence))
       #expect(event.sequence == sequence)
@@ -138,8 +139,10 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       count: 200, input: Gen.uint8().array(of: 0...200), Gen.int(in: 0...10_000), Gen.int(in: 0...7)
     ) {
       payload, position, bit in
-      var record = EventRecord.encode(
-        type: "bit.flip", schemaVersion: 1, timestamp: 1, id: EventID.make(milliseconds: 1), payload: payload)
+      var record = try #require(
+        try? EventRecord.encode(
+          type: "bit.flip", schemaVersion: 1, timestamp: 1, id: EventID.make(milliseconds: 1),
+          payload: payload))
       let index = position % record.count
       record[index] ^= UInt8(1 << bit)
       let decoded = try? EventRecord.decode(record, sequence: 7)
@@ -154,6 +157,17 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       let first = CRC32C.checksum(a)
       let pieces = b.withUnsafeBytes { CRC32C.update(first, $0) }
       #expect(whole == pieces)
+    }
+  }
+
+  @Test func encodingRefusesWhatTheFormatCannotHold() {
+    let id = EventID.make()
+    #expect(throws: FerryLogError.self) {
+      try EventRecord.encode(
+        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [])
+    }
+    #expect(throws: FerryLogError.self) {
+      try EventRecord.encode(type: "t", schemaVersion: 0, timestamp: 0, id: id, payload: [])
     }
   }
 

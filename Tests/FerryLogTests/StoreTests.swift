@@ -182,6 +182,42 @@ import Testing
     #expect(try counts(log) == ["local": 1, "worker.event": 25])
   }
 
+  @Test func readsRefuseAProjectionAnotherProcessLeftBehindUntilItCatchesUp() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType()]) { $0.rebuildChunkSize = 10 }
+    defer { log.close() }
+    _ = try await log.append(NewEvent(type: "local", payload: []))
+
+    // Another process appends 25 events without this process's projection.
+    let (status, output) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    #expect(output.split(separator: "\n").last == "ack 26")
+    do {
+      _ = try counts(log)
+      Issue.record("a projection behind the log was served")
+    } catch FerryLogError.projectionNotCurrent(let projection, let reason) {
+      #expect(projection == "countByType")
+      #expect(reason.contains("1 of 26"))
+    }
+    // 25 behind is more than one chunk of 10: caught up in chunks before the next batch.
+    let next = try await log.append(NewEvent(type: "local", payload: []))
+    #expect(next == 27)
+    #expect(try counts(log) == ["local": 2, "worker.event": 25])
+    #expect(try log.verify().isHealthy)
+  }
+
+  @Test func aFirstOpenThatDiedBeforeCreatingDataLeavesAStoreThatOpens() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    try FileManager.default.createDirectory(atPath: store.path, withIntermediateDirectories: true)
+    #expect(FileManager.default.createFile(atPath: store.path + "/lock.mdb", contents: Data(count: 8192)))
+    let log = try store.open()
+    defer { log.close() }
+    #expect(log.wasCreated)
+    #expect(try log.head() == 0)
+  }
+
   @Test func aTailDeliversThePastThenEachNewEventAndEndsOnClose() async throws {
     let store = TemporaryStore()
     defer { store.remove() }

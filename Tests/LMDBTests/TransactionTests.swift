@@ -83,6 +83,18 @@ import Testing
     }
   }
 
+  @Test func aWriteInsideAWriteIsRefusedInsteadOfHanging() throws {
+    try withEnvironment { env, items in
+      #expect(throws: LMDBError.badTransaction) {
+        try env.write { _ in try env.write { try $0.put(items, key: [1], value: [1]) } }
+      }
+      // Reading inside a read (a nested snapshot) is fine.
+      let nested = try env.read { _ in try env.read { try $0.get(items, key: [1]) } }
+      #expect(nested == nil)
+      try env.write { try $0.put(items, key: [1], value: [1]) }
+    }
+  }
+
   @Test func aTransactionKeptPastItsClosureIsInert() throws {
     try withEnvironment { env, items in
       var escaped: Transaction?
