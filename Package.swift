@@ -7,6 +7,7 @@ let package = Package(
   products: [
     .library(name: "LMDB", targets: ["LMDB"]),
     .library(name: "FerryLog", targets: ["FerryLog"]),
+    .library(name: "Ferry", targets: ["Ferry"]),
     .executable(name: "ferry", targets: ["ferry"]),
   ],
   dependencies: [
@@ -21,6 +22,7 @@ let package = Package(
     ),
     .target(name: "LMDB", dependencies: ["CLMDB"]),
     .target(name: "FerryLog", dependencies: ["LMDB"]),
+    .target(name: "Ferry", dependencies: ["FerryLog"]),
     .executableTarget(
       name: "ferry",
       dependencies: [
@@ -35,6 +37,7 @@ let package = Package(
       path: "Tools/ferry-test-worker"
     ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
+    .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog"]),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [

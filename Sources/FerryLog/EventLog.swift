@@ -515,7 +515,7 @@ public struct LogView {
   public func head() throws -> UInt64 { try fixedHead ?? core.head(transaction) }
 
   /// The tables of the projection named `name`.
-  public func tables(of name: String) throws -> some ProjectionTableReading {
+  public func tables(of name: String) throws -> ProjectionReader {
     if let reason = stale[name] { throw FerryLogError.projectionNotCurrent(projection: name, reason: reason) }
     guard let target = core.projections.first(where: { $0.name == name }) else {
       throw FerryLogError.invalidConfiguration(reason: "no projection named '\(name)' is registered")
@@ -525,6 +525,6 @@ public struct LogView {
     if checksState, let reason = try core.staleness(of: target, head: core.head(transaction), transaction) {
       throw FerryLogError.projectionNotCurrent(projection: name, reason: reason)
     }
-    return target.tables(in: transaction)
+    return ProjectionReader(tables: target.tables(in: transaction))
   }
 }

@@ -139,3 +139,27 @@ public final class ProjectionTables: ProjectionTableReading {
     try transaction.empty(database(table))
   }
 }
+
+/// Read-only access to the tables of one projection, as ``LogView/tables(of:)`` hands it out.
+/// Valid only during the ``EventLog/read(_:)`` call it came from.
+public struct ProjectionReader: ProjectionTableReading {
+  let tables: ProjectionTables
+
+  /// The projection's name.
+  public var projection: String { tables.projection }
+
+  /// The value under `key` in `table`, or nil.
+  public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? { try tables.get(table, key: key) }
+
+  /// Visits the entries of `table` in key order from the first key at or after `start`.
+  @discardableResult
+  public func scan(
+    _ table: String, from start: [UInt8]?,
+    _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
+  ) throws -> Int {
+    try tables.scan(table, from: start, body)
+  }
+
+  /// The number of entries in `table`.
+  public func count(_ table: String) throws -> Int { try tables.count(table) }
+}

@@ -1,0 +1,122 @@
+import FerryLog
+
+/// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1).
+enum TaskEvent: Equatable, Sendable {
+  case added(
+    tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy)
+  case runStarted(TaskID, attempt: UInt32)
+  case runSucceeded(TaskID)
+  case runFailed(TaskID, message: String, retryable: Bool, nextEligibleAt: Int64?)
+  case runInterrupted(TaskID)
+  case errorRecorded(TaskID, message: String)
+  case errorResolved(TaskID)
+  case cancelled(TaskID)
+  case revived(TaskID)
+  case cleared
+  case paused
+  case resumed
+
+  static let types = [
+    "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
+    "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "queue.cleared",
+    "queue.paused", "queue.resumed",
+  ]
+
+  /// The catalog every queue log is opened with: these types at schema version 1.
+  static let catalog = EventCatalog(types.map { EventCatalog.EventType($0, version: 1) })
+
+  var type: String {
+    switch self {
+    case .added: return "task.added"
+    case .runStarted: return "task.runStarted"
+    case .runSucceeded: return "task.runSucceeded"
+    case .runFailed: return "task.runFailed"
+    case .runInterrupted: return "task.runInterrupted"
+    case .errorRecorded: return "task.errorRecorded"
+    case .errorResolved: return "task.errorResolved"
+    case .cancelled: return "task.cancelled"
+    case .revived: return "task.revived"
+    case .cleared: return "queue.cleared"
+    case .paused: return "queue.paused"
+    case .resumed: return "queue.resumed"
+    }
+  }
+
+  var payload: [UInt8] {
+    var writer = PayloadWriter()
+    switch self {
+    case .added(let tag, let payload, let dataId, let groupId, let manual, let unique):
+      writer.write(tag)
+      writer.write(bytes: payload)
+      writer.write(dataId)
+      writer.write(groupId)
+      writer.write(manual)
+      writer.write(unique.rawValue)
+    case .runStarted(let id, let attempt):
+      writer.write(id)
+      writer.write(attempt)
+    case .runFailed(let id, let message, let retryable, let next):
+      writer.write(id)
+      writer.write(message)
+      writer.write(retryable)
+      writer.write(next)
+    case .errorRecorded(let id, let message):
+      writer.write(id)
+      writer.write(message)
+    case .runSucceeded(let id), .runInterrupted(let id), .errorResolved(let id), .cancelled(let id),
+      .revived(let id):
+      writer.write(id)
+    case .cleared, .paused, .resumed:
+      break
+    }
+    return writer.bytes
+  }
+
+  var newEvent: NewEvent { NewEvent(type: type, payload: payload) }
+
+  /// Decodes a logged event of one of the queue's types.
+  init(_ event: LoggedEvent) throws(FerryError) {
+    var reader = PayloadReader(event.payload)
+    do {
+      switch event.type {
+      case "task.added":
+        let tag = try reader.readString("tag")
+        let payload = try reader.readBytes("payload")
+        let dataId = try reader.readOptionalString("dataId")
+        let groupId = try reader.readOptionalString("groupId")
+        let manual = try reader.readBool("manual")
+        let raw = try reader.read(UInt8.self, "unique")
+        guard let unique = UniquePolicy(rawValue: raw) else {
+          throw PayloadError("unique policy \(raw) is not known")
+        }
+        self = .added(
+          tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+      case "task.runStarted":
+        self = .runStarted(
+          try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"))
+      case "task.runSucceeded": self = .runSucceeded(try reader.read(UInt64.self, "taskId"))
+      case "task.runFailed":
+        self = .runFailed(
+          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
+          retryable: try reader.readBool("retryable"),
+          nextEligibleAt: try reader.readOptional(Int64.self, "nextEligibleAt"))
+      case "task.runInterrupted": self = .runInterrupted(try reader.read(UInt64.self, "taskId"))
+      case "task.errorRecorded":
+        self = .errorRecorded(
+          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"))
+      case "task.errorResolved": self = .errorResolved(try reader.read(UInt64.self, "taskId"))
+      case "task.cancelled": self = .cancelled(try reader.read(UInt64.self, "taskId"))
+      case "task.revived": self = .revived(try reader.read(UInt64.self, "taskId"))
+      case "queue.cleared": self = .cleared
+      case "queue.paused": self = .paused
+      case "queue.resumed": self = .resumed
+      default: throw PayloadError("not an event of the task queue")
+      }
+      try reader.finish(event.type)
+    } catch let error as PayloadError {
+      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: error.reason)
+    } catch {
+      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: "\(error)")
+    }
+  }
+}

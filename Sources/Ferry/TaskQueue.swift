@@ -1,0 +1,259 @@
+import FerryLog
+import Foundation
+
+/// The push side's durable queue: every change is an event in the store's log, and the queue is a
+/// projection of it kept in the same transaction.
+///
+/// ```swift
+/// let queue = try TaskQueue.open(at: storePath)
+/// let id = try await queue.add(tag: "upload-photo", payload: Photo(name: "cat.jpg"), groupId: "album-1")
+/// let next = try queue.nextRunnable()
+/// ```
+///
+/// Running tasks (handlers, passes, retries, observation) is the runner's job; this type keeps
+/// what is queued, durable before each call returns.
+public final class TaskQueue: Sendable {
+  /// How a queue is opened.
+  public struct Configuration: Sendable {
+    /// The wall clock in Unix milliseconds: stamped on events, and "now" for eligibility.
+    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+    /// Create the store when the directory is missing or empty.
+    public var createIfMissing = true
+    /// The map size of a new store.
+    public var initialMapSize = 1 << 20
+
+    /// The defaults.
+    public init() {}
+  }
+
+  /// The longest tag, in UTF-8 bytes.
+  public static let maxTagLength = 200
+  /// The longest data id or group id, in UTF-8 bytes.
+  public static let maxIdLength = 250
+
+  /// The event log beneath the queue.
+  public let log: EventLog
+  let clock: @Sendable () -> Int64
+
+  /// Opens (or creates) the queue's store at `path`.
+  public static func open(at path: String, configuration: Configuration = Configuration()) throws -> TaskQueue
+  {
+    var logConfiguration = EventLog.Configuration(
+      projections: [TaskQueueProjection()], catalog: TaskEvent.catalog)
+    logConfiguration.clock = configuration.clock
+    logConfiguration.createIfMissing = configuration.createIfMissing
+    logConfiguration.initialMapSize = configuration.initialMapSize
+    return TaskQueue(
+      log: try EventLog.open(at: path, configuration: logConfiguration), clock: configuration.clock)
+  }
+
+  init(log: EventLog, clock: @escaping @Sendable () -> Int64) {
+    self.log = log
+    self.clock = clock
+  }
+
+  /// Waits for pending writes and closes the store.
+  public func close() { log.close() }
+
+  // MARK: Changing the queue
+
+  /// Adds a task and returns its id once the add is durable.
+  ///
+  /// With ``UniquePolicy/keep`` and a queued task of the same tag and `dataId`, nothing is added
+  /// and that task's id is returned. With ``UniquePolicy/replace`` those tasks (unless running)
+  /// leave the queue first. Unique policies need a `dataId`.
+  @discardableResult
+  public func add<Payload: Encodable & Sendable>(
+    tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
+    unique: UniquePolicy = .append
+  ) async throws -> TaskID {
+    try Self.validate(tag, name: "tag", max: Self.maxTagLength)
+    if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
+    if let groupId { try Self.validate(groupId, name: "groupId", max: Self.maxIdLength) }
+    if unique != .append && dataId == nil {
+      throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
+    }
+    let bytes: [UInt8]
+    do {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys]
+      bytes = Array(try encoder.encode(payload))
+    } catch {
+      throw FerryError.payload(taskId: nil, reason: "it does not encode as JSON: \(error)")
+    }
+    let event = TaskEvent.added(
+      tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+    let sequence = try await log.append(event.newEvent)
+    guard unique == .keep, let dataId else { return sequence }
+    return try queueTables { queue in
+      if try queue.row(sequence) != nil { return sequence }
+      return try queue.tasks(tag: tag, dataId: dataId).first ?? sequence
+    }
+  }
+
+  /// Removes a queued task. A run of it already under way finishes and is logged; the task does
+  /// not come back. Throws ``FerryError/noSuchTask(_:)`` when it is not queued.
+  public func cancel(_ id: TaskID) async throws {
+    try requireTask(id)
+    _ = try await log.append(TaskEvent.cancelled(id).newEvent)
+  }
+
+  /// Removes every task. Runs under way finish and are logged; their tasks do not come back.
+  public func clear() async throws {
+    _ = try await log.append(TaskEvent.cleared.newEvent)
+  }
+
+  /// Stops automatic running, durably (it stays paused across reopen).
+  public func pause() async throws { _ = try await log.append(TaskEvent.paused.newEvent) }
+
+  /// Starts automatic running again.
+  public func resume() async throws { _ = try await log.append(TaskEvent.resumed.newEvent) }
+
+  /// Whether automatic running is paused.
+  public func isPaused() throws -> Bool {
+    try queueTables { queue in try queue.tables.get("state", key: QueueKey.paused) == [1] }
+  }
+
+  /// Records a user-fixable error on a task: it, and the rest of its group, wait until the error
+  /// is resolved. Returns the error's id.
+  @discardableResult
+  public func recordError(_ id: TaskID, message: String) async throws -> UInt64 {
+    try requireTask(id)
+    return try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
+  }
+
+  /// Resolves the task's recorded error: the task may run again.
+  public func resolveError(_ id: TaskID) async throws {
+    guard try requireTask(id).status == .blockedByError else {
+      throw FerryError.invalidArgument("task \(id) has no unresolved error")
+    }
+    _ = try await log.append(TaskEvent.errorResolved(id).newEvent)
+  }
+
+  /// Makes a dead task ready again (its attempt count is kept).
+  public func revive(_ id: TaskID) async throws {
+    guard try requireTask(id).status == .dead else {
+      throw FerryError.invalidArgument("task \(id) is not dead")
+    }
+    _ = try await log.append(TaskEvent.revived(id).newEvent)
+  }
+
+  /// Appends queue events on the runner's behalf (run started, succeeded, failed, interrupted).
+  func record(_ events: [TaskEvent]) async throws -> [UInt64] {
+    try await log.append(events.map(\.newEvent))
+  }
+
+  // MARK: Reading the queue
+
+  /// The queued task with this id, or nil.
+  public func task(_ id: TaskID) throws -> PendingTask? {
+    try queueTables { queue in try queue.row(id)?.task(id: id) }
+  }
+
+  /// Queued tasks in id order, optionally only those with this tag, group and data id.
+  public func pendingTasks(
+    tag: String? = nil, groupId: String? = nil, dataId: String? = nil
+  ) throws -> [PendingTask] {
+    try queueTables { queue in
+      var result: [PendingTask] = []
+      var failure: (any Error)?
+      try queue.tables.scan("tasks", from: nil) { key, value in
+        do {
+          guard let id = UInt64(bigEndianBytes: key) else {
+            throw PayloadError("a task key has \(key.count) bytes")
+          }
+          let row = try TaskRow(bytes: Array(value))
+          if let tag, row.tag != tag { return true }
+          if let groupId, row.groupId != groupId { return true }
+          if let dataId, row.dataId != dataId { return true }
+          result.append(row.task(id: id))
+          return true
+        } catch {
+          failure = error
+          return false
+        }
+      }
+      if let failure { throw failure }
+      return result
+    }
+  }
+
+  /// The unresolved error recorded on a task, or nil.
+  public func latestError(_ id: TaskID) throws -> RecordedError? {
+    try queueTables { queue in
+      try queue.tables.get("errors", key: QueueKey.task(id)).map { try Self.decodeError(id, $0) }
+    }
+  }
+
+  /// Every unresolved error, by task id.
+  public func errors() throws -> [RecordedError] {
+    try queueTables { queue in
+      try queue.tables.entries("errors").map { entry in
+        guard let id = UInt64(bigEndianBytes: entry.key) else {
+          throw PayloadError("an error key is malformed")
+        }
+        return try Self.decodeError(id, entry.value)
+      }
+    }
+  }
+
+  /// Decodes a queued task's payload as `type`; ``FerryError/payload(taskId:reason:)`` when it
+  /// no longer decodes (a changed type, say).
+  public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws -> Payload {
+    try requireTask(id)
+    guard let event = try log.event(at: id), case .added(_, let bytes, _, _, _, _) = try TaskEvent(event)
+    else {
+      throw FerryError.noSuchTask(id)
+    }
+    do {
+      return try JSONDecoder().decode(type, from: Data(bytes))
+    } catch {
+      throw FerryError.payload(taskId: id, reason: "it does not decode as \(type): \(error)")
+    }
+  }
+
+  /// The lowest-id task after `after` that may run now: ready (or waiting with its time come), not
+  /// manual, and first in its group. Reads two index keys, never the whole queue.
+  public func nextRunnable(after: TaskID = 0, at now: Int64? = nil) throws -> PendingTask? {
+    try probeNextRunnable(after: after, at: now).task
+  }
+
+  /// ``nextRunnable(after:at:)`` with the count of index entries and rows it read.
+  func probeNextRunnable(after: TaskID = 0, at now: Int64? = nil) throws -> (task: PendingTask?, touched: Int)
+  {
+    let time = now ?? clock()
+    return try queueTables { queue in
+      var queue = queue
+      guard let id = try queue.nextRunnable(after: after, now: time) else { return (nil, queue.touched) }
+      return (try queue.row(id)?.task(id: id), queue.touched + 1)
+    }
+  }
+
+  // MARK: Helpers
+
+  private func queueTables<R>(_ body: (QueueTables<ProjectionReader>) throws -> R) throws -> R {
+    try log.read { view in try body(QueueTables(view.tables(of: TaskQueueProjection.projectionName))) }
+  }
+
+  @discardableResult
+  private func requireTask(_ id: TaskID) throws -> PendingTask {
+    guard let task = try task(id) else { throw FerryError.noSuchTask(id) }
+    return task
+  }
+
+  private static func decodeError(_ id: TaskID, _ bytes: [UInt8]) throws -> RecordedError {
+    var reader = PayloadReader(bytes)
+    let errorId = try reader.read(UInt64.self, "errorId")
+    let message = try reader.readString("message")
+    let at = try reader.read(Int64.self, "recordedAt")
+    try reader.finish("an error row")
+    return RecordedError(taskId: id, errorId: errorId, message: message, recordedAt: at)
+  }
+
+  private static func validate(_ value: String, name: String, max: Int) throws {
+    let count = value.utf8.count
+    guard (1...max).contains(count) else {
+      throw FerryError.invalidArgument("\(name) must be 1 to \(max) UTF-8 bytes, not \(count)")
+    }
+  }
+}

@@ -1,0 +1,185 @@
+import FerryLog
+
+/// The queue folded from the log: tasks, the indexes the runner asks, group order, unique keys,
+/// errors and the pause flag (`Specs/task-events.md` §3).
+struct TaskQueueProjection: Projection {
+  static let projectionName = "taskQueue"
+  let name = TaskQueueProjection.projectionName
+  let version: UInt32 = 1
+  let tables = ["tasks", "ready", "waiting", "groups", "unique", "errors", "state"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let queue = QueueTables(tables)
+    switch try TaskEvent(event) {
+    case .added(let tag, _, let dataId, let groupId, let manual, let unique):
+      if let dataId, unique != .append {
+        let existing = try queue.tasks(tag: tag, dataId: dataId)
+        if unique == .keep && !existing.isEmpty { return }
+        if unique == .replace {
+          for id in existing where try queue.row(id)?.status != .running { try queue.remove(id) }
+        }
+      }
+      let row = TaskRow(tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp)
+      let id = event.sequence
+      try tables.put("tasks", key: QueueKey.task(id), value: row.bytes)
+      if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
+      if let dataId {
+        try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
+      }
+      try queue.index(id, row)
+    case .runStarted(let id, let attempt):
+      try queue.update(id) { row in
+        row.status = .running
+        row.attempts = attempt
+        row.eligibleAt = nil
+      }
+    case .runSucceeded(let id), .cancelled(let id):
+      try queue.remove(id)
+    case .runFailed(let id, let message, _, let next):
+      try queue.update(id) { row in
+        row.lastFailure = message
+        row.status = next == nil ? .dead : .waiting
+        row.eligibleAt = next
+      }
+    case .runInterrupted(let id):
+      try queue.update(id) { row in
+        if row.status == .running { row.status = .ready }
+      }
+    case .errorRecorded(let id, let message):
+      guard try queue.row(id) != nil else { return }
+      try queue.update(id) { row in
+        row.status = .blocked
+        row.eligibleAt = nil
+        row.errorCount &+= 1
+      }
+      var writer = PayloadWriter()
+      writer.write(event.sequence)
+      writer.write(message)
+      writer.write(event.timestamp)
+      try tables.put("errors", key: QueueKey.task(id), value: writer.bytes)
+    case .errorResolved(let id):
+      guard try queue.row(id)?.status == .blocked else { return }
+      try queue.update(id) { row in row.status = .ready }
+      try tables.delete("errors", key: QueueKey.task(id))
+    case .revived(let id):
+      try queue.update(id) { row in
+        if row.status == .dead { row.status = .ready }
+      }
+    case .cleared:
+      for table in ["tasks", "ready", "waiting", "groups", "unique", "errors"] { try tables.removeAll(table) }
+    case .paused:
+      try tables.put("state", key: QueueKey.paused, value: [1])
+    case .resumed:
+      try tables.put("state", key: QueueKey.paused, value: [0])
+    }
+  }
+}
+
+/// Row-level reads of the queue's tables, shared by the projection and the queries.
+struct QueueTables<Tables: ProjectionTableReading> {
+  let tables: Tables
+  /// Index entries and rows read so far (the runner's lookups are proven not to scan by this).
+  private(set) var touched = 0
+
+  init(_ tables: Tables) { self.tables = tables }
+
+  func row(_ id: TaskID) throws -> TaskRow? {
+    try tables.get("tasks", key: QueueKey.task(id)).map { try TaskRow(bytes: $0) }
+  }
+
+  /// The first task of a group, or nil when the group is empty.
+  func head(of groupId: String) throws -> TaskID? {
+    let prefix = QueueKey.groupPrefix(groupId)
+    var found: TaskID?
+    try tables.scan("groups", from: prefix) { key, _ in
+      if key.count == prefix.count + 8 && key.starts(with: prefix) { found = QueueKey.trailingID(key) }
+      return false
+    }
+    return found
+  }
+
+  /// Every queued task with this tag and data id, in id order.
+  func tasks(tag: String, dataId: String) throws -> [TaskID] {
+    let prefix = QueueKey.uniquePrefix(tag: tag, dataId: dataId)
+    var ids: [TaskID] = []
+    try tables.scan("unique", from: prefix) { key, _ in
+      guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key)
+      else {
+        return false
+      }
+      ids.append(id)
+      return true
+    }
+    return ids
+  }
+
+  /// The lowest-id task after `after` that may run at `now`: the first key of `ready` past it, and
+  /// the keys of `waiting` whose time has come. Blocked, dead, manual and non-head tasks are in
+  /// neither index, so they are never read.
+  mutating func nextRunnable(after: TaskID, now: Int64) throws -> TaskID? {
+    var best: TaskID?
+    var visited = 0
+    try tables.scan("ready", from: QueueKey.task(after &+ 1)) { key, _ in
+      visited += 1
+      best = QueueKey.trailingID(key)
+      return false
+    }
+    try tables.scan("waiting", from: nil) { key, _ in
+      visited += 1
+      guard let (at, id) = QueueKey.waitingTime(key), at <= now else { return false }
+      if id > after && id < (best ?? .max) { best = id }
+      return true
+    }
+    touched += visited
+    return best
+  }
+
+  func isEligible(_ id: TaskID, _ row: TaskRow) throws -> Bool {
+    if row.manual { return false }
+    guard let groupId = row.groupId else { return true }
+    return try head(of: groupId) == id
+  }
+}
+
+/// Row-level changes, only inside the projection's `apply`.
+extension QueueTables where Tables == ProjectionTables {
+  /// Changes a task's row and keeps the indexes in step; nothing when the task is not queued.
+  func update(_ id: TaskID, _ change: (inout TaskRow) -> Void) throws {
+    guard let old = try row(id) else { return }
+    var new = old
+    change(&new)
+    if new == old { return }
+    try unindex(id, old)
+    try tables.put("tasks", key: QueueKey.task(id), value: new.bytes)
+    try index(id, new)
+  }
+
+  /// Takes a task out of every table; the next task of its group becomes the head.
+  func remove(_ id: TaskID) throws {
+    guard let old = try row(id) else { return }
+    try unindex(id, old)
+    try tables.delete("tasks", key: QueueKey.task(id))
+    try tables.delete("errors", key: QueueKey.task(id))
+    if let dataId = old.dataId {
+      try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
+    }
+    if let groupId = old.groupId {
+      try tables.delete("groups", key: QueueKey.group(groupId, id))
+      if let head = try head(of: groupId), let headRow = try row(head) { try index(head, headRow) }
+    }
+  }
+
+  func index(_ id: TaskID, _ row: TaskRow) throws {
+    guard try isEligible(id, row) else { return }
+    switch row.status {
+    case .ready: try tables.put("ready", key: QueueKey.task(id), value: [])
+    case .waiting: try tables.put("waiting", key: QueueKey.waiting(row.eligibleAt ?? 0, id), value: [])
+    case .running, .blocked, .dead: break
+    }
+  }
+
+  func unindex(_ id: TaskID, _ row: TaskRow) throws {
+    try tables.delete("ready", key: QueueKey.task(id))
+    if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(at, id)) }
+  }
+}

@@ -1,0 +1,118 @@
+import FerryLog
+
+/// A task as the `tasks` table stores it (`Specs/task-events.md` §3.1).
+struct TaskRow: Equatable {
+  enum Status: UInt8 {
+    case ready = 0, running = 1, waiting = 2, blocked = 3, dead = 4
+  }
+
+  var tag: String
+  var dataId: String?
+  var groupId: String?
+  var manual: Bool
+  var status: Status
+  var attempts: UInt32
+  var eligibleAt: Int64?
+  var addedAt: Int64
+  var lastFailure: String?
+  var errorCount: UInt32
+
+  var bytes: [UInt8] {
+    var writer = PayloadWriter()
+    writer.write(tag)
+    writer.write(dataId)
+    writer.write(groupId)
+    writer.write(manual)
+    writer.write(status.rawValue)
+    writer.write(attempts)
+    writer.write(eligibleAt)
+    writer.write(addedAt)
+    writer.write(lastFailure)
+    writer.write(errorCount)
+    return writer.bytes
+  }
+
+  init(
+    tag: String, dataId: String?, groupId: String?, manual: Bool, status: Status = .ready,
+    attempts: UInt32 = 0,
+    eligibleAt: Int64? = nil, addedAt: Int64, lastFailure: String? = nil, errorCount: UInt32 = 0
+  ) {
+    self.tag = tag
+    self.dataId = dataId
+    self.groupId = groupId
+    self.manual = manual
+    self.status = status
+    self.attempts = attempts
+    self.eligibleAt = eligibleAt
+    self.addedAt = addedAt
+    self.lastFailure = lastFailure
+    self.errorCount = errorCount
+  }
+
+  init(bytes: [UInt8]) throws(PayloadError) {
+    var reader = PayloadReader(bytes)
+    tag = try reader.readString("tag")
+    dataId = try reader.readOptionalString("dataId")
+    groupId = try reader.readOptionalString("groupId")
+    manual = try reader.readBool("manual")
+    let raw = try reader.read(UInt8.self, "status")
+    guard let status = Status(rawValue: raw) else { throw PayloadError("task status \(raw) is not known") }
+    self.status = status
+    attempts = try reader.read(UInt32.self, "attempts")
+    eligibleAt = try reader.readOptional(Int64.self, "eligibleAt")
+    addedAt = try reader.read(Int64.self, "addedAt")
+    lastFailure = try reader.readOptionalString("lastFailure")
+    errorCount = try reader.read(UInt32.self, "errorCount")
+    try reader.finish("a task row")
+  }
+
+  func task(id: TaskID) -> PendingTask {
+    let status: TaskStatus
+    switch self.status {
+    case .ready: status = .ready
+    case .running: status = .running
+    case .waiting: status = .waiting(until: eligibleAt ?? 0)
+    case .blocked: status = .blockedByError
+    case .dead: status = .dead
+    }
+    return PendingTask(
+      id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
+      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+  }
+}
+
+/// Keys of the queue's tables (`Specs/task-events.md` §3).
+enum QueueKey {
+  static func task(_ id: TaskID) -> [UInt8] { id.bigEndianBytes }
+
+  /// The waiting index orders by time: flipping the sign bit makes signed order byte order.
+  static func waiting(_ at: Int64, _ id: TaskID) -> [UInt8] {
+    (UInt64(bitPattern: at) ^ (1 << 63)).bigEndianBytes + id.bigEndianBytes
+  }
+
+  static func waitingTime(_ key: UnsafeRawBufferPointer) -> (at: Int64, id: TaskID)? {
+    guard key.count == 16, let raw = UInt64(bigEndianBytes: key[0..<8]),
+      let id = UInt64(bigEndianBytes: key[8..<16])
+    else { return nil }
+    return (Int64(bitPattern: raw ^ (1 << 63)), id)
+  }
+
+  static func prefixed(_ text: String) -> [UInt8] {
+    let utf8 = Array(text.utf8)
+    return UInt16(truncatingIfNeeded: utf8.count).bigEndianBytes + utf8
+  }
+
+  static func groupPrefix(_ groupId: String) -> [UInt8] { prefixed(groupId) }
+  static func group(_ groupId: String, _ id: TaskID) -> [UInt8] { prefixed(groupId) + id.bigEndianBytes }
+  static func uniquePrefix(tag: String, dataId: String) -> [UInt8] { prefixed(tag) + prefixed(dataId) }
+  static func unique(tag: String, dataId: String, _ id: TaskID) -> [UInt8] {
+    uniquePrefix(tag: tag, dataId: dataId) + id.bigEndianBytes
+  }
+  static let paused: [UInt8] = Array("paused".utf8)
+
+  /// The task id at the end of an index key.
+  static func trailingID(_ key: UnsafeRawBufferPointer) -> TaskID? {
+    guard key.count >= 8 else { return nil }
+    return UInt64(bigEndianBytes: key[(key.count - 8)...])
+  }
+}

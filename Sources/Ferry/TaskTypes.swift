@@ -1,0 +1,89 @@
+import FerryLog
+
+/// A task's id: the sequence number of the event that added it. Ids are never reused, and their
+/// order is the order tasks were added (FIFO by log order, never by wall clock).
+public typealias TaskID = UInt64
+
+/// What `add` does when a task with the same tag and data id is already queued.
+public enum UniquePolicy: UInt8, Sendable, CaseIterable {
+  /// Add another task regardless (the default).
+  case append = 0
+  /// Keep the existing task and add nothing; `add` returns the existing task's id.
+  case keep = 1
+  /// Remove the existing tasks that are not running, then add the new one.
+  case replace = 2
+}
+
+/// Where a queued task stands.
+public enum TaskStatus: Sendable, Equatable {
+  /// May run (when it heads its group, and is not manual).
+  case ready
+  /// A handler is running it (or was, when the process died; see `runInterrupted`).
+  case running
+  /// Failed and waits until this time (Unix milliseconds) before it may run again.
+  case waiting(until: Int64)
+  /// A user-fixable error was recorded; it and its group wait until the error is resolved.
+  case blockedByError
+  /// Failed for good (not retryable, or out of attempts); kept until revived or cancelled.
+  case dead
+}
+
+/// A task in the queue.
+public struct PendingTask: Sendable, Equatable {
+  /// The task's id.
+  public let id: TaskID
+  /// The tag that selects its handler.
+  public let tag: String
+  /// The app's id for the data the task is about (used by unique policies and queries).
+  public let dataId: String?
+  /// Tasks of one group run strictly in id order, one at a time.
+  public let groupId: String?
+  /// A manual task runs only when asked for by id.
+  public let manual: Bool
+  /// Where it stands.
+  public let status: TaskStatus
+  /// Runs started so far.
+  public let attempts: UInt32
+  /// When it was added (Unix milliseconds).
+  public let addedAt: Int64
+  /// The message of its last failed run, if any.
+  public let lastFailure: String?
+  /// How many errors have been recorded on it, resolved or not.
+  public let errorCount: UInt32
+}
+
+/// A user-fixable error recorded on a task and not yet resolved.
+public struct RecordedError: Sendable, Equatable {
+  /// The task it blocks.
+  public let taskId: TaskID
+  /// The error's id: the sequence number of the event that recorded it.
+  public let errorId: UInt64
+  /// The message for the user.
+  public let message: String
+  /// When it was recorded (Unix milliseconds).
+  public let recordedAt: Int64
+}
+
+/// Errors of the task queue. Errors of the log beneath it arrive as ``FerryLogError``.
+public enum FerryError: Error, Sendable, CustomStringConvertible {
+  /// An argument is not acceptable; the message says which and why.
+  case invalidArgument(String)
+  /// No task with this id is in the queue.
+  case noSuchTask(TaskID)
+  /// A task's payload could not be encoded or decoded as the type asked for.
+  case payload(taskId: TaskID?, reason: String)
+  /// An event of the queue's own types did not decode.
+  case malformedEvent(sequence: UInt64, type: String, reason: String)
+
+  /// A one-line message for people.
+  public var description: String {
+    switch self {
+    case .invalidArgument(let message): return "invalid argument: \(message)"
+    case .noSuchTask(let id): return "no task \(id) in the queue"
+    case .payload(let taskId, let reason):
+      return "payload" + (taskId.map { " of task \($0)" } ?? "") + ": \(reason)"
+    case .malformedEvent(let sequence, let type, let reason):
+      return "event \(sequence) of type \(type) is malformed: \(reason)"
+    }
+  }
+}
