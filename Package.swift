@@ -33,7 +33,7 @@ let package = Package(
     ),
     .executableTarget(
       name: "ferry-test-worker",
-      dependencies: ["FerryLog", "LMDB"],
+      dependencies: ["Ferry", "FerryLog", "LMDB"],
       path: "Tools/ferry-test-worker"
     ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),

@@ -5,7 +5,7 @@ import Foundation
 /// projection of it kept in the same transaction.
 ///
 /// ```swift
-/// let queue = try TaskQueue.open(at: storePath)
+/// let queue = try await TaskQueue.open(at: storePath)
 /// let id = try await queue.add(tag: "upload-photo", payload: Photo(name: "cat.jpg"), groupId: "album-1")
 /// let next = try queue.nextRunnable()
 /// ```
@@ -34,26 +34,57 @@ public final class TaskQueue: Sendable {
   /// The event log beneath the queue.
   public let log: EventLog
   let clock: @Sendable () -> Int64
+  let updateStreams = TaskUpdates()
+  /// Runs found started and never finished at open (a crash), now logged as interrupted.
+  public let interruptedAtOpen: [TaskID]
 
   /// Opens (or creates) the queue's store at `path`.
-  public static func open(at path: String, configuration: Configuration = Configuration()) throws -> TaskQueue
-  {
+  ///
+  /// A task whose run started and never finished — the process died while its handler ran — gets
+  /// a `runInterrupted` event and is ready again, its attempt count kept (at-least-once delivery).
+  public static func open(
+    at path: String, configuration: Configuration = Configuration()
+  ) async throws -> TaskQueue {
     var logConfiguration = EventLog.Configuration(
       projections: [TaskQueueProjection()], catalog: TaskEvent.catalog)
     logConfiguration.clock = configuration.clock
     logConfiguration.createIfMissing = configuration.createIfMissing
     logConfiguration.initialMapSize = configuration.initialMapSize
-    return TaskQueue(
-      log: try EventLog.open(at: path, configuration: logConfiguration), clock: configuration.clock)
+    let log = try EventLog.open(at: path, configuration: logConfiguration)
+    do {
+      let running = try log.read { view in
+        try view.tables(of: TaskQueueProjection.projectionName).entries("running").compactMap {
+          UInt64(bigEndianBytes: $0.key)
+        }
+      }
+      if !running.isEmpty { _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent }) }
+      return TaskQueue(log: log, clock: configuration.clock, interrupted: running)
+    } catch {
+      log.close()
+      throw error
+    }
   }
 
-  init(log: EventLog, clock: @escaping @Sendable () -> Int64) {
+  init(log: EventLog, clock: @escaping @Sendable () -> Int64, interrupted: [TaskID]) {
     self.log = log
     self.clock = clock
+    self.interruptedAtOpen = interrupted
   }
 
-  /// Waits for pending writes and closes the store.
-  public func close() { log.close() }
+  /// Waits for pending writes, ends the update streams and closes the store.
+  public func close() {
+    log.close()
+    updateStreams.finish()
+  }
+
+  /// Every change to the queue made in this process, as it happens (adds, runs, skips, errors,
+  /// cancels, clears). Changes made by other processes are not seen.
+  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(filter: nil, first: nil) }
+
+  /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
+  public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
+    updateStreams.stream(filter: id, first: .current(id, try task(id)?.status))
+  }
 
   // MARK: Changing the queue
 
@@ -84,9 +115,15 @@ public final class TaskQueue: Sendable {
     let event = TaskEvent.added(
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
     let sequence = try await log.append(event.newEvent)
-    guard unique == .keep, let dataId else { return sequence }
+    guard unique == .keep, let dataId else {
+      updateStreams.publish(.added(sequence))
+      return sequence
+    }
     return try queueTables { queue in
-      if try queue.row(sequence) != nil { return sequence }
+      if try queue.row(sequence) != nil {
+        updateStreams.publish(.added(sequence))
+        return sequence
+      }
       return try queue.tasks(tag: tag, dataId: dataId).first ?? sequence
     }
   }
@@ -96,18 +133,26 @@ public final class TaskQueue: Sendable {
   public func cancel(_ id: TaskID) async throws {
     try requireTask(id)
     _ = try await log.append(TaskEvent.cancelled(id).newEvent)
+    updateStreams.publish(.cancelled(id))
   }
 
   /// Removes every task. Runs under way finish and are logged; their tasks do not come back.
   public func clear() async throws {
     _ = try await log.append(TaskEvent.cleared.newEvent)
+    updateStreams.publish(.cleared)
   }
 
   /// Stops automatic running, durably (it stays paused across reopen).
-  public func pause() async throws { _ = try await log.append(TaskEvent.paused.newEvent) }
+  public func pause() async throws {
+    _ = try await log.append(TaskEvent.paused.newEvent)
+    updateStreams.publish(.paused)
+  }
 
   /// Starts automatic running again.
-  public func resume() async throws { _ = try await log.append(TaskEvent.resumed.newEvent) }
+  public func resume() async throws {
+    _ = try await log.append(TaskEvent.resumed.newEvent)
+    updateStreams.publish(.resumed)
+  }
 
   /// Whether automatic running is paused.
   public func isPaused() throws -> Bool {
@@ -119,7 +164,9 @@ public final class TaskQueue: Sendable {
   @discardableResult
   public func recordError(_ id: TaskID, message: String) async throws -> UInt64 {
     try requireTask(id)
-    return try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
+    let errorId = try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
+    updateStreams.publish(.errorRecorded(id, message: message))
+    return errorId
   }
 
   /// Resolves the task's recorded error: the task may run again.
@@ -128,6 +175,7 @@ public final class TaskQueue: Sendable {
       throw FerryError.invalidArgument("task \(id) has no unresolved error")
     }
     _ = try await log.append(TaskEvent.errorResolved(id).newEvent)
+    updateStreams.publish(.errorResolved(id))
   }
 
   /// Makes a dead task ready again (its attempt count is kept).
@@ -136,11 +184,25 @@ public final class TaskQueue: Sendable {
       throw FerryError.invalidArgument("task \(id) is not dead")
     }
     _ = try await log.append(TaskEvent.revived(id).newEvent)
+    updateStreams.publish(.revived(id))
   }
 
-  /// Appends queue events on the runner's behalf (run started, succeeded, failed, interrupted).
+  /// Appends queue events on the runner's behalf (run started, succeeded, failed, interrupted)
+  /// and tells observers.
   func record(_ events: [TaskEvent]) async throws -> [UInt64] {
-    try await log.append(events.map(\.newEvent))
+    let sequences = try await log.append(events.map(\.newEvent))
+    for event in events {
+      switch event {
+      case .runStarted(let id, let attempt): updateStreams.publish(.running(id, attempt: attempt))
+      case .runSucceeded(let id): updateStreams.publish(.succeeded(id))
+      case .runFailed(let id, let message, _, let next):
+        updateStreams.publish(.failed(id, message: message, retryAt: next))
+      case .runInterrupted(let id): updateStreams.publish(.interrupted(id))
+      case .errorRecorded(let id, let message): updateStreams.publish(.errorRecorded(id, message: message))
+      default: break
+      }
+    }
+    return sequences
   }
 
   // MARK: Reading the queue
@@ -210,6 +272,20 @@ public final class TaskQueue: Sendable {
     } catch {
       throw FerryError.payload(taskId: id, reason: "it does not decode as \(type): \(error)")
     }
+  }
+
+  /// The first task of a group, or nil when the group has none queued.
+  public func head(of groupId: String) throws -> TaskID? {
+    try queueTables { queue in try queue.head(of: groupId) }
+  }
+
+  /// The JSON bytes a task was added with.
+  func payloadBytes(of id: TaskID) throws -> [UInt8] {
+    guard let event = try log.event(at: id), case .added(_, let bytes, _, _, _, _) = try TaskEvent(event)
+    else {
+      throw FerryError.noSuchTask(id)
+    }
+    return bytes
   }
 
   /// The lowest-id task after `after` that may run now: ready (or waiting with its time come), not

@@ -6,7 +6,7 @@ struct TaskQueueProjection: Projection {
   static let projectionName = "taskQueue"
   let name = TaskQueueProjection.projectionName
   let version: UInt32 = 1
-  let tables = ["tasks", "ready", "waiting", "groups", "unique", "errors", "state"]
+  let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "state"]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     let queue = QueueTables(tables)
@@ -66,7 +66,9 @@ struct TaskQueueProjection: Projection {
         if row.status == .dead { row.status = .ready }
       }
     case .cleared:
-      for table in ["tasks", "ready", "waiting", "groups", "unique", "errors"] { try tables.removeAll(table) }
+      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors"] {
+        try tables.removeAll(table)
+      }
     case .paused:
       try tables.put("state", key: QueueKey.paused, value: [1])
     case .resumed:
@@ -170,6 +172,7 @@ extension QueueTables where Tables == ProjectionTables {
   }
 
   func index(_ id: TaskID, _ row: TaskRow) throws {
+    if row.status == .running { try tables.put("running", key: QueueKey.task(id), value: []) }
     guard try isEligible(id, row) else { return }
     switch row.status {
     case .ready: try tables.put("ready", key: QueueKey.task(id), value: [])
@@ -180,6 +183,7 @@ extension QueueTables where Tables == ProjectionTables {
 
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
     try tables.delete("ready", key: QueueKey.task(id))
+    if row.status == .running { try tables.delete("running", key: QueueKey.task(id)) }
     if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(at, id)) }
   }
 }

@@ -72,6 +72,8 @@ public enum FerryError: Error, Sendable, CustomStringConvertible {
   case noSuchTask(TaskID)
   /// A task's payload could not be encoded or decoded as the type asked for.
   case payload(taskId: TaskID?, reason: String)
+  /// ``RunFilter/collection(_:)`` named a collection not given at setup.
+  case unknownCollection(String)
   /// An event of the queue's own types did not decode.
   case malformedEvent(sequence: UInt64, type: String, reason: String)
 
@@ -82,6 +84,7 @@ public enum FerryError: Error, Sendable, CustomStringConvertible {
     case .noSuchTask(let id): return "no task \(id) in the queue"
     case .payload(let taskId, let reason):
       return "payload" + (taskId.map { " of task \($0)" } ?? "") + ": \(reason)"
+    case .unknownCollection(let name): return "no collection named '\(name)' was given at setup"
     case .malformedEvent(let sequence, let type, let reason):
       return "event \(sequence) of type \(type) is malformed: \(reason)"
     }

@@ -20,10 +20,10 @@ final class QueueFixture: @unchecked Sendable {
     set { lock.withLock { now = newValue } }
   }
 
-  func open() throws -> TaskQueue {
+  func open() async throws -> TaskQueue {
     var configuration = TaskQueue.Configuration()
     configuration.clock = { [self] in time }
-    return try TaskQueue.open(at: path, configuration: configuration)
+    return try await TaskQueue.open(at: path, configuration: configuration)
   }
 
   func remove() { try? FileManager.default.removeItem(atPath: path) }
@@ -39,7 +39,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func tasksAreKeptInTheOrderTheyWereAdded() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let a = try await queue.add(tag: "upload", payload: Item(name: "a"))
     let b = try await queue.add(tag: "upload", payload: Item(name: "b"), dataId: "photo-2")
@@ -60,7 +60,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func onlyTheHeadOfAGroupMayRunAndManualTasksNeverDo() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let first = try await queue.add(tag: "t", payload: Item(name: "1"), groupId: "album")
     let second = try await queue.add(tag: "t", payload: Item(name: "2"), groupId: "album")
@@ -77,7 +77,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func uniquePoliciesKeepReplaceOrAppend() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let original = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     let kept = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .keep)
@@ -100,7 +100,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func aRunningTaskIsNotReplaced() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let running = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     _ = try await queue.record([.runStarted(running, attempt: 1)])
@@ -112,7 +112,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func aRecordedErrorBlocksTheTaskAndItsGroupUntilResolved() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let head = try await queue.add(tag: "t", payload: Item(name: "1"), groupId: "g")
     _ = try await queue.add(tag: "t", payload: Item(name: "2"), groupId: "g")
@@ -137,7 +137,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func runOutcomesMoveTasksThroughTheirStates() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let a = try await queue.add(tag: "t", payload: Item(name: "a"), groupId: "g")
     let b = try await queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
@@ -175,7 +175,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func clearRemovesEverythingAndLateResultsDoNotBringTasksBack() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     let running = try await queue.add(tag: "t", payload: Item(name: "a"), dataId: "d", groupId: "g")
     _ = try await queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
@@ -199,12 +199,12 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func pauseAndTheQueueSurviveReopen() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var queue = try fixture.open()
+    var queue = try await fixture.open()
     #expect(try queue.isPaused() == false)
     try await queue.pause()
     let id = try await queue.add(tag: "t", payload: Item(name: "kept"))
     queue.close()
-    queue = try fixture.open()
+    queue = try await fixture.open()
     defer { queue.close() }
     #expect(try queue.isPaused())
     #expect(try queue.payload(of: id, as: Item.self) == Item(name: "kept"))
@@ -216,7 +216,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func badArgumentsAreRefusedWithClearErrors() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     await #expect(throws: FerryError.self) { try await queue.add(tag: "", payload: Item(name: "")) }
     await #expect(throws: FerryError.self) {
@@ -245,7 +245,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
   @Test func findingTheNextRunnableTaskNeverScansTheQueue() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try fixture.open()
+    let queue = try await fixture.open()
     defer { queue.close() }
     // 100,000 pending tasks; the first 10,000 are blocked: 5,000 by recorded errors, 5,000 behind
     // the blocked heads of their groups.
@@ -273,4 +273,12 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(later.touched <= 3)
     try expectConsistent(queue)
   }
+}
+
+/// The build directory holding this test bundle and the package's executables.
+func productsDirectory() -> URL {
+  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+    return bundle.bundleURL.deletingLastPathComponent()
+  }
+  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 }

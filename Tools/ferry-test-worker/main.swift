@@ -1,5 +1,6 @@
 // A helper process for Ferry's own tests: it acts on a store from another process, which is the
 // only way to exercise what LMDB does across processes (map resizing, concurrent readers, locks).
+import Ferry
 import FerryLog
 import Foundation
 import LMDB
@@ -56,6 +57,27 @@ case "append":
       log.close()
     } catch {
       fail("append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "run-and-hang":
+  // Adds one task and runs it with a handler that never returns, after saying "running ID".
+  // The parent kills this process there: a run started and never finished.
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      let id = try await queue.add(tag: "hang", payload: ["item": "milk"], groupId: "list")
+      let runner = TaskRunner(queue: queue)
+      runner.register(tag: "hang") { task in
+        say("running \(task.id)")
+        while true { try? await Task.sleep(for: .seconds(60)) }
+      }
+      _ = try await runner.run()
+      say("unexpected end \(id)")
+    } catch {
+      fail("run-and-hang failed: \(error)")
     }
     done.signal()
   }

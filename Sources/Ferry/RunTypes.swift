@@ -1,0 +1,213 @@
+import FerryLog
+import Foundation
+
+/// The task a handler is running.
+public struct RunningTask: Sendable {
+  /// The task's id.
+  public let id: TaskID
+  /// Its tag.
+  public let tag: String
+  /// Its data id.
+  public let dataId: String?
+  /// Its group.
+  public let groupId: String?
+  /// This run's attempt number (1 for the first run).
+  public let attempt: UInt32
+  /// The payload's JSON bytes as they were added.
+  public let payloadBytes: [UInt8]
+
+  /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
+  /// (a handler that lets this error out fails the task for good: retrying cannot help).
+  public func payload<Payload: Decodable>(as type: Payload.Type) throws -> Payload {
+    do {
+      return try JSONDecoder().decode(type, from: Data(payloadBytes))
+    } catch {
+      throw FerryError.payload(taskId: id, reason: "it does not decode as \(type): \(error)")
+    }
+  }
+}
+
+/// What a handler says happened.
+public enum TaskResult: Sendable, Equatable {
+  /// Done: the task leaves the queue.
+  case succeeded
+  /// It failed; a retryable failure runs again after a backoff, until the attempts run out.
+  case failed(String, retryable: Bool)
+  /// The user must fix something first: the task (and its group) waits until the error is resolved.
+  case recordError(String)
+
+  /// A retryable failure.
+  public static func failed(_ message: String) -> TaskResult { .failed(message, retryable: true) }
+}
+
+/// When a failed task may run again: exponential backoff with jitter, and a limit on attempts.
+public struct RetryPolicy: Sendable, Equatable {
+  /// Runs allowed in all; after the last one fails the task is dead.
+  public var maxAttempts: UInt32
+  /// The delay after the first failure, in milliseconds.
+  public var initialDelay: Int64
+  /// Each further failure multiplies the delay by this.
+  public var multiplier: Double
+  /// The delay never exceeds this, in milliseconds.
+  public var maxDelay: Int64
+  /// The delay varies by up to this fraction either way (0 = exact), so that many clients do not
+  /// retry in step.
+  public var jitter: Double
+
+  /// A policy; the defaults are 5 attempts, 1 s doubling up to 1 h, ±20 %.
+  public init(
+    maxAttempts: UInt32 = 5, initialDelay: Int64 = 1000, multiplier: Double = 2, maxDelay: Int64 = 3_600_000,
+    jitter: Double = 0.2
+  ) {
+    self.maxAttempts = max(1, maxAttempts)
+    self.initialDelay = max(0, initialDelay)
+    self.multiplier = max(1, multiplier)
+    self.maxDelay = max(0, maxDelay)
+    self.jitter = min(max(jitter, 0), 1)
+  }
+
+  /// The delay after the failure of run number `attempt`, for a random number in 0..<1.
+  public func delay(afterAttempt attempt: UInt32, random: Double) -> Int64 {
+    let exponent = Double(max(attempt, 1) - 1)
+    let base = min(Double(initialDelay) * pow(multiplier, exponent), Double(maxDelay))
+    let factor = 1 - jitter + 2 * jitter * min(max(random, 0), 1)
+    return Int64(min(base * factor, Double(Int64.max / 2)))
+  }
+}
+
+/// Which tasks a pass considers.
+public enum RunFilter: Sendable, Equatable {
+  /// Every task that is not manual.
+  case all
+  /// The tasks of one group.
+  case group(String)
+  /// The tasks whose tags are in a collection given at setup.
+  case collection(String)
+  /// One task (the only way a manual task runs).
+  case task(TaskID)
+}
+
+/// Why a pass did not run a task. Skips are reported, not logged.
+public enum SkipReason: Sendable, Equatable {
+  /// An earlier task of its group failed, was skipped or is blocked in this pass.
+  case partOfFailedGroup
+  /// Its `isReadyToRun` check said no.
+  case notReady
+  /// It has an unresolved recorded error.
+  case blockedByError
+  /// It waits for its retry time.
+  case waitingForRetry(until: Int64)
+  /// It is dead (revive it to run it again).
+  case dead
+  /// It is running already (in another pass or process).
+  case running
+  /// An earlier task of its group is still queued.
+  case notHeadOfGroup
+  /// No handler is registered for its tag; it stays queued.
+  case noHandler
+  /// It left the queue (cancelled or cleared) before its turn.
+  case noLongerQueued
+}
+
+/// What happened to one task in a pass.
+public enum TaskOutcome: Sendable, Equatable {
+  /// The handler succeeded.
+  case succeeded
+  /// The handler failed; `retryAt` is when it may run again (nil: it is dead).
+  case failed(String, retryAt: Int64?)
+  /// The handler recorded an error for the user.
+  case errorRecorded(String)
+  /// The run was cancelled or interrupted; the task is ready again.
+  case interrupted
+  /// It was not run.
+  case skipped(SkipReason)
+}
+
+/// The result of one pass.
+public struct RunReport: Sendable, Equatable {
+  /// One task's outcome.
+  public struct Entry: Sendable, Equatable {
+    /// The task.
+    public let taskId: TaskID
+    /// What happened.
+    public let outcome: TaskOutcome
+  }
+
+  /// Every task the pass considered, in task-id order.
+  public internal(set) var entries: [Entry] = []
+
+  /// Tasks whose handler ran.
+  public var ran: Int { entries.count - skipped }
+  /// Tasks that succeeded.
+  public var succeeded: Int { entries.filter { $0.outcome == .succeeded }.count }
+  /// Tasks that failed (retryable or not) or recorded an error.
+  public var failed: Int {
+    entries.filter {
+      switch $0.outcome {
+      case .failed, .errorRecorded: return true
+      default: return false
+      }
+    }.count
+  }
+  /// Tasks skipped.
+  public var skipped: Int {
+    entries.filter {
+      if case .skipped = $0.outcome { return true }
+      return false
+    }.count
+  }
+  /// The first task that failed or recorded an error, if any.
+  public var firstFailure: Entry? {
+    entries.first {
+      switch $0.outcome {
+      case .failed, .errorRecorded: return true
+      default: return false
+      }
+    }
+  }
+  /// The outcome of one task, if the pass considered it.
+  public func outcome(of id: TaskID) -> TaskOutcome? { entries.first { $0.taskId == id }?.outcome }
+}
+
+/// A change to the queue, as observers see it.
+public enum TaskUpdate: Sendable, Equatable {
+  /// The first element of a per-task stream: the task's status then (nil when it is not queued).
+  case current(TaskID, TaskStatus?)
+  /// A task was added.
+  case added(TaskID)
+  /// A run started.
+  case running(TaskID, attempt: UInt32)
+  /// A run succeeded; the task left the queue.
+  case succeeded(TaskID)
+  /// A run failed; `retryAt` nil means the task is dead.
+  case failed(TaskID, message: String, retryAt: Int64?)
+  /// A run was interrupted; the task is ready again.
+  case interrupted(TaskID)
+  /// A pass skipped the task.
+  case skipped(TaskID, SkipReason)
+  /// An error was recorded on the task.
+  case errorRecorded(TaskID, message: String)
+  /// The task's error was resolved.
+  case errorResolved(TaskID)
+  /// The task was cancelled.
+  case cancelled(TaskID)
+  /// A dead task was revived.
+  case revived(TaskID)
+  /// Every task was removed.
+  case cleared
+  /// Automatic running was paused.
+  case paused
+  /// Automatic running was resumed.
+  case resumed
+
+  /// The task the update is about (nil for `cleared`, `paused`, `resumed`).
+  public var taskId: TaskID? {
+    switch self {
+    case .current(let id, _), .added(let id), .running(let id, _), .succeeded(let id), .failed(let id, _, _),
+      .interrupted(let id), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
+      .cancelled(let id), .revived(let id):
+      return id
+    case .cleared, .paused, .resumed: return nil
+    }
+  }
+}
