@@ -211,3 +211,37 @@ public enum TaskUpdate: Sendable, Equatable {
     }
   }
 }
+
+/// One event in a task's history (``TaskQueue/history(of:)``).
+public struct TaskHistoryEntry: Sendable, Equatable {
+  /// What happened.
+  public enum Kind: Sendable, Equatable {
+    /// The task was added.
+    case added
+    /// Run number `attempt` started.
+    case runStarted(attempt: UInt32)
+    /// A run succeeded.
+    case runSucceeded
+    /// A run failed; `retryAt` nil means the task became dead.
+    case runFailed(message: String, retryAt: Int64?)
+    /// A run was interrupted (found at open, or cancelled).
+    case runInterrupted
+    /// A user-fixable error was recorded.
+    case errorRecorded(message: String)
+    /// The error was resolved.
+    case errorResolved
+    /// The task was revived.
+    case revived
+    /// The task was cancelled.
+    case cancelled
+    /// The queue was cleared.
+    case cleared
+  }
+
+  /// The event's sequence number.
+  public let sequence: UInt64
+  /// When it was logged (Unix milliseconds).
+  public let timestamp: Int64
+  /// What happened.
+  public let event: Kind
+}

@@ -74,6 +74,22 @@ enum TaskEvent: Equatable, Sendable {
 
   var newEvent: NewEvent { NewEvent(type: type, payload: payload) }
 
+  /// How the event reads in a task's history.
+  var historyKind: TaskHistoryEntry.Kind {
+    switch self {
+    case .added: return .added
+    case .runStarted(_, let attempt): return .runStarted(attempt: attempt)
+    case .runSucceeded: return .runSucceeded
+    case .runFailed(_, let message, _, let next): return .runFailed(message: message, retryAt: next)
+    case .runInterrupted: return .runInterrupted
+    case .errorRecorded(_, let message): return .errorRecorded(message: message)
+    case .errorResolved: return .errorResolved
+    case .cancelled: return .cancelled
+    case .revived: return .revived
+    case .cleared, .paused, .resumed: return .cleared
+    }
+  }
+
   /// Decodes a logged event of one of the queue's types.
   init(_ event: LoggedEvent) throws(FerryError) {
     var reader = PayloadReader(event.payload)

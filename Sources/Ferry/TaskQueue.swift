@@ -274,6 +274,33 @@ public final class TaskQueue: Sendable {
     }
   }
 
+  /// A task's history, read from the log: its add, every run start and outcome, errors recorded
+  /// and resolved, revival and its end (succeeded, cancelled, cleared). Works for finished tasks
+  /// too, as long as the log holds their events. Reads the log from the task's add onward.
+  public func history(of id: TaskID) throws -> [TaskHistoryEntry] {
+    guard let added = try log.event(at: id), added.type == "task.added" else {
+      throw FerryError.noSuchTask(id)
+    }
+    var entries: [TaskHistoryEntry] = []
+    try log.forEachEvent(from: id, chunkSize: 2000) { event in
+      let decoded = try TaskEvent(event)
+      let about: TaskID?
+      switch decoded {
+      case .added: about = event.sequence
+      case .runStarted(let task, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
+        .runInterrupted(let task),
+        .errorRecorded(let task, _), .errorResolved(let task), .cancelled(let task), .revived(let task):
+        about = task
+      case .cleared: about = id
+      case .paused, .resumed: about = nil
+      }
+      guard about == id else { return }
+      entries.append(
+        TaskHistoryEntry(sequence: event.sequence, timestamp: event.timestamp, event: decoded.historyKind))
+    }
+    return entries
+  }
+
   /// The first task of a group, or nil when the group has none queued.
   public func head(of groupId: String) throws -> TaskID? {
     try queueTables { queue in try queue.head(of: groupId) }

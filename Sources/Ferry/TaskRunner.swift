@@ -292,10 +292,16 @@ public final class TaskRunner: Sendable {
   /// Whether passes run by themselves.
   public var isRunningAutomatically: Bool { state.withLock { $0.automatic != nil } }
 
+  /// The earliest retry time still to come. A time already past whose task was skipped anyway
+  /// (not ready, no handler) is not a reason to wake: that would spin.
   private func nextRetryTime() -> Int64? {
-    try? queue.log.read { view in
+    let now = queue.clock()
+    return try? queue.log.read { view in
       var at: Int64?
-      try view.tables(of: TaskQueueProjection.projectionName).scan("waiting", from: nil) { key, _ in
+      try view.tables(of: TaskQueueProjection.projectionName).scan(
+        "waiting", from: QueueKey.waiting(now &+ 1, 0)
+      ) {
+        key, _ in
         at = QueueKey.waitingTime(key)?.at
         return false
       }

@@ -99,6 +99,13 @@ func runner(
     #expect(try queue.task(bad)?.attempts == 3)
     report = try await run.run()
     #expect(report.outcome(of: bad) == .skipped(.dead))
+    let history = try queue.history(of: bad).map(\.event)
+    #expect(
+      history == [
+        .added, .runStarted(attempt: 1), .runFailed(message: "offline", retryAt: start + 1000),
+        .runStarted(attempt: 2), .runFailed(message: "offline", retryAt: start + 3000),
+        .runStarted(attempt: 3), .runFailed(message: "offline", retryAt: nil),
+      ])
 
     try await queue.cancel(bad)
     report = try await run.run()
