@@ -61,17 +61,20 @@ public struct RetryPolicy: Sendable, Equatable {
   ) {
     self.maxAttempts = max(1, maxAttempts)
     self.initialDelay = max(0, initialDelay)
-    self.multiplier = max(1, multiplier)
+    self.multiplier = multiplier.isNaN ? 1 : max(1, multiplier)  // +infinity: straight to maxDelay
     self.maxDelay = max(0, maxDelay)
-    self.jitter = min(max(jitter, 0), 1)
+    self.jitter = jitter.isFinite ? min(max(jitter, 0), 1) : 0
   }
 
   /// The delay after the failure of run number `attempt`, for a random number in 0..<1.
   public func delay(afterAttempt attempt: UInt32, random: Double) -> Int64 {
     let exponent = Double(max(attempt, 1) - 1)
-    let base = min(Double(initialDelay) * pow(multiplier, exponent), Double(maxDelay))
-    let factor = 1 - jitter + 2 * jitter * min(max(random, 0), 1)
-    return Int64(min(base * factor, Double(Int64.max / 2)))
+    let grown = Double(initialDelay) * pow(multiplier, exponent)
+    let base = grown.isFinite ? min(grown, Double(maxDelay)) : Double(maxDelay)
+    let unit = random.isFinite ? min(max(random, 0), 1) : 0.5
+    let delay = base * (1 - jitter + 2 * jitter * unit)
+    guard delay.isFinite else { return maxDelay }
+    return Int64(min(max(delay, 0), Double(Int64.max / 2)))
   }
 }
 

@@ -79,11 +79,11 @@ public final class TaskQueue: Sendable {
 
   /// Every change to the queue made in this process, as it happens (adds, runs, skips, errors,
   /// cancels, clears). Changes made by other processes are not seen.
-  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(filter: nil, first: nil) }
+  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(filter: nil) { nil } }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
   public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
-    updateStreams.stream(filter: id, first: .current(id, try task(id)?.status))
+    try updateStreams.stream(filter: id) { .current(id, try task(id)?.status) }
   }
 
   // MARK: Changing the queue
@@ -114,18 +114,17 @@ public final class TaskQueue: Sendable {
     }
     let event = TaskEvent.added(
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+    let replaced = unique == .replace ? try queueTables { try $0.tasks(tag: tag, dataId: dataId ?? "") } : []
     let sequence = try await log.append(event.newEvent)
-    guard unique == .keep, let dataId else {
-      updateStreams.publish(.added(sequence))
-      return sequence
-    }
-    return try queueTables { queue in
-      if try queue.row(sequence) != nil {
-        updateStreams.publish(.added(sequence))
-        return sequence
+    if unique == .keep, let dataId {
+      // Kept: an older task of this tag and data id was queued when the add was applied.
+      let older = try queueTables { queue in try queue.tasks(tag: tag, dataId: dataId).first { $0 < sequence }
       }
-      return try queue.tasks(tag: tag, dataId: dataId).first ?? sequence
+      if let older, try task(sequence) == nil { return older }
     }
+    for id in replaced where try task(id) == nil { updateStreams.publish(.cancelled(id)) }
+    updateStreams.publish(.added(sequence))
+    return sequence
   }
 
   /// Removes a queued task. A run of it already under way finishes and is logged; the task does
@@ -164,6 +163,7 @@ public final class TaskQueue: Sendable {
   @discardableResult
   public func recordError(_ id: TaskID, message: String) async throws -> UInt64 {
     try requireTask(id)
+    let message = Self.loggable(message)
     let errorId = try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
     updateStreams.publish(.errorRecorded(id, message: message))
     return errorId
@@ -282,7 +282,9 @@ public final class TaskQueue: Sendable {
       throw FerryError.noSuchTask(id)
     }
     var entries: [TaskHistoryEntry] = []
+    var ended = false
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
+      if ended { return }
       let decoded = try TaskEvent(event)
       let about: TaskID?
       switch decoded {
@@ -294,9 +296,13 @@ public final class TaskQueue: Sendable {
       case .cleared: about = id
       case .paused, .resumed: about = nil
       }
-      guard about == id else { return }
+      guard about == id, !ended else { return }
       entries.append(
         TaskHistoryEntry(sequence: event.sequence, timestamp: event.timestamp, event: decoded.historyKind))
+      switch decoded {
+      case .runSucceeded, .cancelled, .cleared: ended = true
+      default: break
+      }
     }
     return entries
   }
@@ -351,6 +357,20 @@ public final class TaskQueue: Sendable {
     let at = try reader.read(Int64.self, "recordedAt")
     try reader.finish("an error row")
     return RecordedError(taskId: id, errorId: errorId, message: message, recordedAt: at)
+  }
+
+  /// The longest message logged with a failure or a recorded error, in UTF-8 bytes.
+  public static let maxMessageLength = 64 << 10
+
+  /// `message`, cut to ``maxMessageLength`` bytes (on a character boundary) so it can always be logged.
+  static func loggable(_ message: String) -> String {
+    if message.utf8.count <= maxMessageLength { return message }
+    var cut = ""
+    for character in message {
+      if cut.utf8.count + character.utf8.count > maxMessageLength - 3 { break }
+      cut.append(character)
+    }
+    return cut + "…"
   }
 
   private static func validate(_ value: String, name: String, max: Int) throws {

@@ -28,7 +28,9 @@ struct TaskQueueProjection: Projection {
       }
       try queue.index(id, row)
     case .runStarted(let id, let attempt):
+      // Only a task that may run starts: one blocked, dead or running meanwhile stays as it is.
       try queue.update(id) { row in
+        guard row.status == .ready || row.status == .waiting else { return }
         row.status = .running
         row.attempts = attempt
         row.eligibleAt = nil
@@ -38,6 +40,8 @@ struct TaskQueueProjection: Projection {
     case .runFailed(let id, let message, _, let next):
       try queue.update(id) { row in
         row.lastFailure = message
+        // An error recorded during the run keeps the task blocked until it is resolved.
+        guard row.status == .running else { return }
         row.status = next == nil ? .dead : .waiting
         row.eligibleAt = next
       }

@@ -40,8 +40,10 @@ public final class TaskRunner: Sendable {
 
   struct State {
     var handlers: [String: Registration] = [:]
-    var pass: Task<RunReport, any Error>?
-    var automatic: Task<Void, Never>?
+    var pass: (task: Task<RunReport, any Error>, filter: RunFilter)?
+    /// The automatic-running loop and the signal that wakes it (one per loop, so a loop stopped
+    /// and a new one started never share a waiter).
+    var automatic: (task: Task<Void, Never>, wakeup: WakeSignal)?
   }
 
   /// The queue it runs.
@@ -49,7 +51,6 @@ public final class TaskRunner: Sendable {
   /// Its configuration.
   public let configuration: Configuration
   let state = Mutex(State())
-  let wakeup = WakeSignal()
 
   /// A runner for `queue`.
   public init(queue: TaskQueue, configuration: Configuration = Configuration()) {
@@ -63,8 +64,11 @@ public final class TaskRunner: Sendable {
     tag: String, retry: RetryPolicy? = nil, isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
     handler: @escaping @Sendable (RunningTask) async throws -> TaskResult
   ) {
-    state.withLock { $0.handlers[tag] = Registration(retry: retry, isReadyToRun: isReadyToRun, run: handler) }
-    wakeup.signal()
+    let loop = state.withLock { s in
+      s.handlers[tag] = Registration(retry: retry, isReadyToRun: isReadyToRun, run: handler)
+      return s.automatic
+    }
+    loop?.wakeup.signal()
   }
 
   // MARK: Passes
@@ -81,16 +85,35 @@ public final class TaskRunner: Sendable {
       throw FerryError.unknownCollection(name)
     }
     if case .task(let id) = filter, try queue.task(id) == nil { throw FerryError.noSuchTask(id) }
-    let pass = state.withLock { s -> Task<RunReport, any Error> in
-      if let running = s.pass { return running }
-      let pass = Task { [self] in
-        defer { state.withLock { $0.pass = nil } }
-        return try await executePass(filter)
+    return try await pass(filter, joinRunning: true)
+  }
+
+  /// Starts a pass, or joins the one under way when `joinRunning` and it covers `filter` (the
+  /// same filter, or `.all` for a group or collection) and was not stopped.
+  func pass(_ filter: RunFilter, joinRunning: Bool) async throws -> RunReport {
+    while true {
+      let (pass, joinable) = state.withLock { s -> (Task<RunReport, any Error>, Bool?) in
+        if let running = s.pass { return (running.task, Self.covers(running.filter, filter)) }
+        let pass = Task { [self] in
+          defer { state.withLock { $0.pass = nil } }
+          return try await executePass(filter)
+        }
+        s.pass = (pass, filter)
+        return (pass, nil)
       }
-      s.pass = pass
-      return pass
+      guard let joinable else { return try await pass.value }  // ours
+      if joinRunning && joinable && !pass.isCancelled { return try await pass.value }
+      _ = try? await pass.value  // wait for it to end, then start one of our own
     }
-    return try await pass.value
+  }
+
+  /// Whether a running pass over `running` answers a request for `requested`.
+  static func covers(_ running: RunFilter, _ requested: RunFilter) -> Bool {
+    if running == requested { return true }
+    switch (running, requested) {
+    case (.all, .group), (.all, .collection): return true
+    default: return false  // a single task (maybe manual) is run by a pass of its own
+    }
   }
 
   /// Cancels the pass under way (its handler sees cancellation; its task is logged as
@@ -100,9 +123,9 @@ public final class TaskRunner: Sendable {
       defer { s.automatic = nil }
       return (s.pass, s.automatic)
     }
-    automatic?.cancel()
-    pass?.cancel()
-    wakeup.signal()
+    automatic?.task.cancel()
+    automatic?.wakeup.signal()
+    pass?.task.cancel()
   }
 
   func executePass(_ filter: RunFilter) async throws -> RunReport {
@@ -202,6 +225,16 @@ public final class TaskRunner: Sendable {
 
     let attempt = task.attempts &+ 1
     _ = try await queue.record([.runStarted(task.id, attempt: attempt)])
+    // A cancel, clear or recorded error may have got in while this pass looked at the task: the
+    // run started only if the task is now running at this attempt.
+    guard let started = try queue.task(task.id) else { return skip(task.id, .noLongerQueued) }
+    guard started.status == .running && started.attempts == attempt else {
+      switch started.status {
+      case .blockedByError: return skip(task.id, .blockedByError)
+      case .dead: return skip(task.id, .dead)
+      default: return skip(task.id, .running)
+      }
+    }
     let result: TaskResult
     do {
       result = try await call(registration, task, attempt: attempt)
@@ -214,7 +247,8 @@ public final class TaskRunner: Sendable {
     case .succeeded:
       _ = try await queue.record([.runSucceeded(task.id)])
       return .succeeded
-    case .failed(let message, let retryable):
+    case .failed(let fullMessage, let retryable):
+      let message = TaskQueue.loggable(fullMessage)
       let policy = registration.retry ?? configuration.defaultRetry
       var retryAt: Int64?
       if retryable && attempt < policy.maxAttempts {
@@ -224,7 +258,8 @@ public final class TaskRunner: Sendable {
         .runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)
       ])
       return .failed(message, retryAt: retryAt)
-    case .recordError(let message):
+    case .recordError(let fullMessage):
+      let message = TaskQueue.loggable(fullMessage)
       _ = try await queue.record([.errorRecorded(task.id, message: message)])
       return .errorRecorded(message)
     }
@@ -242,9 +277,12 @@ public final class TaskRunner: Sendable {
         payloadBytes: try queue.payloadBytes(of: task.id))
       return try await registration.run(running)
     } catch let cancellation as CancellationError {
-      throw cancellation
+      // Only a stopped pass interrupts a run; a handler's own cancellation is a failure like any
+      // other (treated as an interruption it would run again at once, forever).
+      if Task.isCancelled { throw cancellation }
+      return .failed("the handler threw CancellationError", retryable: true)
     } catch let error as FerryError {
-      if case .payload = error { return .failed("\(error)", retryable: false) }  // retrying cannot make it decode
+      if case .payload(task.id, _) = error { return .failed("\(error)", retryable: false) }  // retrying cannot help
       return .failed("\(error)", retryable: true)
     } catch {
       return .failed("the handler threw: \(error)", retryable: true)
@@ -259,9 +297,9 @@ public final class TaskRunner: Sendable {
   public func startAutomaticRunning() {
     state.withLock { s in
       guard s.automatic == nil else { return }
+      let wakeup = WakeSignal()
       let updates = queue.updates()
-      let wakeup = self.wakeup
-      s.automatic = Task { [self] in
+      let loop = Task { [self] in
         let listener = Task {
           for await update in updates {
             switch update {
@@ -272,12 +310,13 @@ public final class TaskRunner: Sendable {
         }
         defer { listener.cancel() }
         while !Task.isCancelled {
-          if (try? queue.isPaused()) == false { _ = try? await run(.all) }
+          let passStart = queue.clock()
+          // Never join a pass started by someone else: it may not have listed what woke us.
+          if (try? queue.isPaused()) == false { _ = try? await pass(.all, joinRunning: false) }
           if Task.isCancelled { break }
-          let timer = nextRetryTime().map { at in
+          let timer = nextRetryTime(from: passStart).map { at in
             Task {
-              let delay = max(0, at - queue.clock())
-              try? await Task.sleep(for: .milliseconds(delay))
+              try? await Task.sleep(for: .milliseconds(max(0, at - queue.clock())))
               wakeup.signal()
             }
           }
@@ -285,21 +324,21 @@ public final class TaskRunner: Sendable {
           timer?.cancel()
         }
       }
+      s.automatic = (loop, wakeup)
     }
-    wakeup.signal()
   }
 
   /// Whether passes run by themselves.
   public var isRunningAutomatically: Bool { state.withLock { $0.automatic != nil } }
 
-  /// The earliest retry time still to come. A time already past whose task was skipped anyway
-  /// (not ready, no handler) is not a reason to wake: that would spin.
-  private func nextRetryTime() -> Int64? {
-    let now = queue.clock()
-    return try? queue.log.read { view in
+  /// The earliest retry time at or after `passStart`. A time before it was considered by that
+  /// pass; one that pass skipped for another reason (not ready, no handler) waits for another
+  /// wake-up, so the loop never spins — and a time that came due during the pass is not missed.
+  private func nextRetryTime(from passStart: Int64) -> Int64? {
+    try? queue.log.read { view in
       var at: Int64?
       try view.tables(of: TaskQueueProjection.projectionName).scan(
-        "waiting", from: QueueKey.waiting(now &+ 1, 0)
+        "waiting", from: QueueKey.waiting(passStart, 0)
       ) {
         key, _ in
         at = QueueKey.waitingTime(key)?.at

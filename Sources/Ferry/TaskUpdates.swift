@@ -16,11 +16,13 @@ final class TaskUpdates: Sendable {
     for continuation in targets { continuation.yield(update) }
   }
 
-  /// A stream of updates (for one task when `filter` is given), starting with `first` if any.
-  func stream(filter: TaskID?, first: TaskUpdate?) -> AsyncStream<TaskUpdate> {
+  /// A stream of updates (for one task when `filter` is given), starting with what `first` says.
+  /// `first` runs while publishing waits, so no update falls between it and the subscription (one
+  /// may be seen twice: in `first`'s state and as an update).
+  func stream(filter: TaskID?, first: () throws -> TaskUpdate?) rethrows -> AsyncStream<TaskUpdate> {
     let (stream, continuation) = AsyncStream<TaskUpdate>.makeStream(bufferingPolicy: .bufferingNewest(10_000))
-    if let first { continuation.yield(first) }
-    let token = state.withLock { s in
+    let token = try state.withLock { s in
+      if let update = try first() { continuation.yield(update) }
       s.next += 1
       s.subscribers[s.next] = (filter, continuation)
       return s.next

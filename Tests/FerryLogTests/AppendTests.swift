@@ -3,7 +3,7 @@ import Testing
 
 @testable import FerryLog
 
-@Suite struct AppendTests {
+@Suite(.timeLimit(.minutes(2))) struct AppendTests {
   @Test func appendsAreNumberedFromOneAndReadBack() async throws {
     let store = TemporaryStore()
     defer { store.remove() }

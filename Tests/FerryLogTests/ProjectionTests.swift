@@ -4,7 +4,7 @@ import Testing
 
 @testable import FerryLog
 
-@Suite struct ProjectionTests {
+@Suite(.timeLimit(.minutes(2))) struct ProjectionTests {
   @Test func aProjectionThatThrowsFailsOnlyTheAppendThatCausedIt() async throws {
     let store = TemporaryStore()
     defer { store.remove() }

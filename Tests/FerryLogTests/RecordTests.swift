@@ -62,7 +62,7 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
   }
 }
 
-@Suite struct RecordTests {
+@Suite(.timeLimit(.minutes(2))) struct RecordTests {
   @Test func goldenVectorsDecodeAsSpecified() throws {
     let files = try vectorFiles(prefix: "record-")
     #expect(files.count >= 20)

@@ -44,7 +44,7 @@ func runner(
   return TaskRunner(queue: queue, configuration: configuration)
 }
 
-@Suite struct TaskRunnerTests {
+@Suite(.timeLimit(.minutes(2))) struct TaskRunnerTests {
   @Test func aPassRunsTasksInTheOrderTheyWereAdded() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

@@ -2,7 +2,7 @@ import Testing
 
 @testable import LMDB
 
-@Suite struct TransactionTests {
+@Suite(.timeLimit(.minutes(2))) struct TransactionTests {
   let scratch = ScratchDirectory()
 
   func withEnvironment(_ body: (Environment, Database) throws -> Void) throws {
