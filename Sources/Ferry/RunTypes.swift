@@ -159,6 +159,10 @@ public struct RunReport: Sendable, Equatable {
       return false
     }.count
   }
+  /// Tasks that left the queue (cancelled or cleared) before their turn in the pass.
+  public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
+  /// Runs cut short by ``TaskRunner/stop()``; their tasks are ready again.
+  public var interrupted: Int { entries.filter { $0.outcome == .interrupted }.count }
   /// The first task that failed or recorded an error, if any.
   public var firstFailure: Entry? {
     entries.first {

@@ -282,7 +282,8 @@ public final class TaskRunner: Sendable {
       if Task.isCancelled { throw cancellation }
       return .failed("the handler threw CancellationError", retryable: true)
     } catch let error as FerryError {
-      if case .payload(task.id, _) = error { return .failed("\(error)", retryable: false) }  // retrying cannot help
+      // A payload of this task that no longer decodes: retrying cannot help.
+      if case .payload(task.id, _) = error { return .failed("\(error)", retryable: false) }
       return .failed("\(error)", retryable: true)
     } catch {
       return .failed("the handler threw: \(error)", retryable: true)
