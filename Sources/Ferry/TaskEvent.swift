@@ -22,8 +22,8 @@ enum TaskEvent: Equatable, Sendable {
     "queue.paused", "queue.resumed",
   ]
 
-  /// The catalog every queue log is opened with: these types at schema version 1.
-  static let catalog = EventCatalog(types.map { EventCatalog.EventType($0, version: 1) })
+  /// The same types, for membership tests (the store's log also holds the cache ledger's events).
+  static let typeSet = Set(types)
 
   var type: String {
     switch self {

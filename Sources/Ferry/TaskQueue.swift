@@ -13,18 +13,8 @@ import Foundation
 /// Running tasks (handlers, passes, retries, observation) is the runner's job; this type keeps
 /// what is queued, durable before each call returns.
 public final class TaskQueue: Sendable {
-  /// How a queue is opened.
-  public struct Configuration: Sendable {
-    /// The wall clock in Unix milliseconds: stamped on events, and "now" for eligibility.
-    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
-    /// Create the store when the directory is missing or empty.
-    public var createIfMissing = true
-    /// The map size of a new store.
-    public var initialMapSize = 1 << 20
-
-    /// The defaults.
-    public init() {}
-  }
+  /// How a queue is opened: the store's configuration.
+  public typealias Configuration = FerryStore.Configuration
 
   /// The longest tag, in UTF-8 bytes.
   public static let maxTagLength = 200
@@ -38,31 +28,14 @@ public final class TaskQueue: Sendable {
   /// Runs found started and never finished at open (a crash), now logged as interrupted.
   public let interruptedAtOpen: [TaskID]
 
-  /// Opens (or creates) the queue's store at `path`.
+  /// Opens (or creates) the store at `path` and returns its queue (``FerryStore/queue``).
   ///
   /// A task whose run started and never finished — the process died while its handler ran — gets
   /// a `runInterrupted` event and is ready again, its attempt count kept (at-least-once delivery).
   public static func open(
     at path: String, configuration: Configuration = Configuration()
   ) async throws -> TaskQueue {
-    var logConfiguration = EventLog.Configuration(
-      projections: [TaskQueueProjection()], catalog: TaskEvent.catalog)
-    logConfiguration.clock = configuration.clock
-    logConfiguration.createIfMissing = configuration.createIfMissing
-    logConfiguration.initialMapSize = configuration.initialMapSize
-    let log = try EventLog.open(at: path, configuration: logConfiguration)
-    do {
-      let running = try log.read { view in
-        try view.tables(of: TaskQueueProjection.projectionName).entries("running").compactMap {
-          UInt64(bigEndianBytes: $0.key)
-        }
-      }
-      if !running.isEmpty { _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent }) }
-      return TaskQueue(log: log, clock: configuration.clock, interrupted: running)
-    } catch {
-      log.close()
-      throw error
-    }
+    try await FerryStore.open(at: path, configuration: configuration).queue
   }
 
   init(log: EventLog, clock: @escaping @Sendable () -> Int64, interrupted: [TaskID]) {
@@ -284,7 +257,7 @@ public final class TaskQueue: Sendable {
     var entries: [TaskHistoryEntry] = []
     var ended = false
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
-      if ended { return }
+      if ended || !TaskEvent.typeSet.contains(event.type) { return }
       let decoded = try TaskEvent(event)
       let about: TaskID?
       switch decoded {

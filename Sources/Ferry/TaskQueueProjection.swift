@@ -9,6 +9,7 @@ struct TaskQueueProjection: Projection {
   let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "state"]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    guard TaskEvent.typeSet.contains(event.type) else { return }  // the other side's events
     let queue = QueueTables(tables)
     switch try TaskEvent(event) {
     case .added(let tag, _, let dataId, let groupId, let manual, let unique):

@@ -1,0 +1,129 @@
+import FerryLog
+
+/// What the ledger knows about one cache key (`Specs/cache-events.md` §3).
+public struct CacheRecord: Sendable, Equatable {
+  /// The key.
+  public let key: String
+  /// When the last successful fetch finished (Unix milliseconds), if any ever did.
+  public var lastSuccess: Int64?
+  /// Whether that successful fetch returned nothing.
+  public var lastSuccessWasEmpty: Bool
+  /// When the last fetch, successful or not, finished.
+  public var lastAttempt: Int64?
+  /// When the last failed fetch finished, and its message.
+  public var lastFailure: (at: Int64, message: String)?
+  /// Fetches recorded.
+  public var fetchCount: UInt64
+  /// What the next page needs (the app's own encoding), when the key is paged.
+  public var nextPage: [UInt8]?
+  /// Whether more pages are available.
+  public var morePagesAvailable: Bool
+
+  /// Two records are equal when every field is.
+  public static func == (lhs: CacheRecord, rhs: CacheRecord) -> Bool {
+    lhs.key == rhs.key && lhs.lastSuccess == rhs.lastSuccess
+      && lhs.lastSuccessWasEmpty == rhs.lastSuccessWasEmpty
+      && lhs.lastAttempt == rhs.lastAttempt && lhs.lastFailure?.at == rhs.lastFailure?.at
+      && lhs.lastFailure?.message == rhs.lastFailure?.message && lhs.fetchCount == rhs.fetchCount
+      && lhs.nextPage == rhs.nextPage && lhs.morePagesAvailable == rhs.morePagesAvailable
+  }
+
+  init(key: String) {
+    self.key = key
+    lastSuccessWasEmpty = false
+    fetchCount = 0
+    morePagesAvailable = false
+  }
+
+  var bytes: [UInt8] {
+    var writer = PayloadWriter()
+    writer.write(lastSuccess)
+    writer.write(lastSuccessWasEmpty)
+    writer.write(lastAttempt)
+    writer.write(lastFailure?.at)
+    writer.write(lastFailure?.message)
+    writer.write(fetchCount)
+    writer.write(nextPage != nil)
+    if let nextPage { writer.write(bytes: nextPage) }
+    writer.write(morePagesAvailable)
+    return writer.bytes
+  }
+
+  init(key: String, bytes: [UInt8]) throws(PayloadError) {
+    self.key = key
+    var reader = PayloadReader(bytes)
+    lastSuccess = try reader.readOptional(Int64.self, "lastSuccess")
+    lastSuccessWasEmpty = try reader.readBool("lastSuccessWasEmpty")
+    lastAttempt = try reader.readOptional(Int64.self, "lastAttempt")
+    let failureAt = try reader.readOptional(Int64.self, "lastFailureAt")
+    let failureMessage = try reader.readOptionalString("lastFailureMessage")
+    lastFailure = failureAt.map { ($0, failureMessage ?? "") }
+    fetchCount = try reader.read(UInt64.self, "fetchCount")
+    nextPage = try reader.readBool("hasNextPage") ? try reader.readBytes("nextPage") : nil
+    morePagesAvailable = try reader.readBool("morePagesAvailable")
+    try reader.finish("a cache record")
+  }
+}
+
+/// Keys of the cache tables: `keys` by the key's UTF-8, `bySuccess` by time then key.
+enum CacheKey {
+  static func key(_ key: String) -> [UInt8] { Array(key.utf8) }
+  static func bySuccess(_ at: Int64, _ key: String) -> [UInt8] {
+    (UInt64(bitPattern: at) ^ (1 << 63)).bigEndianBytes + Array(key.utf8)
+  }
+  static func decodeBySuccess(_ raw: UnsafeRawBufferPointer) -> (at: Int64, key: String)? {
+    guard raw.count > 8, let flipped = UInt64(bigEndianBytes: raw[0..<8]) else { return nil }
+    return (Int64(bitPattern: flipped ^ (1 << 63)), String(decoding: raw[8...], as: UTF8.self))
+  }
+}
+
+/// Cache ages folded from the log: per key its record, and an index of keys by last success.
+struct CacheAgesProjection: Projection {
+  static let projectionName = "cacheAges"
+  let name = CacheAgesProjection.projectionName
+  let version: UInt32 = 1
+  let tables = ["keys", "bySuccess"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    guard CacheEvent.typeSet.contains(event.type) else { return }  // the other side's events
+    switch try CacheEvent(event) {
+    case .fetched(let key, let at, let outcome):
+      var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
+      let old = record
+      record.lastAttempt = at
+      record.fetchCount &+= 1
+      switch outcome {
+      case .success(let isEmpty):
+        record.lastSuccess = at
+        record.lastSuccessWasEmpty = isEmpty
+      case .failure(let message):
+        record.lastFailure = (at, message)
+      }
+      try Self.save(record, replacing: old, in: tables)
+    case .forgotten(let key):
+      guard let old = try Self.record(key, in: tables) else { return }
+      if let at = old.lastSuccess { try tables.delete("bySuccess", key: CacheKey.bySuccess(at, key)) }
+      try tables.delete("keys", key: CacheKey.key(key))
+    case .paging(let key, let next, let more):
+      var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
+      let old = record
+      record.nextPage = next
+      record.morePagesAvailable = more
+      try Self.save(record, replacing: old, in: tables)
+    }
+  }
+
+  static func record(_ key: String, in tables: some ProjectionTableReading) throws -> CacheRecord? {
+    try tables.get("keys", key: CacheKey.key(key)).map { try CacheRecord(key: key, bytes: $0) }
+  }
+
+  static func save(_ record: CacheRecord, replacing old: CacheRecord, in tables: ProjectionTables) throws {
+    if let at = old.lastSuccess, at != record.lastSuccess {
+      try tables.delete("bySuccess", key: CacheKey.bySuccess(at, record.key))
+    }
+    if let at = record.lastSuccess {
+      try tables.put("bySuccess", key: CacheKey.bySuccess(at, record.key), value: [])
+    }
+    try tables.put("keys", key: CacheKey.key(record.key), value: record.bytes)
+  }
+}

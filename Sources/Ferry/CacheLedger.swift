@@ -1,0 +1,153 @@
+import FerryLog
+import Synchronization
+
+/// How old a cache is.
+public enum CacheAge: Sendable, Equatable {
+  /// Never fetched successfully.
+  case noCache
+  /// Last fetched successfully at `lastFetched` (Unix milliseconds), `age` ago; too old when
+  /// `lastFetched` is earlier than now minus the max age (exactly max age old is not too old).
+  case cache(lastFetched: Int64, age: Duration, isTooOld: Bool)
+}
+
+/// The pull side's ledger: every fetch of every cache key is an event, and the ages are a
+/// projection of them, so they survive restarts and can be rebuilt and audited.
+///
+/// ```swift
+/// try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false))
+/// if case .cache(_, _, isTooOld: true) = try store.ledger.state(key: "notes", maxAge: .seconds(3600)) { ... }
+/// ```
+public final class CacheLedger: Sendable {
+  /// The longest cache key, in UTF-8 bytes (so an index key of time + key fits LMDB's 511).
+  public static let maxKeyLength = 400
+
+  let log: EventLog
+  let clock: @Sendable () -> Int64
+  /// Refreshes under way, by key: every caller and repository of a key shares one.
+  let inFlight = Mutex<[String: Task<RefreshResult, Never>]>([:])
+  /// Changes per key, for the repositories observing them.
+  let changes = CacheChanges()
+
+  init(log: EventLog, clock: @escaping @Sendable () -> Int64) {
+    self.log = log
+    self.clock = clock
+  }
+
+  func close() {
+    log.close()
+    changes.finish()
+  }
+
+  /// The current time of the store's clock (Unix milliseconds).
+  public var now: Int64 { clock() }
+
+  /// Records that a fetch of `key` finished at `at` (now when nil): when the response arrived and
+  /// was saved, for a success. Durable before it returns.
+  public func recordFetch(key: String, outcome: FetchOutcome, at: Int64? = nil) async throws {
+    try Self.validate(key)
+    var outcome = outcome
+    if case .failure(let message) = outcome { outcome = .failure(TaskQueue.loggable(message)) }
+    _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? clock(), outcome: outcome).newEvent)
+    changes.publish(key)
+  }
+
+  /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
+  public func forget(_ key: String) async throws {
+    try Self.validate(key)
+    _ = try await log.append(CacheEvent.forgotten(key: key).newEvent)
+    changes.publish(key)
+  }
+
+  /// Stores the paging state of `key`: what the next page needs and whether more are available.
+  public func setPaging(key: String, next: [UInt8]?, morePagesAvailable: Bool) async throws {
+    try Self.validate(key)
+    _ = try await log.append(
+      CacheEvent.paging(key: key, next: next, morePagesAvailable: morePagesAvailable).newEvent)
+    changes.publish(key)
+  }
+
+  /// How old the cache of `key` is, against `maxAge`. A clock that went backwards gives an age of
+  /// zero, never a negative one.
+  public func state(key: String, maxAge: Duration) throws -> CacheAge {
+    try Self.validate(key)
+    guard let lastFetched = try record(key)?.lastSuccess else { return .noCache }
+    let now = clock()
+    let maxAgeMs = maxAge.milliseconds
+    let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
+    let isTooOld = !overflow && lastFetched < threshold
+    return .cache(
+      lastFetched: lastFetched, age: .milliseconds(max(0, now &- lastFetched)), isTooOld: isTooOld)
+  }
+
+  /// Everything the ledger knows about `key`, or nil.
+  public func record(_ key: String) throws -> CacheRecord? {
+    try Self.validate(key)
+    return try log.read { view in
+      try CacheAgesProjection.record(key, in: view.tables(of: CacheAgesProjection.projectionName))
+    }
+  }
+
+  /// Keys whose last successful fetch is older than `maxAge` (the oldest first), for eviction.
+  /// Keys never fetched successfully are not listed. Reads only the keys it returns.
+  public func keys(olderThan maxAge: Duration) throws -> [String] {
+    let threshold = clock() &- maxAge.milliseconds
+    return try log.read { view in
+      var keys: [String] = []
+      try view.tables(of: CacheAgesProjection.projectionName).scan("bySuccess", from: nil) { raw, _ in
+        guard let (at, key) = CacheKey.decodeBySuccess(raw), at < threshold else { return false }
+        keys.append(key)
+        return true
+      }
+      return keys
+    }
+  }
+
+  static func validate(_ key: String) throws {
+    let count = key.utf8.count
+    guard (1...maxKeyLength).contains(count) else {
+      throw FerryError.invalidArgument("a cache key must be 1 to \(maxKeyLength) UTF-8 bytes, not \(count)")
+    }
+  }
+}
+
+extension Duration {
+  /// Whole milliseconds, rounded toward zero, saturating at the limits of `Int64`.
+  var milliseconds: Int64 {
+    let (seconds, attoseconds) = components
+    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+    if overflow { return seconds < 0 ? .min : .max }
+    return ms &+ attoseconds / 1_000_000_000_000_000
+  }
+}
+
+/// Tells observers of a cache key that its record changed (in this process).
+final class CacheChanges: Sendable {
+  private let subscribers = Mutex<[Int: (key: String, continuation: AsyncStream<Void>.Continuation)]>([:])
+  private let counter = Mutex(0)
+
+  func publish(_ key: String) {
+    let targets = subscribers.withLock { $0.values.filter { $0.key == key }.map(\.continuation) }
+    for continuation in targets { continuation.yield() }
+  }
+
+  func stream(for key: String) -> AsyncStream<Void> {
+    let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    let token = counter.withLock { c -> Int in
+      c += 1
+      return c
+    }
+    subscribers.withLock { $0[token] = (key, continuation) }
+    continuation.onTermination = { [weak self] _ in
+      _ = self?.subscribers.withLock { $0.removeValue(forKey: token) }
+    }
+    return stream
+  }
+
+  func finish() {
+    let all = subscribers.withLock { s in
+      defer { s = [:] }
+      return s.values.map(\.continuation)
+    }
+    for continuation in all { continuation.finish() }
+  }
+}

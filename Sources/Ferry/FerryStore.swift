@@ -1,0 +1,74 @@
+import FerryLog
+
+/// One Ferry store: the event log with both sides on it — the task queue (push) and the cache
+/// ledger (pull) — so that a refresh can wait for the changes the server has not seen yet.
+///
+/// ```swift
+/// let store = try await FerryStore.open(at: path)
+/// try await store.queue.add(tag: "save-note", payload: note)
+/// let age = try store.ledger.state(key: "notes", maxAge: .seconds(3600))
+/// ```
+public final class FerryStore: Sendable {
+  /// How a store is opened.
+  public struct Configuration: Sendable {
+    /// The wall clock in Unix milliseconds: stamped on events, and "now" for eligibility and ages.
+    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+    /// Create the store when the directory is missing or empty.
+    public var createIfMissing = true
+    /// The map size of a new store.
+    public var initialMapSize = 1 << 20
+
+    /// The defaults.
+    public init() {}
+  }
+
+  /// The event log beneath both sides.
+  public let log: EventLog
+  /// The push side.
+  public let queue: TaskQueue
+  /// The pull side.
+  public let ledger: CacheLedger
+
+  /// Every event type of a Ferry store, at its current schema version.
+  static let catalog = EventCatalog(
+    (TaskEvent.types + CacheEvent.types).map { EventCatalog.EventType($0, version: 1) })
+
+  /// Opens (or creates) the store at `path`. Runs that a crash cut short are logged as
+  /// interrupted and are ready again (see ``TaskQueue/interruptedAtOpen``).
+  public static func open(
+    at path: String, configuration: Configuration = Configuration()
+  ) async throws -> FerryStore {
+    var logConfiguration = EventLog.Configuration(
+      projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
+    logConfiguration.clock = configuration.clock
+    logConfiguration.createIfMissing = configuration.createIfMissing
+    logConfiguration.initialMapSize = configuration.initialMapSize
+    let log = try EventLog.open(at: path, configuration: logConfiguration)
+    do {
+      let running = try log.read { view in
+        try view.tables(of: TaskQueueProjection.projectionName).entries("running").compactMap {
+          UInt64(bigEndianBytes: $0.key)
+        }
+      }
+      if !running.isEmpty { _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent }) }
+      return FerryStore(
+        log: log, queue: TaskQueue(log: log, clock: configuration.clock, interrupted: running),
+        ledger: CacheLedger(log: log, clock: configuration.clock))
+    } catch {
+      log.close()
+      throw error
+    }
+  }
+
+  init(log: EventLog, queue: TaskQueue, ledger: CacheLedger) {
+    self.log = log
+    self.queue = queue
+    self.ledger = ledger
+  }
+
+  /// Waits for pending writes and closes the store (both sides).
+  public func close() {
+    queue.close()
+    ledger.close()
+  }
+}
