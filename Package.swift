@@ -8,6 +8,7 @@ let package = Package(
     .library(name: "LMDB", targets: ["LMDB"]),
     .library(name: "FerryLog", targets: ["FerryLog"]),
     .library(name: "Ferry", targets: ["Ferry"]),
+    .library(name: "FerryTesting", targets: ["FerryTesting"]),
     .executable(name: "ferry", targets: ["ferry"]),
   ],
   dependencies: [
@@ -23,6 +24,7 @@ let package = Package(
     .target(name: "LMDB", dependencies: ["CLMDB"]),
     .target(name: "FerryLog", dependencies: ["LMDB"]),
     .target(name: "Ferry", dependencies: ["FerryLog"]),
+    .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
     .executableTarget(
       name: "ferry",
       dependencies: [
@@ -37,7 +39,7 @@ let package = Package(
       path: "Tools/ferry-test-worker"
     ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
-    .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog"]),
+    .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [

@@ -28,9 +28,14 @@ public final class CacheLedger: Sendable {
   /// Changes per key, for the repositories observing them.
   let changes = CacheChanges()
 
-  init(log: EventLog, clock: @escaping @Sendable () -> Int64) {
+  let sleep: @Sendable (Int64) async -> Void
+
+  init(
+    log: EventLog, clock: @escaping @Sendable () -> Int64, sleep: @escaping @Sendable (Int64) async -> Void
+  ) {
     self.log = log
     self.clock = clock
+    self.sleep = sleep
   }
 
   func close() {
@@ -120,33 +125,46 @@ extension Duration {
   }
 }
 
-/// Tells observers of a cache key that its record changed (in this process).
-final class CacheChanges: Sendable {
-  private let subscribers = Mutex<[Int: (key: String, continuation: AsyncStream<Void>.Continuation)]>([:])
-  private let counter = Mutex(0)
+/// What observers of a cache key are told (in this process).
+enum CacheNotice: Sendable, Equatable {
+  /// The key's record changed (a fetch recorded, forgotten, paging set).
+  case changed
+  /// A refresh of the key started.
+  case refreshStarted
+  /// A refresh of the key ended; `firstFetch` when the key had no cache before it.
+  case refreshFinished(RefreshResult, firstFetch: Bool)
+}
 
-  func publish(_ key: String) {
-    let targets = subscribers.withLock { $0.values.filter { $0.key == key }.map(\.continuation) }
-    for continuation in targets { continuation.yield() }
+/// Hands every ``CacheNotice`` of a key to the streams observing that key.
+final class CacheChanges: Sendable {
+  private struct State {
+    var next = 0
+    var subscribers: [Int: (key: String, continuation: AsyncStream<CacheNotice>.Continuation)] = [:]
+  }
+  private let state = Mutex(State())
+
+  func publish(_ key: String, _ notice: CacheNotice = .changed) {
+    let targets = state.withLock { $0.subscribers.values.filter { $0.key == key }.map(\.continuation) }
+    for continuation in targets { continuation.yield(notice) }
   }
 
-  func stream(for key: String) -> AsyncStream<Void> {
-    let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-    let token = counter.withLock { c -> Int in
-      c += 1
-      return c
+  func stream(for key: String) -> AsyncStream<CacheNotice> {
+    let (stream, continuation) = AsyncStream<CacheNotice>.makeStream(bufferingPolicy: .bufferingNewest(64))
+    let token = state.withLock { s -> Int in
+      s.next += 1
+      s.subscribers[s.next] = (key, continuation)
+      return s.next
     }
-    subscribers.withLock { $0[token] = (key, continuation) }
     continuation.onTermination = { [weak self] _ in
-      _ = self?.subscribers.withLock { $0.removeValue(forKey: token) }
+      _ = self?.state.withLock { $0.subscribers.removeValue(forKey: token) }
     }
     return stream
   }
 
   func finish() {
-    let all = subscribers.withLock { s in
-      defer { s = [:] }
-      return s.values.map(\.continuation)
+    let all = state.withLock { s in
+      defer { s.subscribers = [:] }
+      return s.subscribers.values.map(\.continuation)
     }
     for continuation in all { continuation.finish() }
   }

@@ -17,6 +17,9 @@ public final class FerryStore: Sendable {
     public var createIfMissing = true
     /// The map size of a new store.
     public var initialMapSize = 1 << 20
+    /// Waits until `clock` reads at least the given time (Unix milliseconds). Nil sleeps for the
+    /// difference in real time; a test clock supplies one that waits for the test to advance it.
+    public var sleep: (@Sendable (Int64) async -> Void)?
 
     /// The defaults.
     public init() {}
@@ -51,9 +54,18 @@ public final class FerryStore: Sendable {
         }
       }
       if !running.isEmpty { _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent }) }
+      let clock = configuration.clock
+      let sleep =
+        configuration.sleep ?? { @Sendable (until: Int64) in
+          while !Task.isCancelled {
+            let delay = until &- clock()
+            if delay <= 0 { return }
+            try? await Task.sleep(for: .milliseconds(delay))
+          }
+        }
       return FerryStore(
-        log: log, queue: TaskQueue(log: log, clock: configuration.clock, interrupted: running),
-        ledger: CacheLedger(log: log, clock: configuration.clock))
+        log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep, interrupted: running),
+        ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
     } catch {
       log.close()
       throw error

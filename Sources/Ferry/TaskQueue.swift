@@ -38,9 +38,16 @@ public final class TaskQueue: Sendable {
     try await FerryStore.open(at: path, configuration: configuration).queue
   }
 
-  init(log: EventLog, clock: @escaping @Sendable () -> Int64, interrupted: [TaskID]) {
+  /// Waits until the clock reads at least a time (see ``FerryStore/Configuration/sleep``).
+  let sleep: @Sendable (Int64) async -> Void
+
+  init(
+    log: EventLog, clock: @escaping @Sendable () -> Int64, sleep: @escaping @Sendable (Int64) async -> Void,
+    interrupted: [TaskID]
+  ) {
     self.log = log
     self.clock = clock
+    self.sleep = sleep
     self.interruptedAtOpen = interrupted
   }
 

@@ -317,8 +317,8 @@ public final class TaskRunner: Sendable {
           if Task.isCancelled { break }
           let timer = nextRetryTime(from: passStart).map { at in
             Task {
-              try? await Task.sleep(for: .milliseconds(max(0, at - queue.clock())))
-              wakeup.signal()
+              await queue.sleep(at)
+              if !Task.isCancelled { wakeup.signal() }
             }
           }
           await wakeup.wait()

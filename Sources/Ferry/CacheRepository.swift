@@ -1,0 +1,266 @@
+import FerryLog
+
+/// Where a repository's data comes from and goes to: the network, and the app's own cache.
+public struct CacheSource<Value: Sendable>: Sendable {
+  /// Fetches fresh data from the server.
+  public var fetch: @Sendable () async throws -> Value
+  /// Saves fetched data into the app's cache. If it throws, the fetch counts as failed.
+  public var save: @Sendable (Value) async throws -> Void
+  /// Loads what the app's cache holds now (nil when nothing).
+  public var load: @Sendable () async throws -> Value?
+  /// Whether fetched data is empty (recorded with the fetch).
+  public var isEmpty: @Sendable (Value) -> Bool
+
+  /// Describes the source.
+  public init(
+    fetch: @escaping @Sendable () async throws -> Value,
+    save: @escaping @Sendable (Value) async throws -> Void,
+    load: @escaping @Sendable () async throws -> Value?,
+    isEmpty: @escaping @Sendable (Value) -> Bool = { _ in false }
+  ) {
+    self.fetch = fetch
+    self.save = save
+    self.load = load
+    self.isEmpty = isEmpty
+  }
+}
+
+/// What an observer of a repository sees.
+public struct CacheState<Value: Sendable>: Sendable {
+  /// The cache itself.
+  public enum Content: Sendable {
+    /// Never fetched successfully.
+    case noCache
+    /// Fetched: the app's cached value (nil if its cache holds nothing), when, how long ago, and
+    /// whether that is older than the max age.
+    case cache(Value?, lastFetched: Int64, age: Duration, isTooOld: Bool)
+  }
+
+  /// The cache.
+  public var content: Content
+  /// Whether a refresh of the key is under way (by this or another repository of the key).
+  public var isRefreshing: Bool
+  /// The message of the last refresh that failed, until one succeeds.
+  public var refreshError: String?
+  /// True in the state right after the first successful fetch of a key that had no cache.
+  public var justFinishedFirstFetch: Bool
+  /// True in the state right after a successful refresh.
+  public var justFinishedSuccessfulRefresh: Bool
+}
+
+/// A refresh may first require a collection of pending tasks to run successfully, so that fetched
+/// data never overwrites a change the server has not seen yet.
+public struct PendingTasksGate: Sendable {
+  /// The runner that runs the tasks.
+  public let runner: TaskRunner
+  /// The collection (given in the runner's configuration) of tags to run first.
+  public let collection: String
+
+  /// A gate on `collection`, run by `runner`.
+  public init(runner: TaskRunner, collection: String) {
+    self.runner = runner
+    self.collection = collection
+  }
+}
+
+/// Keeps one cache key fresh: refreshes it from the server when it is too old (or asked to), records
+/// every fetch in the ledger, and tells observers.
+///
+/// ```swift
+/// let notes = try CacheRepository(key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: source)
+/// for await state in notes.states() { render(state) }   // refreshes by itself when too old
+/// ```
+public final class CacheRepository<Value: Sendable>: Sendable {
+  /// The cache key.
+  public let key: String
+  /// Older than this, the cache is too old.
+  public let maxAge: Duration
+  /// The ledger that records its fetches.
+  public let ledger: CacheLedger
+  let source: CacheSource<Value>
+  let automaticRefresh: Bool
+  let gate: PendingTasksGate?
+
+  /// A repository of `key`. With `automaticRefresh`, observing it refreshes the cache when there is
+  /// none or it is too old (now, or when it crosses its max age while observed).
+  public init(
+    key: String, ledger: CacheLedger, maxAge: Duration, source: CacheSource<Value>,
+    automaticRefresh: Bool = true,
+    requires gate: PendingTasksGate? = nil
+  ) throws {
+    try CacheLedger.validate(key)
+    guard maxAge >= .zero else { throw FerryError.invalidArgument("maxAge must not be negative") }
+    self.key = key
+    self.ledger = ledger
+    self.maxAge = maxAge
+    self.source = source
+    self.automaticRefresh = automaticRefresh
+    self.gate = gate
+  }
+
+  /// Refreshes the cache if it is too old or there is none (always, with `force`). One refresh per
+  /// key runs at a time: callers and repositories of the same key share it.
+  public func refresh(force: Bool = false) async -> RefreshResult {
+    if !force, case .cache(_, _, isTooOld: false) = (try? ledger.state(key: key, maxAge: maxAge)) {
+      return .skipped(.notTooOld)
+    }
+    return await sharedRefresh()
+  }
+
+  /// Refreshes only when the key has never been fetched successfully.
+  public func refreshIfNoCache() async -> RefreshResult {
+    if (try? ledger.state(key: key, maxAge: maxAge)) != CacheAge.noCache { return .skipped(.notTooOld) }
+    return await sharedRefresh()
+  }
+
+  private func sharedRefresh() async -> RefreshResult {
+    if Task.isCancelled { return .skipped(.cancelled) }
+    let key = self.key
+    let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never> in
+      if let running = inFlight[key] { return running }
+      let task = Task { [self] in
+        let result = await performRefresh()
+        _ = ledger.inFlight.withLock { $0.removeValue(forKey: key) }
+        return result
+      }
+      inFlight[key] = task
+      return task
+    }
+    return await refresh.value
+  }
+
+  private func performRefresh() async -> RefreshResult {
+    let hadCache = (try? ledger.record(key))??.lastSuccess != nil
+    ledger.changes.publish(key, .refreshStarted)
+    let result = await fetchAndSave()
+    ledger.changes.publish(key, .refreshFinished(result, firstFetch: !hadCache && result == .successful))
+    return result
+  }
+
+  private func fetchAndSave() async -> RefreshResult {
+    if let gate {
+      do {
+        let report = try await gate.runner.run(.collection(gate.collection))
+        let tags = gate.runner.configuration.collections[gate.collection] ?? []
+        let left = try gate.runner.queue.pendingTasks().contains { tags.contains($0.tag) }
+        if left || report.entries.contains(where: { $0.outcome != .succeeded }) {
+          return .skipped(.pendingTasks)
+        }
+      } catch {
+        return .failed("the pending tasks could not be run: \(error)")
+      }
+    }
+    if Task.isCancelled { return .skipped(.cancelled) }
+    let value: Value
+    do {
+      value = try await source.fetch()
+    } catch {
+      return await recordFailure("fetch failed: \(error)")
+    }
+    do {
+      try await source.save(value)
+    } catch {
+      return await recordFailure("save failed: \(error)")
+    }
+    do {
+      try await ledger.recordFetch(key: key, outcome: .success(isEmpty: source.isEmpty(value)))
+      return .successful
+    } catch {
+      return .failed("the fetch could not be recorded: \(error)")
+    }
+  }
+
+  private func recordFailure(_ message: String) async -> RefreshResult {
+    do {
+      try await ledger.recordFetch(key: key, outcome: .failure(message))
+    } catch {
+      return .failed(message + " (and it could not be recorded: \(error))")
+    }
+    return .failed(message)
+  }
+
+  // MARK: Observing
+
+  /// The state now: the ledger's age of the key and the app's cached value.
+  public func currentState() async throws -> CacheState<Value> {
+    try await state(
+      refreshing: ledger.inFlight.withLock { $0[key] != nil }, error: nil, firstFetch: false, success: false)
+  }
+
+  private func state(
+    refreshing: Bool, error: String?, firstFetch: Bool, success: Bool
+  ) async throws -> CacheState<Value> {
+    let content: CacheState<Value>.Content
+    switch try ledger.state(key: key, maxAge: maxAge) {
+    case .noCache: content = .noCache
+    case .cache(let lastFetched, let age, let isTooOld):
+      content = .cache(try await source.load(), lastFetched: lastFetched, age: age, isTooOld: isTooOld)
+    }
+    return CacheState(
+      content: content, isRefreshing: refreshing, refreshError: error, justFinishedFirstFetch: firstFetch,
+      justFinishedSuccessfulRefresh: success)
+  }
+
+  /// The repository's states: the current one first, then one after every change — a refresh
+  /// starting or ending, a fetch recorded, the cache crossing its max age. It never emits an
+  /// "unknown" state. With automatic refresh on, a cache that is missing or too old while observed
+  /// is refreshed. Ends when the observing task is cancelled; cancelling it does not cancel a
+  /// refresh other callers share.
+  public func states() -> AsyncStream<CacheState<Value>> {
+    let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
+      bufferingPolicy: .bufferingNewest(16))
+    let notices = ledger.changes.stream(for: key)
+    let observer = Task { [self] in
+      var refreshing = ledger.inFlight.withLock { $0[key] != nil }
+      var lastError: String?
+      var timer: Task<Void, Never>?
+      defer { timer?.cancel() }
+      func emit(firstFetch: Bool = false, success: Bool = false) async {
+        guard
+          let current = try? await state(
+            refreshing: refreshing, error: lastError, firstFetch: firstFetch, success: success)
+        else { return }
+        continuation.yield(current)
+        timer?.cancel()
+        timer = nil
+        guard automaticRefresh else {
+          timer = tooOldTimer(current)
+          return
+        }
+        switch current.content {
+        case .noCache where !refreshing, .cache(_, _, _, isTooOld: true) where !refreshing:
+          Task { _ = await refresh() }
+        default:
+          timer = tooOldTimer(current)
+        }
+      }
+      await emit()
+      for await notice in notices {
+        switch notice {
+        case .changed: await emit()
+        case .refreshStarted:
+          refreshing = true
+          await emit()
+        case .refreshFinished(let result, let firstFetch):
+          refreshing = false
+          if case .failed(let message) = result { lastError = message }
+          if result == .successful { lastError = nil }
+          await emit(firstFetch: firstFetch, success: result == .successful)
+        }
+      }
+      continuation.finish()
+    }
+    continuation.onTermination = { _ in observer.cancel() }
+    return stream
+  }
+
+  /// A timer that tells observers when the cache crosses its max age.
+  private func tooOldTimer(_ current: CacheState<Value>) -> Task<Void, Never>? {
+    guard case .cache(_, let lastFetched, _, isTooOld: false) = current.content else { return nil }
+    let crossing = lastFetched &+ maxAge.milliseconds &+ 1
+    return Task { [ledger, key] in
+      await ledger.sleep(crossing)
+      if !Task.isCancelled { ledger.changes.publish(key, .changed) }
+    }
+  }
+}
