@@ -195,6 +195,35 @@ func openStore(_ fixture: QueueFixture, clock: TestClock) async throws -> FerryS
     #expect(backend.fetches == 0)  // automatic refresh is off
   }
 
+  @Test func anObservedCacheThatGetsTooOldIsRefreshedByItself() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let clock = TestClock()
+    let store = try await openStore(fixture, clock: clock)
+    defer { store.close() }
+    let backend = NotesBackend()
+    try await store.ledger.makeFresh("notes")
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+    var states = notes.states().makeAsyncIterator()
+    _ = await states.next()
+    await clock.waitForSleepers()
+    clock.advance(by: .seconds(61))
+    var refreshed = false
+    while let state = await states.next() {
+      if state.justFinishedSuccessfulRefresh {
+        refreshed = true
+        #expect(!state.justFinishedFirstFetch)
+        break
+      }
+    }
+    #expect(refreshed)
+    #expect(backend.fetches == 1)
+    #expect(
+      try store.ledger.state(key: "notes", maxAge: .seconds(60))
+        == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
+  }
+
   @Test func aRefreshWaitsForPendingChangesToReachTheServer() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
