@@ -133,6 +133,8 @@ enum CacheNotice: Sendable, Equatable {
   case refreshStarted
   /// A refresh of the key ended; `firstFetch` when the key had no cache before it.
   case refreshFinished(RefreshResult, firstFetch: Bool)
+  /// The key's cache just became too old (a repository's timer).
+  case crossedMaxAge
 }
 
 /// Hands every ``CacheNotice`` of a key to the streams observing that key.

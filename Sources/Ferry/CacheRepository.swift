@@ -215,29 +215,28 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       var lastError: String?
       var timer: Task<Void, Never>?
       defer { timer?.cancel() }
-      func emit(firstFetch: Bool = false, success: Bool = false) async {
+      // Automatic refresh starts only when observing starts and when the cache crosses its max
+      // age: after a failed refresh it waits for the next of those (a failing server is not
+      // asked again and again).
+      func emit(firstFetch: Bool = false, success: Bool = false, mayRefresh: Bool = false) async {
         guard
           let current = try? await state(
             refreshing: refreshing, error: lastError, firstFetch: firstFetch, success: success)
         else { return }
         continuation.yield(current)
         timer?.cancel()
-        timer = nil
-        guard automaticRefresh else {
-          timer = tooOldTimer(current)
-          return
-        }
+        timer = tooOldTimer(current)
+        guard automaticRefresh && mayRefresh && !refreshing else { return }
         switch current.content {
-        case .noCache where !refreshing, .cache(_, _, _, isTooOld: true) where !refreshing:
-          Task { _ = await refresh() }
-        default:
-          timer = tooOldTimer(current)
+        case .noCache, .cache(_, _, _, isTooOld: true): Task { _ = await refresh() }
+        default: break
         }
       }
-      await emit()
+      await emit(mayRefresh: true)
       for await notice in notices {
         switch notice {
         case .changed: await emit()
+        case .crossedMaxAge: await emit(mayRefresh: true)
         case .refreshStarted:
           refreshing = true
           await emit()
@@ -260,7 +259,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let crossing = lastFetched &+ maxAge.milliseconds &+ 1
     return Task { [ledger, key] in
       await ledger.sleep(crossing)
-      if !Task.isCancelled { ledger.changes.publish(key, .changed) }
+      if !Task.isCancelled { ledger.changes.publish(key, .crossedMaxAge) }
     }
   }
 }

@@ -224,6 +224,32 @@ func openStore(_ fixture: QueueFixture, clock: TestClock) async throws -> FerryS
         == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
   }
 
+  @Test func aFailingServerIsNotAskedAgainAndAgainWhileObserved() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let clock = TestClock()
+    let store = try await openStore(fixture, clock: clock)
+    defer { store.close() }
+    let backend = NotesBackend()
+    backend.state.withLock { $0.failFetch = "503" }
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+    var states = notes.states().makeAsyncIterator()
+    var failed = false
+    while let state = await states.next() {
+      if let error = state.refreshError {
+        #expect(error.contains("503"))
+        failed = true
+        break
+      }
+    }
+    #expect(failed)
+    // Give a storm every chance to show itself: many scheduling turns, one fetch.
+    for _ in 0..<2000 { await Task.yield() }
+    #expect(backend.fetches == 1)
+    #expect(try store.ledger.record("notes")?.fetchCount == 1)
+  }
+
   @Test func aRefreshWaitsForPendingChangesToReachTheServer() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
