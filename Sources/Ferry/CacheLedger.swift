@@ -95,7 +95,8 @@ public final class CacheLedger: Sendable {
   /// Keys whose last successful fetch is older than `maxAge` (the oldest first), for eviction.
   /// Keys never fetched successfully are not listed. Reads only the keys it returns.
   public func keys(olderThan maxAge: Duration) throws -> [String] {
-    let threshold = clock() &- maxAge.milliseconds
+    let (threshold, overflow) = clock().subtractingReportingOverflow(maxAge.milliseconds)
+    if overflow { return [] }  // older than the start of time: none
     return try log.read { view in
       var keys: [String] = []
       try view.tables(of: CacheAgesProjection.projectionName).scan("bySuccess", from: nil) { raw, _ in
@@ -121,7 +122,9 @@ extension Duration {
     let (seconds, attoseconds) = components
     let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
     if overflow { return seconds < 0 ? .min : .max }
-    return ms &+ attoseconds / 1_000_000_000_000_000
+    let (total, sumOverflow) = ms.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
+    if sumOverflow { return seconds < 0 ? .min : .max }
+    return total
   }
 }
 

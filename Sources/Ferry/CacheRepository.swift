@@ -119,9 +119,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never> in
       if let running = inFlight[key] { return running }
       let task = Task { [self] in
-        let result = await performRefresh()
-        _ = ledger.inFlight.withLock { $0.removeValue(forKey: key) }
-        return result
+        await performRefresh()
       }
       inFlight[key] = task
       return task
@@ -133,17 +131,24 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let hadCache = (try? ledger.record(key))??.lastSuccess != nil
     ledger.changes.publish(key, .refreshStarted)
     let result = await fetchAndSave()
-    ledger.changes.publish(key, .refreshFinished(result, firstFetch: !hadCache && result == .successful))
+    // Leaving the registry and telling observers happen as one step: an observer or caller that
+    // arrives in between would otherwise see a refresh under way whose end it never hears of.
+    ledger.inFlight.withLock { inFlight in
+      inFlight[key] = nil
+      ledger.changes.publish(key, .refreshFinished(result, firstFetch: !hadCache && result == .successful))
+    }
     return result
   }
 
   private func fetchAndSave() async -> RefreshResult {
     if let gate {
       do {
-        let report = try await gate.runner.run(.collection(gate.collection))
+        // The pass may be a shared `.all` pass whose report covers other tags too: what counts is
+        // whether any task of the collection is still queued after it (a failed, skipped or
+        // blocked one is; a succeeded or cancelled one is not).
+        _ = try await gate.runner.run(.collection(gate.collection))
         let tags = gate.runner.configuration.collections[gate.collection] ?? []
-        let left = try gate.runner.queue.pendingTasks().contains { tags.contains($0.tag) }
-        if left || report.entries.contains(where: { $0.outcome != .succeeded }) {
+        if try gate.runner.queue.pendingTasks().contains(where: { tags.contains($0.tag) }) {
           return .skipped(.pendingTasks)
         }
       } catch {
@@ -194,7 +199,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     switch try ledger.state(key: key, maxAge: maxAge) {
     case .noCache: content = .noCache
     case .cache(let lastFetched, let age, let isTooOld):
-      content = .cache(try await source.load(), lastFetched: lastFetched, age: age, isTooOld: isTooOld)
+      // A load that fails shows as an empty cache rather than no state at all.
+      content = .cache(try? await source.load(), lastFetched: lastFetched, age: age, isTooOld: isTooOld)
     }
     return CacheState(
       content: content, isRefreshing: refreshing, refreshError: error, justFinishedFirstFetch: firstFetch,
@@ -212,7 +218,13 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let notices = ledger.changes.stream(for: key)
     let observer = Task { [self] in
       var refreshing = ledger.inFlight.withLock { $0[key] != nil }
-      var lastError: String?
+      // A failure after the last success is the error until a refresh succeeds.
+      var lastError = (try? ledger.record(key))?.flatMap { record -> String? in
+        guard let failure = record.lastFailure, failure.at >= (record.lastSuccess ?? .min) else {
+          return nil
+        }
+        return failure.message
+      }
       var timer: Task<Void, Never>?
       defer { timer?.cancel() }
       // Automatic refresh starts only when observing starts and when the cache crosses its max
@@ -235,7 +247,11 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       await emit(mayRefresh: true)
       for await notice in notices {
         switch notice {
-        case .changed: await emit()
+        case .changed:
+          // A key forgotten while observed has no cache: fetch it (a failed fetch is recorded
+          // while the refresh is under way, so this cannot repeat on its own).
+          let hadCache = (try? ledger.record(key))??.lastSuccess != nil
+          await emit(mayRefresh: !hadCache)
         case .crossedMaxAge: await emit(mayRefresh: true)
         case .refreshStarted:
           refreshing = true
@@ -256,7 +272,9 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// A timer that tells observers when the cache crosses its max age.
   private func tooOldTimer(_ current: CacheState<Value>) -> Task<Void, Never>? {
     guard case .cache(_, let lastFetched, _, isTooOld: false) = current.content else { return nil }
-    let crossing = lastFetched &+ maxAge.milliseconds &+ 1
+    let (end, overflow) = lastFetched.addingReportingOverflow(maxAge.milliseconds)
+    guard !overflow, end < .max else { return nil }  // a max age that never ends: no timer
+    let crossing = end + 1
     return Task { [ledger, key] in
       await ledger.sleep(crossing)
       if !Task.isCancelled { ledger.changes.publish(key, .crossedMaxAge) }

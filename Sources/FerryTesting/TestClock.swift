@@ -38,13 +38,15 @@ public final class TestClock: Sendable {
 
   /// Moves the clock forward (or back, for a negative duration) and wakes every waiter whose time came.
   public func advance(by duration: Duration) {
-    let (seconds, attoseconds) = duration.components
-    set(now &+ seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000)
+    move { now in now.addingSaturating(TestClock.milliseconds(duration)) }
   }
 
   /// Sets the clock and wakes every waiter whose time came.
-  public func set(_ time: Int64) {
+  public func set(_ time: Int64) { move { _ in time } }
+
+  private func move(_ change: (Int64) -> Int64) {
     let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
+      let time = change(s.now)
       s.now = time
       let due = s.sleepers.filter { $0.value.until <= time }
       for token in due.keys { s.sleepers[token] = nil }
@@ -106,8 +108,27 @@ extension CacheLedger {
   /// Puts `key` in the state of a key too old for `maxAge`: fetched one millisecond more than
   /// `maxAge` ago (exactly `maxAge` would not be too old).
   public func makeTooOld(_ key: String, maxAge: Duration) async throws {
-    let (seconds, attoseconds) = maxAge.components
-    let ms = seconds &* 1000 &+ attoseconds / 1_000_000_000_000_000
-    try await recordFetch(key: key, outcome: .success(isEmpty: false), at: now &- ms &- 1)
+    let ms = TestClock.milliseconds(maxAge)
+    try await recordFetch(
+      key: key, outcome: .success(isEmpty: false), at: now.addingSaturating(-ms).addingSaturating(-1))
+  }
+}
+
+extension TestClock {
+  /// Whole milliseconds of a duration, saturating at the limits of `Int64`.
+  static func milliseconds(_ duration: Duration) -> Int64 {
+    let (seconds, attoseconds) = duration.components
+    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+    if overflow { return seconds < 0 ? .min : .max }
+    return ms.addingSaturating(attoseconds / 1_000_000_000_000_000)
+  }
+}
+
+extension Int64 {
+  /// `self + other`, clamped to the limits of `Int64`.
+  func addingSaturating(_ other: Int64) -> Int64 {
+    let (sum, overflow) = addingReportingOverflow(other)
+    if overflow { return other < 0 ? .min : .max }
+    return sum
   }
 }
