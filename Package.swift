@@ -25,10 +25,11 @@ let package = Package(
     .target(name: "FerryLog", dependencies: ["LMDB"]),
     .target(name: "Ferry", dependencies: ["FerryLog"]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
+    .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
     .executableTarget(
       name: "ferry",
       dependencies: [
-        "FerryLog",
+        "FerryTools", "FerryLog",
         .product(name: "ArgumentParser", package: "swift-argument-parser"),
       ],
       path: "Tools/ferry"
@@ -40,6 +41,7 @@ let package = Package(
     ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
     .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
+    .testTarget(name: "FerryToolsTests", dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting"]),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [

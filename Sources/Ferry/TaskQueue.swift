@@ -330,7 +330,7 @@ public final class TaskQueue: Sendable {
     return task
   }
 
-  private static func decodeError(_ id: TaskID, _ bytes: [UInt8]) throws -> RecordedError {
+  static func decodeError(_ id: TaskID, _ bytes: [UInt8]) throws -> RecordedError {
     var reader = PayloadReader(bytes)
     let errorId = try reader.read(UInt64.self, "errorId")
     let message = try reader.readString("message")

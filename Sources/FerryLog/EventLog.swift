@@ -431,6 +431,10 @@ public final class EventLog: Sendable {
 
   /// Up to `limit` events after `sequence`, in order, read in one short read transaction.
   public func events(after sequence: UInt64, limit: Int = 1000) throws -> [LoggedEvent] {
+    try events(after: sequence, limit: limit, upcast: true)
+  }
+
+  func events(after sequence: UInt64, limit: Int, upcast: Bool) throws -> [LoggedEvent] {
     try guarded {
       var result: [LoggedEvent] = []
       if limit <= 0 || sequence == .max { return result }
@@ -442,7 +446,10 @@ public final class EventLog: Sendable {
                 sequence: sequence + UInt64(result.count) + 1, reason: "its key has \(key.count) bytes, not 8"
               )
             }
-            result.append(try core.decode(value, sequence: current))
+            result.append(
+              upcast
+                ? try core.decode(value, sequence: current) : try EventRecord.decode(value, sequence: current)
+            )
             return result.count < limit
           }
         }
@@ -457,10 +464,26 @@ public final class EventLog: Sendable {
     from first: UInt64 = 1, through last: UInt64? = nil, chunkSize: Int = 1000,
     _ body: (LoggedEvent) throws -> Void
   ) throws {
+    try forEach(from: first, through: last, chunkSize: chunkSize, upcast: true, body)
+  }
+
+  /// Like ``forEachEvent(from:through:chunkSize:_:)``, but with every record exactly as stored:
+  /// not upcast, and readable without a catalog entry for its type (for export and statistics).
+  public func forEachRecord(
+    from first: UInt64 = 1, through last: UInt64? = nil, chunkSize: Int = 1000,
+    _ body: (LoggedEvent) throws -> Void
+  ) throws {
+    try forEach(from: first, through: last, chunkSize: chunkSize, upcast: false, body)
+  }
+
+  private func forEach(
+    from first: UInt64, through last: UInt64?, chunkSize: Int, upcast: Bool,
+    _ body: (LoggedEvent) throws -> Void
+  ) throws {
     var after = first > 0 ? first - 1 : 0
     let end = try last ?? head()
     while after < end {
-      let chunk = try events(after: after, limit: max(1, chunkSize))
+      let chunk = try events(after: after, limit: max(1, chunkSize), upcast: upcast)
       guard !chunk.isEmpty else { break }
       for event in chunk {
         if event.sequence > end { return }
@@ -469,6 +492,9 @@ public final class EventLog: Sendable {
       }
     }
   }
+
+  /// Reader slots left by dead processes that were cleared when this log was opened.
+  public var environmentStaleReadersCleared: Int { environment.staleReadersCleared }
 
   /// Reads projections through one consistent snapshot.
   ///

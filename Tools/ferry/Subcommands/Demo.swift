@@ -1,34 +1,29 @@
 import ArgumentParser
-import FerryLog
-import Foundation
+import FerryTools
 
-/// A smoke run of the storage engine on a real store: concurrent appends, a projection,
-/// a verify against a rebuild, a reopen. The full offline-first demo grows from it.
 struct Demo: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Run a small smoke run of the event-log engine on a fresh store.",
-    discussion: "Example: ferry demo --events 2000 --callers 32")
+    abstract: "Tell an offline-first grocery-list story on a fresh store.",
+    discussion: """
+      The phone is offline, then the connection is flaky, then back; one item needs the user to fix it;
+      grouped items keep their order; two caches are fetched and one goes stale. The clock is simulated and
+      the flakiness seeded: a seed always tells the same story. The store is left for the other commands.
 
-  @Option(help: "The store directory to create (default: a new temporary directory).")
+      Example: ferry demo --seed 7 --dir /tmp/groceries && ferry inspect /tmp/groceries
+      """)
+
+  @Option(help: "The directory for the store (a new temporary one by default).")
   var dir: String?
 
-  @Option(help: "Events each phase appends.")
-  var events: Int = 2000
-
-  @Option(help: "Concurrent callers in the group-commit phase.")
-  var callers: Int = 32
-
-  func validate() throws {
-    guard events > 0 else { throw ValidationError("--events must be positive") }
-    guard callers > 0 else { throw ValidationError("--callers must be positive") }
-  }
+  @Option(help: "The seed of the simulated server's flakiness.")
+  var seed: UInt64 = 42
 
   func run() async throws {
-    let path =
-      dir ?? FileManager.default.temporaryDirectory.path
-      + "/ferry-demo-\(ProcessInfo.processInfo.processIdentifier)"
-    let report = try await SmokeRun(path: path, events: events, callers: callers).run { line in print(line) }
-    print("store left at \(path)")
-    if !report { throw ExitCode(1) }
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      let (path, _) = try await runDemo(path: dir, seed: seed, output: .standard)
+      Output.standard.line("")
+      Output.standard.line("the store is at \(path): try `ferry inspect \(path)` or `ferry log \(path)`")
+      return .ok
+    }
   }
 }

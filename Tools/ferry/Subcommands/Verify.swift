@@ -1,31 +1,18 @@
 import ArgumentParser
-import FerryLog
+import FerryTools
 
-/// Checks every record and every projection row of a store.
 struct Verify: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Check every record's CRC, sequence contiguity and projections against a rebuild.",
-    discussion: "Example: ferry verify /path/to/store")
+    abstract: "Check every record's CRC, sequence contiguity and the projections against a rebuild.",
+    discussion:
+      "Exits 1 and names the first bad sequence number when anything is wrong.\n\nExample: ferry verify /tmp/groceries"
+  )
 
-  @Argument(help: "The store directory.")
-  var dir: String
+  @OptionGroup var store: StoreArgument
 
   func run() async throws {
-    let log: EventLog
-    do {
-      var configuration = EventLog.Configuration(projections: [EventTypeCounts()])
-      configuration.readOnly = true
-      log = try EventLog.open(at: dir, configuration: configuration)
-    } catch let error as FerryLogError {
-      print("ferry: \(error)")
-      throw ExitCode(2)
+    try await perform { () throws(ToolError) -> ExitStatus in
+      try verify(path: store.dir, output: .standard) ? .ok : .problemsFound
     }
-    defer { log.close() }
-    let report = try log.verify()
-    print(
-      "head \(report.head), \(report.recordsChecked) records checked, \(report.rowsCompared) rows compared")
-    for problem in report.problems { print("problem: \(problem)") }
-    if !report.isHealthy { throw ExitCode(1) }
-    print("ok")
   }
 }

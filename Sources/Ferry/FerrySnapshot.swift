@@ -1,0 +1,146 @@
+import FerryLog
+
+/// Both sides of a store as one value: what `ferry inspect` shows, and what `ferry replay --until`
+/// rebuilds as of a point in the log.
+public struct FerrySnapshot: Sendable, Equatable {
+  /// The log's head in the snapshot.
+  public var head: UInt64
+  /// Queued tasks in id order.
+  public var tasks: [PendingTask]
+  /// Unresolved errors by task id.
+  public var errors: [RecordedError]
+  /// Whether automatic running is paused.
+  public var paused: Bool
+  /// Every cache key the ledger knows, by key.
+  public var caches: [CacheRecord]
+
+  /// The groups with queued tasks, each with its task ids in order (the first is the head).
+  public var groups: [(group: String, tasks: [TaskID])] {
+    var order: [String] = []
+    var members: [String: [TaskID]] = [:]
+    for task in tasks {
+      guard let group = task.groupId else { continue }
+      if members[group] == nil { order.append(group) }
+      members[group, default: []].append(task.id)
+    }
+    return order.map { ($0, members[$0] ?? []) }
+  }
+
+  /// Two snapshots are equal when every field is.
+  public static func == (lhs: FerrySnapshot, rhs: FerrySnapshot) -> Bool {
+    lhs.head == rhs.head && lhs.tasks == rhs.tasks && lhs.errors == rhs.errors && lhs.paused == rhs.paused
+      && lhs.caches == rhs.caches
+  }
+}
+
+extension FerryStore {
+  /// Reads both sides from a view of the log: the stored projections (``EventLog/read(_:)``) or a
+  /// rebuild as of a sequence (``EventLog/withProjections(asOf:_:)``).
+  public static func snapshot(of view: LogView) throws -> FerrySnapshot {
+    let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+    var tasks: [PendingTask] = []
+    var failure: (any Error)?
+    try queue.tables.scan("tasks", from: nil) { key, value in
+      do {
+        guard let id = UInt64(bigEndianBytes: key) else {
+          throw PayloadError("a task key has \(key.count) bytes")
+        }
+        tasks.append(try TaskRow(bytes: Array(value)).task(id: id))
+        return true
+      } catch {
+        failure = error
+        return false
+      }
+    }
+    if let failure { throw failure }
+    let errors = try queue.tables.entries("errors").map { entry -> RecordedError in
+      guard let id = UInt64(bigEndianBytes: entry.key) else {
+        throw PayloadError("an error key is malformed")
+      }
+      return try TaskQueue.decodeError(id, entry.value)
+    }
+    let paused = try queue.tables.get("state", key: QueueKey.paused) == [1]
+    let caches = try view.tables(of: CacheAgesProjection.projectionName).entries("keys").map {
+      try CacheRecord(key: String(decoding: $0.key, as: UTF8.self), bytes: $0.value)
+    }
+    return FerrySnapshot(head: try view.head(), tasks: tasks, errors: errors, paused: paused, caches: caches)
+  }
+
+  /// Opens a store read-only: nothing is written (no crash recovery either), and it works while
+  /// another process writes. The queue and ledger refuse changes.
+  public static func openReadOnly(at path: String) throws -> FerryStore {
+    var logConfiguration = EventLog.Configuration(
+      projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
+    logConfiguration.readOnly = true
+    let log = try EventLog.open(at: path, configuration: logConfiguration)
+    let clock: @Sendable () -> Int64 = wallClockMilliseconds
+    let sleep: @Sendable (Int64) async -> Void = { _ in }
+    return FerryStore(
+      log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep, interrupted: []),
+      ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+  }
+}
+
+/// A one-line, human reading of a logged event of a Ferry store, for `ferry log`.
+public struct EventSummary: Sendable, Equatable {
+  /// The task the event is about, if any.
+  public let taskId: TaskID?
+  /// The cache key the event is about, if any.
+  public let key: String?
+  /// What happened, in words.
+  public let text: String
+
+  /// Describes a logged event; an event of another type, or one that does not decode, says so.
+  public init(_ event: LoggedEvent) {
+    if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
+      switch decoded {
+      case .added(let tag, let payload, let dataId, let groupId, let manual, let unique):
+        var parts = ["task \(event.sequence) added: tag \(tag)"]
+        if let groupId { parts.append("group \(groupId)") }
+        if let dataId { parts.append("dataId \(dataId)") }
+        if manual { parts.append("manual") }
+        if unique != .append { parts.append("unique \(unique)") }
+        parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
+        self.init(taskId: event.sequence, key: nil, text: parts.joined(separator: ", "))
+      case .runStarted(let id, let attempt):
+        self.init(taskId: id, key: nil, text: "task \(id) run started (attempt \(attempt))")
+      case .runSucceeded(let id): self.init(taskId: id, key: nil, text: "task \(id) succeeded")
+      case .runFailed(let id, let message, let retryable, let next):
+        let then = next.map { "retry at \($0)" } ?? "dead"
+        self.init(
+          taskId: id, key: nil,
+          text: "task \(id) failed (\(retryable ? "retryable" : "final")): \(message); \(then)")
+      case .runInterrupted(let id): self.init(taskId: id, key: nil, text: "task \(id) run interrupted")
+      case .errorRecorded(let id, let message):
+        self.init(taskId: id, key: nil, text: "task \(id) error recorded: \(message)")
+      case .errorResolved(let id): self.init(taskId: id, key: nil, text: "task \(id) error resolved")
+      case .cancelled(let id): self.init(taskId: id, key: nil, text: "task \(id) cancelled")
+      case .revived(let id): self.init(taskId: id, key: nil, text: "task \(id) revived")
+      case .cleared: self.init(taskId: nil, key: nil, text: "queue cleared")
+      case .paused: self.init(taskId: nil, key: nil, text: "queue paused")
+      case .resumed: self.init(taskId: nil, key: nil, text: "queue resumed")
+      }
+    } else if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
+      switch decoded {
+      case .fetched(let key, let at, .success(let isEmpty)):
+        self.init(taskId: nil, key: key, text: "cache \(key) fetched at \(at)\(isEmpty ? " (empty)" : "")")
+      case .fetched(let key, let at, .failure(let message)):
+        self.init(taskId: nil, key: key, text: "cache \(key) fetch failed at \(at): \(message)")
+      case .forgotten(let key): self.init(taskId: nil, key: key, text: "cache \(key) forgotten")
+      case .paging(let key, _, let more):
+        self.init(
+          taskId: nil, key: key, text: "cache \(key) paging: \(more ? "more pages" : "no more pages")")
+      }
+    } else {
+      self.init(
+        taskId: nil, key: nil, text: "\(event.type) (\(event.payload.count) payload bytes, not a Ferry event)"
+      )
+    }
+  }
+
+  init(taskId: TaskID?, key: String?, text: String) {
+    self.taskId = taskId
+    self.key = key
+    self.text = text
+  }
+}

@@ -1,0 +1,228 @@
+import Ferry
+import FerryLog
+
+/// The stable JSON form of `ferry inspect --json`.
+public struct InspectReport: Codable, Sendable, Equatable {
+  /// One queued task.
+  public struct Task: Codable, Sendable, Equatable {
+    /// The task id.
+    public var id: UInt64
+    /// The tag.
+    public var tag: String
+    /// The group, if any.
+    public var group: String?
+    /// The data id, if any.
+    public var dataId: String?
+    /// Whether it is manual.
+    public var manual: Bool
+    /// ready, running, waiting, blocked or dead.
+    public var status: String
+    /// When a waiting task may run again (Unix ms).
+    public var eligibleAt: Int64?
+    /// Runs started.
+    public var attempts: UInt32
+    /// When it was added (Unix ms).
+    public var addedAt: Int64
+    /// The message of its last failed run.
+    public var lastFailure: String?
+    /// Its unresolved error, if any.
+    public var error: String?
+  }
+  /// One group and its tasks in order.
+  public struct Group: Codable, Sendable, Equatable {
+    /// The group, if any.
+    public var group: String
+    /// Its task ids, head first.
+    public var tasks: [UInt64]
+  }
+  /// One unresolved error.
+  public struct Error: Codable, Sendable, Equatable {
+    /// The task it blocks.
+    public var taskId: UInt64
+    /// The error id.
+    public var errorId: UInt64
+    /// The message.
+    public var message: String
+    /// When it was recorded (Unix ms).
+    public var recordedAt: Int64
+  }
+  /// One cache key.
+  public struct Cache: Codable, Sendable, Equatable {
+    /// The cache key.
+    public var key: String
+    /// The last successful fetch (Unix ms).
+    public var lastSuccess: Int64?
+    /// Milliseconds since then, at `now`.
+    public var ageMs: Int64?
+    /// Whether that is older than `maxAgeMs`.
+    public var tooOld: Bool?
+    /// The last fetch (Unix ms).
+    public var lastAttempt: Int64?
+    /// The last failed fetch (Unix ms).
+    public var lastFailure: Int64?
+    /// Its message.
+    public var lastFailureMessage: String?
+    /// Fetches recorded.
+    public var fetchCount: UInt64
+    /// Whether more pages are available.
+    public var morePagesAvailable: Bool
+  }
+  /// Counts.
+  public struct Totals: Codable, Sendable, Equatable {
+    /// Counts of tasks by status, groups, errors, caches and too-old caches.
+    public var tasks = 0, ready = 0, running = 0, waiting = 0, blocked = 0, dead = 0, manual = 0, groups = 0
+    /// Unresolved errors.
+    public var errors = 0, caches = 0, tooOld = 0
+  }
+
+  /// The log head of the state shown.
+  public var head: UInt64
+  /// Whether automatic running is paused.
+  public var paused: Bool
+  /// The time ages are measured at (Unix ms).
+  public var now: Int64
+  /// The max age caches are judged by.
+  public var maxAgeMs: Int64
+  /// The items, in order.
+  public var tasks: [Task]
+  /// Groups with queued tasks.
+  public var groups: [Group]
+  /// Unresolved errors.
+  public var errors: [Error]
+  /// Cache keys.
+  public var caches: [Cache]
+  /// Counts.
+  public var totals: Totals
+
+  /// The report of a snapshot, with cache ages measured at `now` against `maxAgeMs`.
+  public init(_ snapshot: FerrySnapshot, now: Int64, maxAgeMs: Int64) {
+    head = snapshot.head
+    paused = snapshot.paused
+    self.now = now
+    self.maxAgeMs = maxAgeMs
+    var totals = Totals()
+    let errorByTask = Dictionary(
+      snapshot.errors.map { ($0.taskId, $0.message) }, uniquingKeysWith: { a, _ in a })
+    tasks = snapshot.tasks.map { task in
+      totals.tasks += 1
+      if task.manual { totals.manual += 1 }
+      let status: String
+      var eligibleAt: Int64?
+      switch task.status {
+      case .ready:
+        status = "ready"
+        totals.ready += 1
+      case .running:
+        status = "running"
+        totals.running += 1
+      case .waiting(let until):
+        status = "waiting"
+        eligibleAt = until
+        totals.waiting += 1
+      case .blockedByError:
+        status = "blocked"
+        totals.blocked += 1
+      case .dead:
+        status = "dead"
+        totals.dead += 1
+      }
+      return Task(
+        id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
+        status: status,
+        eligibleAt: eligibleAt, attempts: task.attempts, addedAt: task.addedAt, lastFailure: task.lastFailure,
+        error: errorByTask[task.id])
+    }
+    groups = snapshot.groups.map { Group(group: $0.group, tasks: $0.tasks) }
+    totals.groups = groups.count
+    errors = snapshot.errors.map {
+      Error(taskId: $0.taskId, errorId: $0.errorId, message: $0.message, recordedAt: $0.recordedAt)
+    }
+    totals.errors = errors.count
+    caches = snapshot.caches.map { record in
+      let age = record.lastSuccess.map { max(0, now &- $0) }
+      let tooOld = record.lastSuccess.map { $0 < now &- maxAgeMs }
+      if tooOld == true { totals.tooOld += 1 }
+      return Cache(
+        key: record.key, lastSuccess: record.lastSuccess, ageMs: age, tooOld: tooOld,
+        lastAttempt: record.lastAttempt,
+        lastFailure: record.lastFailure?.at, lastFailureMessage: record.lastFailure?.message,
+        fetchCount: record.fetchCount, morePagesAvailable: record.morePagesAvailable)
+    }
+    totals.caches = caches.count
+    self.totals = totals
+  }
+
+  /// The report as readable tables.
+  public func lines() -> [String] {
+    var out: [String] = []
+    out.append("store head: \(head)   automatic running: \(paused ? "paused" : "on")")
+    out.append("")
+    out.append("pending tasks (\(totals.tasks))")
+    if tasks.isEmpty {
+      out.append("  (none)")
+    } else {
+      out.append(
+        "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 10)
+          + column("attempts", 9)
+          + column("next eligible", 26) + "error / last failure")
+      for task in tasks {
+        let next = task.eligibleAt.map(isoTime) ?? (task.status == "ready" ? "now" : "-")
+        let note = task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" } ?? ""
+        out.append(
+          "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
+            + column(task.group ?? "-", 14) + column(task.status, 10) + column("\(task.attempts)", 9)
+            + column(next, 26)
+            + note)
+      }
+    }
+    out.append("")
+    out.append("groups (\(groups.count))")
+    if groups.isEmpty { out.append("  (none)") }
+    for group in groups {
+      out.append("  \(group.group): " + group.tasks.map(String.init).joined(separator: " → "))
+    }
+    out.append("")
+    out.append("unresolved errors (\(errors.count))")
+    if errors.isEmpty { out.append("  (none)") }
+    for error in errors {
+      out.append(
+        "  task \(error.taskId): \(error.message) (error \(error.errorId), \(isoTime(error.recordedAt)))")
+    }
+    out.append("")
+    out.append("cache ages (max age \(humanDuration(maxAgeMs)))")
+    if caches.isEmpty { out.append("  (none)") }
+    for cache in caches {
+      let age = cache.ageMs.map(humanDuration) ?? "never fetched"
+      let old = cache.tooOld.map { $0 ? "TOO OLD" : "fresh" } ?? "no cache"
+      var line =
+        "  " + column(cache.key, 18) + column(age, 14) + column(old, 9) + "fetches \(cache.fetchCount)"
+      if let failure = cache.lastFailureMessage { line += ", last failure: \(failure)" }
+      out.append(line)
+    }
+    out.append("")
+    out.append(
+      "totals: \(totals.tasks) tasks (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
+        + "\(totals.blocked) blocked, \(totals.dead) dead, \(totals.manual) manual), \(totals.groups) groups, "
+        + "\(totals.errors) errors, \(totals.caches) caches (\(totals.tooOld) too old)")
+    return out
+  }
+}
+
+/// `ferry inspect`: the state of a store, read-only.
+public func inspect(path: String, json: Bool, maxAgeMs: Int64, output: Output) throws(ToolError) {
+  let store = try openForReading(path)
+  defer { store.close() }
+  do {
+    let snapshot: FerrySnapshot
+    if store.log.staleProjections.isEmpty {
+      snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
+    } else {
+      // Another process appended without these projections: show a rebuild instead.
+      snapshot = try store.log.withProjections(asOf: nil) { try FerryStore.snapshot(of: $0) }
+    }
+    let report = InspectReport(snapshot, now: wallClockMilliseconds(), maxAgeMs: maxAgeMs)
+    if json { output.line(jsonLine(report)) } else { report.lines().forEach(output.line) }
+  } catch {
+    throw ToolError.from(error)
+  }
+}

@@ -1,0 +1,310 @@
+import Ferry
+import FerryLog
+import Foundation
+
+/// Which events `ferry log` shows.
+public struct LogFilter: Sendable {
+  /// First sequence shown.
+  public var from: UInt64 = 1
+  /// Last sequence shown (the head when nil).
+  public var to: UInt64?
+  /// Only this event type.
+  public var type: String?
+  /// Only events about this task.
+  public var task: UInt64?
+  /// Only events about this cache key.
+  public var key: String?
+
+  /// Shows every event.
+  public init() {}
+
+  func accepts(_ event: LoggedEvent, _ summary: EventSummary) -> Bool {
+    if let type, event.type != type { return false }
+    if let task, summary.taskId != task { return false }
+    if let key, summary.key != key { return false }
+    return true
+  }
+}
+
+/// One event as `ferry log --json` prints it.
+struct LogLine: Codable {
+  var seq: UInt64
+  var type: String
+  var schemaVersion: UInt16
+  var timestamp: Int64
+  var time: String
+  var id: String
+  var taskId: UInt64?
+  var key: String?
+  var text: String
+}
+
+/// `ferry log`: the events, decoded. With `follow`, waits for new events (polling, since the
+/// writer is another process) until the task is cancelled.
+public func printLog(
+  path: String, filter: LogFilter, json: Bool, follow: Bool, pollInterval: Duration = .milliseconds(250),
+  output: Output
+) async throws(ToolError) {
+  let store = try openForReading(path)
+  defer { store.close() }
+  func show(_ event: LoggedEvent) {
+    let summary = EventSummary(event)
+    guard filter.accepts(event, summary) else { return }
+    if json {
+      output.line(
+        jsonLine(
+          LogLine(
+            seq: event.sequence, type: event.type, schemaVersion: event.schemaVersion,
+            timestamp: event.timestamp,
+            time: isoTime(event.timestamp), id: event.id.description, taskId: summary.taskId,
+            key: summary.key,
+            text: summary.text)))
+    } else {
+      output.line("\(column("\(event.sequence)", 8))\(isoTime(event.timestamp))  \(summary.text)")
+    }
+  }
+  do {
+    if follow {
+      for try await event in store.log.tail(
+        after: filter.from > 0 ? filter.from - 1 : 0, pollInterval: pollInterval)
+      {
+        if let to = filter.to, event.sequence > to { break }
+        show(event)
+      }
+    } else {
+      try store.log.forEachEvent(from: filter.from, through: filter.to, chunkSize: 2000) { show($0) }
+    }
+  } catch {
+    throw ToolError.from(error)
+  }
+}
+
+/// `ferry verify`: every record, contiguity, projections against a rebuild, stale readers.
+/// Returns whether the store is healthy.
+public func verify(path: String, output: Output) throws(ToolError) -> Bool {
+  let store = try openForReading(path)
+  defer { store.close() }
+  do {
+    let head = try store.log.head()
+    output.progress("verify", 0, Int(head))
+    let report = try store.log.verify()
+    output.progress("verify", Int(head), Int(head))
+    output.line(
+      "verified \(report.recordsChecked) of \(report.head) records (CRC32C, sequence, decoding), "
+        + "\(report.rowsCompared) projection rows compared with a rebuild")
+    if store.log.environmentStaleReadersCleared > 0 {
+      output.line(
+        "cleared \(store.log.environmentStaleReadersCleared) stale reader slots left by dead processes")
+    }
+    if report.isHealthy {
+      output.line("ok: no problems")
+      return true
+    }
+    if let first = report.problems.compactMap(\.sequence).first {
+      output.line("first bad sequence number: \(first)")
+    }
+    for problem in report.problems { output.line("problem: \(problem)") }
+    if report.moreDifferences { output.line("(more differing rows not listed)") }
+    return false
+  } catch {
+    throw ToolError.from(error)
+  }
+}
+
+/// `ferry replay`: with `until`, the state as of that sequence, rebuilt from the log in a scratch
+/// area; without, the rebuild compared with the stored projections. Returns false when they differ.
+public func replay(
+  path: String, until: UInt64?, json: Bool, maxAgeMs: Int64, output: Output
+) throws(ToolError)
+  -> Bool
+{
+  let store = try openForReading(path)
+  defer { store.close() }
+  do {
+    if let until {
+      let head = try store.log.head()
+      guard until <= head else {
+        throw ToolError(.badInput, "--until \(until) is past the log's head \(head)")
+      }
+      let snapshot = try store.log.withProjections(asOf: until) { try FerryStore.snapshot(of: $0) }
+      let at = try store.log.event(at: until)?.timestamp ?? wallClockMilliseconds()
+      let report = InspectReport(snapshot, now: at, maxAgeMs: maxAgeMs)
+      if json {
+        output.line(jsonLine(report))
+      } else {
+        output.line(
+          "state as of sequence \(until) of \(head) (rebuilt from the log; ages as of \(isoTime(at)))")
+        report.lines().forEach(output.line)
+      }
+      return true
+    }
+    let report = try store.log.verify(maxDifferences: 50)
+    let differences = report.problems.filter {
+      if case .rowDiffers = $0 { return true }
+      return false
+    }
+    if json {
+      output.line(
+        jsonLine(
+          ["head": "\(report.head)", "equal": "\(report.isHealthy)", "problems": "\(report.problems.count)"]))
+    } else {
+      output.line("rebuilt \(report.recordsChecked) events and compared \(report.rowsCompared) rows")
+    }
+    if report.isHealthy {
+      if !json { output.line("stored projections equal the rebuild") }
+      return true
+    }
+    if !json {
+      output.line("stored projections differ from the rebuild (\(differences.count) rows):")
+      for problem in report.problems { output.line("  \(problem)") }
+    }
+    return false
+  } catch {
+    throw ToolError.from(error)
+  }
+}
+
+/// The first line of an export.
+struct ExportHeader: Codable {
+  var format = "ferry-export"
+  var version = 1
+  var storeFormat = EventLog.storeFormatVersion
+  var events: UInt64
+}
+
+/// One event of an export: everything its record holds, the payload in base64.
+struct ExportedEvent: Codable {
+  var seq: UInt64
+  var type: String
+  var schemaVersion: UInt16
+  var timestamp: Int64
+  var id: String
+  var payload: String
+}
+
+/// `ferry export`: the log as JSON Lines (a header, then one event per line).
+public func export(path: String, output: Output) throws(ToolError) {
+  let store = try openForReading(path)
+  defer { store.close() }
+  do {
+    let head = try store.log.head()
+    output.line(jsonLine(ExportHeader(events: head)))
+    var done = 0
+    // The raw records, not upcast: an export is the log as stored.
+    try store.log.forEachRecord(chunkSize: 2000) { event in
+      output.line(
+        jsonLine(
+          ExportedEvent(
+            seq: event.sequence, type: event.type, schemaVersion: event.storedSchemaVersion,
+            timestamp: event.timestamp, id: event.id.hex, payload: Data(event.payload).base64EncodedString()))
+      )
+      done += 1
+      if done % 1000 == 0 { output.progress("export", done, Int(head)) }
+    }
+    output.progress("export", Int(head), Int(head))
+  } catch {
+    throw ToolError.from(error)
+  }
+}
+
+/// `ferry import`: an export into an empty store (created if missing). The store gets the same
+/// events under the same sequence numbers, ids and timestamps. Returns how many were imported.
+public func importLog(
+  path: String, lines: some Sequence<String>, output: Output
+) async throws(ToolError) -> Int {
+  do {
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    guard try store.log.head() == 0 else {
+      throw ToolError(.badInput, "the store at \(path) is not empty; import only into an empty store")
+    }
+    var iterator = lines.makeIterator()
+    guard let first = iterator.next(),
+      let header = try? JSONDecoder().decode(ExportHeader.self, from: Data(first.utf8)),
+      header.format == "ferry-export"
+    else {
+      throw ToolError(.badInput, "the input does not start with a ferry export header")
+    }
+    guard header.version == 1 else {
+      throw ToolError(.badInput, "export version \(header.version) is newer than this ferry reads (1)")
+    }
+    var batch: [NewEvent] = []
+    var expected: UInt64 = 1
+    var imported = 0
+    var lineNumber = 1
+    func flush() async throws {
+      if batch.isEmpty { return }
+      let sequences = try await store.log.append(batch)
+      guard sequences.last == expected - 1 else {
+        throw ToolError(
+          .badInput,
+          "imported events landed at sequences \(sequences.first ?? 0)… instead of the exported ones")
+      }
+      imported += batch.count
+      batch.removeAll(keepingCapacity: true)
+      output.progress("import", imported, Int(header.events))
+    }
+    while let line = iterator.next() {
+      lineNumber += 1
+      if line.isEmpty { continue }
+      guard let event = try? JSONDecoder().decode(ExportedEvent.self, from: Data(line.utf8)),
+        let id = EventID(hex: event.id), let payload = Data(base64Encoded: event.payload)
+      else {
+        throw ToolError(.badInput, "line \(lineNumber) is not an exported event")
+      }
+      guard event.seq == expected else {
+        throw ToolError(.badInput, "line \(lineNumber) has sequence \(event.seq), expected \(expected)")
+      }
+      batch.append(
+        NewEvent(
+          type: event.type, schemaVersion: event.schemaVersion, payload: [UInt8](payload), id: id,
+          timestamp: event.timestamp))
+      expected += 1
+      if batch.count == 2000 { try await flush() }
+    }
+    try await flush()
+    guard UInt64(imported) == header.events else {
+      throw ToolError(.badInput, "the header promised \(header.events) events, the input held \(imported)")
+    }
+    return imported
+  } catch let error as ToolError {
+    throw error
+  } catch {
+    throw ToolError.from(error)
+  }
+}
+
+/// `ferry stats`: counts by event type, file and map sizes, oldest and newest event.
+public func stats(path: String, output: Output) throws(ToolError) {
+  let store = try openForReading(path)
+  defer { store.close() }
+  do {
+    let head = try store.log.head()
+    var counts: [String: Int] = [:]
+    var done = 0
+    try store.log.forEachRecord(chunkSize: 5000) { event in
+      counts[event.type, default: 0] += 1
+      done += 1
+      if done % 5000 == 0 { output.progress("stats", done, Int(head)) }
+    }
+    output.progress("stats", Int(head), Int(head))
+    let info = try store.log.storageInfo()
+    let fileSize =
+      (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?.intValue
+      ?? 0
+    output.line("events: \(head)")
+    for (type, count) in counts.sorted(by: { $0.key < $1.key }) {
+      output.line("  \(column(type, 24))\(count)")
+    }
+    output.line("data file: \(fileSize) bytes")
+    output.line(
+      "map: \(info.mapSize) bytes, \(info.usedBytes) used (\(info.mapSize > 0 ? info.usedBytes * 100 / info.mapSize : 0)%)"
+    )
+    if head > 0, let oldest = try store.log.event(at: 1), let newest = try store.log.event(at: head) {
+      output.line("oldest event: \(oldest.sequence) at \(isoTime(oldest.timestamp)) (\(oldest.type))")
+      output.line("newest event: \(newest.sequence) at \(isoTime(newest.timestamp)) (\(newest.type))")
+    }
+  } catch {
+    throw ToolError.from(error)
+  }
+}

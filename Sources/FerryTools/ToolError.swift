@@ -1,0 +1,79 @@
+import Ferry
+import FerryLog
+import LMDB
+
+/// The exit statuses of the `ferry` tool, one per kind of failure.
+public enum ExitStatus: Int32, Sendable {
+  /// Done, nothing wrong.
+  case ok = 0
+  /// The command ran and found problems (verify, replay).
+  case problemsFound = 1
+  /// No directory at the path.
+  case noSuchStore = 3
+  /// The path holds something that is not a Ferry store.
+  case notAStore = 4
+  /// The store was written by a newer Ferry.
+  case newerFormat = 5
+  /// A record failed its CRC or did not decode.
+  case corruptRecord = 6
+  /// The store is open elsewhere in a way that prevents this command (already open, permission).
+  case unavailable = 7
+  /// Bad input: an export file that does not parse, a store that is not empty for import.
+  case badInput = 8
+  /// Anything else from the storage layer.
+  case storageError = 9
+  /// Flags that do not parse (the argument parser's own status).
+  case badFlags = 64
+}
+
+/// A failure of a `ferry` command: a one-line message and its exit status.
+public struct ToolError: Error, CustomStringConvertible, Sendable {
+  /// The exit status.
+  public let status: ExitStatus
+  /// The one-line message.
+  public let message: String
+
+  /// A failure with a status and message.
+  public init(_ status: ExitStatus, _ message: String) {
+    self.status = status
+    self.message = message
+  }
+
+  /// The message.
+  public var description: String { message }
+
+  /// Classifies any error from opening or reading a store.
+  public static func from(_ error: any Error) -> ToolError {
+    if let tool = error as? ToolError { return tool }
+    if let log = error as? FerryLogError {
+      switch log {
+      case .noSuchStore: return ToolError(.noSuchStore, log.description)
+      case .notAStore: return ToolError(.notAStore, log.description)
+      case .newerFormat: return ToolError(.newerFormat, log.description)
+      case .corruptRecord, .unsupportedRecordFormat, .unknownEventType, .unsupportedSchemaVersion,
+        .sequenceGap:
+        return ToolError(.corruptRecord, log.description)
+      case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
+      case .projectionFailed(_, _, let underlying):
+        if underlying is FerryError { return ToolError(.corruptRecord, log.description) }
+        return ToolError(.storageError, log.description)
+      default: return ToolError(.storageError, log.description)
+      }
+    }
+    if let ferry = error as? FerryError {
+      if case .malformedEvent = ferry { return ToolError(.corruptRecord, ferry.description) }
+      return ToolError(.badInput, ferry.description)
+    }
+    if let lmdb = error as? LMDBError { return ToolError(.storageError, "storage error: \(lmdb)") }
+    return ToolError(.storageError, "\(error)")
+  }
+}
+
+/// Opens a store for a command that only reads.
+public func openForReading(_ path: String) throws(ToolError) -> FerryStore {
+  do {
+    return try FerryStore.openReadOnly(at: path)
+  } catch {
+    throw ToolError.from(error)
+  }
+}

@@ -1,0 +1,252 @@
+import Ferry
+import FerryLog
+import FerryTools
+import Foundation
+import LMDB
+import Synchronization
+import Testing
+
+/// What a run of the `ferry` executable printed and how it ended.
+struct CommandResult {
+  let status: Int32
+  let stdout: String
+  let stderr: String
+}
+
+/// Runs the built `ferry` with `arguments` (and `input` on standard input), killing it after a minute.
+func ferry(_ arguments: [String], input: String? = nil) throws -> CommandResult {
+  let process = Process()
+  var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+    directory = bundle.bundleURL.deletingLastPathComponent()
+  }
+  process.executableURL = directory.appendingPathComponent("ferry")
+  process.arguments = arguments
+  let out = Pipe()
+  let err = Pipe()
+  process.standardOutput = out
+  process.standardError = err
+  let inputPipe = Pipe()
+  process.standardInput = inputPipe
+  try process.run()
+  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { if process.isRunning { process.terminate() } }
+  if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
+  try inputPipe.fileHandleForWriting.close()
+  let stderrData = Mutex<Data>(Data())
+  let group = DispatchGroup()
+  group.enter()
+  DispatchQueue.global().async {
+    stderrData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
+    group.leave()
+  }
+  let stdout = out.fileHandleForReading.readDataToEndOfFile()
+  group.wait()
+  process.waitUntilExit()
+  return CommandResult(
+    status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+    stderr: String(decoding: stderrData.withLock { $0 }, as: UTF8.self))
+}
+
+/// A demo store in a fresh directory, removed by `remove()`.
+struct DemoStore {
+  let path = FileManager.default.temporaryDirectory.path + "/ferry-cli-\(UUID().uuidString.prefix(8))"
+  func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+@Suite(.timeLimit(.minutes(2)), .serialized) struct CommandTests {
+  @Test func theDemoTellsTheSameStoryForTheSameSeed() async throws {
+    let first = DemoStore()
+    let second = DemoStore()
+    defer {
+      first.remove()
+      second.remove()
+    }
+    let lines = Mutex<[String]>([])
+    let a = try await runDemo(
+      path: first.path, seed: 7, output: Output(line: { line in lines.withLock { $0.append(line) } }))
+    let b = try await runDemo(path: second.path, seed: 7, output: Output(line: { _ in }))
+    #expect(a.snapshot == b.snapshot)
+    let text = lines.withLock { $0 }.joined(separator: "\n")
+    #expect(text.contains("needs the user"))
+    #expect(text.contains("projections equal a rebuild: yes"))
+    let other = DemoStore()
+    defer { other.remove() }
+    let c = try await runDemo(path: other.path, seed: 8, output: Output(line: { _ in }))
+    #expect(c.snapshot.head != a.snapshot.head || c.snapshot != a.snapshot)
+
+    let run = try ferry(["demo", "--seed", "3", "--dir", other.path + "-exe"])
+    defer { try? FileManager.default.removeItem(atPath: other.path + "-exe") }
+    #expect(run.status == 0)
+    #expect(run.stdout.contains("ferry inspect \(other.path)-exe"))
+  }
+
+  @Test func inspectPrintsTablesAndStableJSON() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let story = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let table = try ferry(["inspect", demo.path])
+    #expect(table.status == 0)
+    #expect(table.stdout.contains("pending tasks (1)"))
+    #expect(table.stdout.contains("share-list (manual)"))
+    let json = try ferry(["inspect", demo.path, "--json", "--max-age", "60"])
+    #expect(json.status == 0)
+    let report = try JSONDecoder().decode(InspectReport.self, from: Data(json.stdout.utf8))
+    #expect(report.head == story.snapshot.head)
+    #expect(report.tasks.map(\.id) == story.snapshot.tasks.map(\.id))
+    #expect(report.caches.map(\.key) == ["grocery-list", "store-hours"])
+    #expect(report.maxAgeMs == 60_000)
+    #expect(report.totals.manual == 1)
+  }
+
+  @Test func logFiltersAndReplayTravelsInTime() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let all = try ferry(["log", demo.path])
+    #expect(all.status == 0)
+    #expect(all.stdout.split(separator: "\n").count == 33)
+    let failures = try ferry(["log", demo.path, "--type", "task.runFailed", "--json"])
+    let lines = failures.stdout.split(separator: "\n")
+    #expect(!lines.isEmpty)
+    for line in lines {
+      let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+      #expect(object?["type"] as? String == "task.runFailed")
+    }
+    let window = try ferry(["log", demo.path, "--from", "5", "--to", "7"])
+    #expect(window.stdout.split(separator: "\n").map { $0.prefix(1) } == ["5", "6", "7"])
+    let byKey = try ferry(["log", demo.path, "--key", "store-hours"])
+    #expect(byKey.stdout.split(separator: "\n").count == 1)
+
+    let past = try ferry(["replay", demo.path, "--until", "4", "--json"])
+    #expect(past.status == 0)
+    let report = try JSONDecoder().decode(InspectReport.self, from: Data(past.stdout.utf8))
+    #expect(report.head == 4)
+    #expect(report.tasks.map(\.id) == [1, 2, 3, 4])
+    let equal = try ferry(["replay", demo.path])
+    #expect(equal.status == 0)
+    #expect(equal.stdout.contains("equal the rebuild"))
+    let beyond = try ferry(["replay", demo.path, "--until", "999"])
+    #expect(beyond.status == ExitStatus.badInput.rawValue)
+  }
+
+  @Test func replayAndVerifyCatchAPlantedDivergence() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let env = try Environment.open(path: demo.path, databases: ["p:taskQueue:ready"])
+    try env.write {
+      try $0.put(try env.database("p:taskQueue:ready"), key: UInt64(999).bigEndianBytes, value: [])
+    }
+    env.close()
+    let replayed = try ferry(["replay", demo.path])
+    #expect(replayed.status == ExitStatus.problemsFound.rawValue)
+    #expect(replayed.stdout.contains("differ"))
+    #expect(replayed.stdout.contains("ready"))
+    let verified = try ferry(["verify", demo.path])
+    #expect(verified.status == ExitStatus.problemsFound.rawValue)
+  }
+
+  @Test func verifyNamesTheFirstBadSequenceAfterAFlippedByte() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: demo.path + "/data.mdb")))
+    // Only task 9's payload holds this JSON; LMDB may keep stale copies of its page among the free
+    // pages, so every occurrence is damaged, the live one with them.
+    let needle = Array(#"{"name":"extra virgin"#.utf8)
+    let offsets = (0...(bytes.count - needle.count)).filter {
+      Array(bytes[$0..<($0 + needle.count)]) == needle
+    }
+    #expect(!offsets.isEmpty)
+    for offset in offsets { bytes[offset + 12] ^= 0x20 }
+    try Data(bytes).write(to: URL(fileURLWithPath: demo.path + "/data.mdb"))
+    let verified = try ferry(["verify", demo.path])
+    #expect(verified.status == ExitStatus.problemsFound.rawValue)
+    #expect(verified.stdout.contains("first bad sequence number: 9"))
+    let logged = try ferry(["log", demo.path])
+    #expect(logged.status == ExitStatus.corruptRecord.rawValue)
+    #expect(logged.stderr.contains("sequence 9"))
+  }
+
+  @Test func exportThenImportReproducesAnEqualStore() async throws {
+    let demo = DemoStore()
+    let copy = DemoStore()
+    defer {
+      demo.remove()
+      copy.remove()
+    }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let exported = try ferry(["export", demo.path])
+    #expect(exported.status == 0)
+    #expect(exported.stdout.hasPrefix("{\"events\":33,\"format\":\"ferry-export\""))
+    let imported = try ferry(["import", copy.path], input: exported.stdout)
+    #expect(imported.status == 0)
+    #expect(imported.stdout.contains("imported 33 events"))
+    #expect(try ferry(["verify", copy.path]).status == 0)
+    #expect(try ferry(["export", copy.path]).stdout == exported.stdout)
+    let again = try ferry(["import", copy.path], input: exported.stdout)
+    #expect(again.status == ExitStatus.badInput.rawValue)
+    let garbage = DemoStore()
+    defer { garbage.remove() }
+    #expect(try ferry(["import", garbage.path], input: "not json\n").status == ExitStatus.badInput.rawValue)
+  }
+
+  @Test func statsCountsEventsByType() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let result = try ferry(["stats", demo.path])
+    #expect(result.status == 0)
+    #expect(result.stdout.contains("events: 33"))
+    #expect(result.stdout.contains("task.added"))
+    #expect(result.stdout.contains("map: "))
+  }
+
+  @Test func eachFailureHasItsOwnExitStatusAndOneLine() async throws {
+    let missing = DemoStore()
+    let noSuch = try ferry(["inspect", missing.path])
+    #expect(noSuch.status == ExitStatus.noSuchStore.rawValue)
+    #expect(noSuch.stderr.split(separator: "\n").count == 1)
+
+    let notStore = DemoStore()
+    defer { notStore.remove() }
+    try FileManager.default.createDirectory(atPath: notStore.path, withIntermediateDirectories: true)
+    #expect(FileManager.default.createFile(atPath: notStore.path + "/notes.txt", contents: Data("hi".utf8)))
+    #expect(try ferry(["verify", notStore.path]).status == ExitStatus.notAStore.rawValue)
+
+    let newer = DemoStore()
+    defer { newer.remove() }
+    _ = try await runDemo(path: newer.path, seed: 1, output: Output(line: { _ in }))
+    let env = try Environment.open(path: newer.path, databases: ["meta"])
+    try env.write {
+      try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(9).bigEndianBytes)
+    }
+    env.close()
+    let refused = try ferry(["stats", newer.path])
+    #expect(refused.status == ExitStatus.newerFormat.rawValue)
+    #expect(refused.stderr.contains("newer"))
+
+    let badFlags = try ferry(["inspect", "--max-age", "-5", missing.path])
+    #expect(badFlags.status == ExitStatus.badFlags.rawValue)
+    #expect(
+      try ferry(["log", missing.path, "--from", "9", "--to", "2"]).status == ExitStatus.badFlags.rawValue)
+    let help = try ferry(["replay", "--help"])
+    #expect(help.stdout.contains("Example: ferry replay"))
+  }
+
+  @Test func readOnlyCommandsWorkWhileAnotherProcessWrites() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let store = try await FerryStore.open(at: demo.path)
+    defer { store.close() }
+    try await store.queue.add(tag: "t", payload: ["n": 1])
+    let before = try ferry(["inspect", demo.path, "--json"])
+    #expect(before.status == 0)
+    try await store.queue.add(tag: "t", payload: ["n": 2])
+    let after = try ferry(["inspect", demo.path, "--json"])
+    let report = try JSONDecoder().decode(InspectReport.self, from: Data(after.stdout.utf8))
+    #expect(report.totals.tasks == 2)
+    try await store.queue.add(tag: "t", payload: ["n": 3])  // the writer is not disturbed
+    #expect(try store.queue.pendingTasks().count == 3)
+  }
+}

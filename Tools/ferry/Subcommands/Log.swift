@@ -1,0 +1,35 @@
+import ArgumentParser
+import FerryTools
+
+struct Log: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Print the events of a store, decoded.",
+    discussion: "Example: ferry log /tmp/groceries --task 5   or   ferry log /tmp/groceries --follow --json")
+
+  @OptionGroup var store: StoreArgument
+
+  @Option(help: "First sequence number.") var from: UInt64 = 1
+  @Option(help: "Last sequence number.") var to: UInt64?
+  @Option(help: "Only events of this type (e.g. task.runFailed).") var type: String?
+  @Option(help: "Only events about this task id.") var task: UInt64?
+  @Option(help: "Only events about this cache key.") var key: String?
+  @Flag(help: "One JSON object per line.") var json = false
+  @Flag(help: "Keep printing new events as they are appended (until interrupted).") var follow = false
+
+  func validate() throws {
+    if let to, to < from { throw ValidationError("--to must not be less than --from") }
+  }
+
+  func run() async throws {
+    var filter = LogFilter()
+    filter.from = from
+    filter.to = to
+    filter.type = type
+    filter.task = task
+    filter.key = key
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await printLog(path: store.dir, filter: filter, json: json, follow: follow, output: .standard)
+      return .ok
+    }
+  }
+}

@@ -1,0 +1,26 @@
+import ArgumentParser
+import FerryTools
+
+struct Replay: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract:
+      "Rebuild a store's state from its log: as of a sequence, or compared with the stored projections.",
+    discussion: """
+      With --until SEQ: the state as it was right after event SEQ (time travel). Without: a rebuild of every
+      projection compared row by row with what is stored; exits 1 when they differ.
+
+      Example: ferry replay /tmp/groceries --until 12
+      """)
+
+  @OptionGroup var store: StoreArgument
+  @Option(help: "Show the state as of this sequence number.") var until: UInt64?
+  @Flag(help: "Print JSON.") var json = false
+  @Option(help: "The max age in seconds that cache ages are judged by.") var maxAge: Int64 = 3600
+
+  func run() async throws {
+    try await perform { () throws(ToolError) -> ExitStatus in
+      try replay(path: store.dir, until: until, json: json, maxAgeMs: maxAge * 1000, output: .standard)
+        ? .ok : .problemsFound
+    }
+  }
+}
