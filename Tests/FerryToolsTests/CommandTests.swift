@@ -234,6 +234,39 @@ struct DemoStore {
     #expect(help.stdout.contains("Example: ferry replay"))
   }
 
+  @Test func logFollowPrintsEventsAsAnotherProcessAppendsThem() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let store = try await FerryStore.open(at: demo.path)
+    defer { store.close() }
+    try await store.queue.add(tag: "before", payload: ["n": 0])
+    let process = Process()
+    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+      directory = bundle.bundleURL.deletingLastPathComponent()
+    }
+    process.executableURL = directory.appendingPathComponent("ferry")
+    process.arguments = ["log", demo.path, "--follow"]
+    let out = Pipe()
+    process.standardOutput = out
+    try process.run()
+    defer { if process.isRunning { process.terminate() } }
+    var seen = ""
+    func readUntil(_ text: String) {
+      let deadline = Date().addingTimeInterval(30)
+      while !seen.contains(text) && Date() < deadline {
+        let data = out.fileHandleForReading.availableData
+        if data.isEmpty { break }
+        seen += String(decoding: data, as: UTF8.self)
+      }
+    }
+    readUntil("tag before")
+    #expect(seen.contains("task 1 added: tag before"))
+    try await store.queue.add(tag: "after", payload: ["n": 1])
+    readUntil("tag after")
+    #expect(seen.contains("task 2 added: tag after"))
+  }
+
   @Test func readOnlyCommandsWorkWhileAnotherProcessWrites() async throws {
     let demo = DemoStore()
     defer { demo.remove() }
