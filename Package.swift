@@ -39,9 +39,15 @@ let package = Package(
       dependencies: ["Ferry", "FerryLog", "LMDB"],
       path: "Tools/ferry-test-worker"
     ),
+    .executableTarget(
+      name: "ferry-crash-worker",
+      dependencies: ["FerryTools"],
+      path: "Tools/ferry-crash-worker"
+    ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
     .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .testTarget(name: "FerryToolsTests", dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting"]),
+    .testTarget(name: "FerryCrashTests", path: "Tests/Crash"),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [

@@ -81,8 +81,22 @@ extension FerryStore {
   }
 }
 
-/// A one-line, human reading of a logged event of a Ferry store, for `ferry log`.
+/// A one-line, human reading of a logged event of a Ferry store, for `ferry log` and the crash checks.
 public struct EventSummary: Sendable, Equatable {
+  /// What kind of event it is.
+  public enum Kind: Sendable, Equatable {
+    /// A queue event, by the name after its `task.` or `queue.` prefix (`added`, `runSucceeded`, `cleared`, ...).
+    case task(String)
+    /// A cache event, by the name after its `cache.` prefix (`fetched`, `forgotten`, `paging`).
+    case cache(String)
+    /// Not a Ferry event, or one that does not decode.
+    case other
+  }
+
+  /// What kind of event it is.
+  public let kind: Kind
+  /// The group of the task a `task.added` event adds.
+  public let groupId: String?
   /// The task the event is about, if any.
   public let taskId: TaskID?
   /// The cache key the event is about, if any.
@@ -92,53 +106,75 @@ public struct EventSummary: Sendable, Equatable {
 
   /// Describes a logged event; an event of another type, or one that does not decode, says so.
   public init(_ event: LoggedEvent) {
+    let name = String(event.type.split(separator: ".").last ?? "")
+    var groupId: String?
+    var taskId: TaskID?
+    var key: String?
+    let text: String
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
+      kind = .task(name)
       switch decoded {
-      case .added(let tag, let payload, let dataId, let groupId, let manual, let unique):
+      case .added(let tag, let payload, let dataId, let group, let manual, let unique):
+        taskId = event.sequence
+        groupId = group
         var parts = ["task \(event.sequence) added: tag \(tag)"]
-        if let groupId { parts.append("group \(groupId)") }
+        if let group { parts.append("group \(group)") }
         if let dataId { parts.append("dataId \(dataId)") }
         if manual { parts.append("manual") }
         if unique != .append { parts.append("unique \(unique)") }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
-        self.init(taskId: event.sequence, key: nil, text: parts.joined(separator: ", "))
+        text = parts.joined(separator: ", ")
       case .runStarted(let id, let attempt):
-        self.init(taskId: id, key: nil, text: "task \(id) run started (attempt \(attempt))")
-      case .runSucceeded(let id): self.init(taskId: id, key: nil, text: "task \(id) succeeded")
+        taskId = id
+        text = "task \(id) run started (attempt \(attempt))"
+      case .runSucceeded(let id):
+        taskId = id
+        text = "task \(id) succeeded"
       case .runFailed(let id, let message, let retryable, let next):
-        let then = next.map { "retry at \($0)" } ?? "dead"
-        self.init(
-          taskId: id, key: nil,
-          text: "task \(id) failed (\(retryable ? "retryable" : "final")): \(message); \(then)")
-      case .runInterrupted(let id): self.init(taskId: id, key: nil, text: "task \(id) run interrupted")
+        taskId = id
+        text =
+          "task \(id) failed (\(retryable ? "retryable" : "final")): \(message); "
+          + (next.map { "retry at \($0)" } ?? "dead")
+      case .runInterrupted(let id):
+        taskId = id
+        text = "task \(id) run interrupted"
       case .errorRecorded(let id, let message):
-        self.init(taskId: id, key: nil, text: "task \(id) error recorded: \(message)")
-      case .errorResolved(let id): self.init(taskId: id, key: nil, text: "task \(id) error resolved")
-      case .cancelled(let id): self.init(taskId: id, key: nil, text: "task \(id) cancelled")
-      case .revived(let id): self.init(taskId: id, key: nil, text: "task \(id) revived")
-      case .cleared: self.init(taskId: nil, key: nil, text: "queue cleared")
-      case .paused: self.init(taskId: nil, key: nil, text: "queue paused")
-      case .resumed: self.init(taskId: nil, key: nil, text: "queue resumed")
+        taskId = id
+        text = "task \(id) error recorded: \(message)"
+      case .errorResolved(let id):
+        taskId = id
+        text = "task \(id) error resolved"
+      case .cancelled(let id):
+        taskId = id
+        text = "task \(id) cancelled"
+      case .revived(let id):
+        taskId = id
+        text = "task \(id) revived"
+      case .cleared: text = "queue cleared"
+      case .paused: text = "queue paused"
+      case .resumed: text = "queue resumed"
       }
     } else if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
+      kind = .cache(name)
       switch decoded {
-      case .fetched(let key, let at, .success(let isEmpty)):
-        self.init(taskId: nil, key: key, text: "cache \(key) fetched at \(at)\(isEmpty ? " (empty)" : "")")
-      case .fetched(let key, let at, .failure(let message)):
-        self.init(taskId: nil, key: key, text: "cache \(key) fetch failed at \(at): \(message)")
-      case .forgotten(let key): self.init(taskId: nil, key: key, text: "cache \(key) forgotten")
-      case .paging(let key, _, let more):
-        self.init(
-          taskId: nil, key: key, text: "cache \(key) paging: \(more ? "more pages" : "no more pages")")
+      case .fetched(let k, let at, .success(let isEmpty)):
+        key = k
+        text = "cache \(k) fetched at \(at)\(isEmpty ? " (empty)" : "")"
+      case .fetched(let k, let at, .failure(let message)):
+        key = k
+        text = "cache \(k) fetch failed at \(at): \(message)"
+      case .forgotten(let k):
+        key = k
+        text = "cache \(k) forgotten"
+      case .paging(let k, _, let more):
+        key = k
+        text = "cache \(k) paging: \(more ? "more pages" : "no more pages")"
       }
     } else {
-      self.init(
-        taskId: nil, key: nil, text: "\(event.type) (\(event.payload.count) payload bytes, not a Ferry event)"
-      )
+      kind = .other
+      text = "\(event.type) (\(event.payload.count) payload bytes, not a Ferry event)"
     }
-  }
-
-  init(taskId: TaskID?, key: String?, text: String) {
+    self.groupId = groupId
     self.taskId = taskId
     self.key = key
     self.text = text

@@ -17,6 +17,8 @@ public final class FerryStore: Sendable {
     public var createIfMissing = true
     /// The map size of a new store.
     public var initialMapSize = 1 << 20
+    /// Events replayed per transaction when projections are rebuilt or caught up.
+    public var rebuildChunkSize = 20_000
     /// Waits until `clock` reads at least the given time (Unix milliseconds). Nil sleeps for the
     /// difference in real time; a test clock supplies one that waits for the test to advance it.
     public var sleep: (@Sendable (Int64) async -> Void)?
@@ -46,6 +48,7 @@ public final class FerryStore: Sendable {
     logConfiguration.clock = configuration.clock
     logConfiguration.createIfMissing = configuration.createIfMissing
     logConfiguration.initialMapSize = configuration.initialMapSize
+    logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let running = try log.read { view in
@@ -53,7 +56,10 @@ public final class FerryStore: Sendable {
           UInt64(bigEndianBytes: $0.key)
         }
       }
-      if !running.isEmpty { _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent }) }
+      if !running.isEmpty {
+        CrashPoint.reach(CrashPoint.recovery)
+        _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent })
+      }
       let clock = configuration.clock
       let sleep =
         configuration.sleep ?? { @Sendable (until: Int64) in

@@ -150,6 +150,7 @@ public final class EventLog: Sendable {
       if configuration.readOnly {
         throw FerryLogError.notAStore(path: path, reason: "the LMDB environment is empty")
       }
+      CrashPoint.reach(CrashPoint.creatingStore)
       isNew = true
     } else {
       throw FerryLogError.notAStore(

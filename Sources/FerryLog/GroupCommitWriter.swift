@@ -144,6 +144,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     while !live.isEmpty {
       do {
         let (results, head, duplicates) = try environment.write { txn in try appendBatch(live, txn) }
+        CrashPoint.reach(CrashPoint.afterCommit)
         let eventsWritten = results.reduce(0) { $0 + $1.count }
         statistics.withLock { s in
           s.commits += 1
@@ -228,6 +229,7 @@ final class GroupCommitWriter: @unchecked Sendable {
       try core.setState(
         ProjectionState(version: target.projection.version, position: head), of: target.name, txn)
     }
+    CrashPoint.reach(CrashPoint.beforeCommit)
     return (results, head, duplicates)
   }
 

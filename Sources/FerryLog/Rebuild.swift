@@ -138,6 +138,7 @@ extension EventLog {
         return Int(last - lowest)
       }
       if progressed == 0 { break }
+      CrashPoint.reach(CrashPoint.rebuildChunk)
       replayed += progressed
     }
     return replayed
@@ -330,7 +331,8 @@ extension EventLog {
   /// area and reads the result: the state as it was then. The store itself is not touched.
   public func withProjections<R>(asOf sequence: UInt64?, _ body: (LogView) throws -> R) throws -> R {
     try guarded {
-      let projections = core.projections.map(\.projection)
+      // Every configured projection, stale ones included: a scratch rebuild needs none of the store's rows.
+      let projections = configuration.projections + (configuration.idempotentAppends ? [EventIDIndex()] : [])
       let scratch = try ScratchArea(projections: projections)
       defer { scratch.close() }
       let until = try environment.read { txn -> UInt64 in

@@ -1,0 +1,95 @@
+import Ferry
+import FerryLog
+import FerryTesting
+import Foundation
+import Synchronization
+
+/// The seeded random workload the crash tests kill again and again: adds (groups, manual, unique
+/// policies), passes whose handlers succeed, fail or record errors, resolves, cancels, clears,
+/// cache fetches and rebuilds — and, right after each event is durable, an `ack` line:
+/// `ack <sequence> <type> <crc32c of the stored record>`.
+///
+/// It runs until killed, or for `operations` operations.
+public func runCrashWorkload(
+  path: String, seed: UInt64, operations: Int? = nil, ack: @escaping @Sendable (String) -> Void
+)
+  async throws
+{
+  // Continue the simulated clock from the last event, so retries keep coming due across restarts.
+  let clock = TestClock(now: 1_768_467_600_000)
+  var configuration = FerryStore.Configuration()
+  clock.install(in: &configuration)
+  configuration.rebuildChunkSize = 16
+  configuration.initialMapSize = 64 << 10
+  let store = try await FerryStore.open(at: path, configuration: configuration)
+  defer { store.close() }
+  if let last = try store.log.event(at: try store.log.head()) {
+    clock.set(max(clock.now, last.timestamp + 1))
+  }
+
+  // Acknowledge every event once it is durable: the tail wakes right after each commit.
+  let acked = Mutex(try store.log.head())
+  let acker = Task {
+    for try await event in store.log.tail(after: acked.withLock { $0 }) {
+      guard let record = try store.log.record(at: event.sequence) else { continue }
+      ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
+      acked.withLock { $0 = event.sequence }
+    }
+  }
+  defer { acker.cancel() }
+
+  let random = Mutex(SeededRandom(seed: seed))
+  let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
+  func pick<T>(_ items: [T]) -> T { items[Int(roll() * Double(items.count)) % items.count] }
+
+  var runnerConfiguration = TaskRunner.Configuration()
+  runnerConfiguration.random = { roll() }
+  runnerConfiguration.defaultRetry = RetryPolicy(
+    maxAttempts: 4, initialDelay: 500, multiplier: 2, jitter: 0.2)
+  let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
+  for tag in ["a", "b", "c"] {
+    runner.register(tag: tag) { task in
+      CrashPoint.reach("handler")
+      let dice = roll()
+      if dice < 0.6 { return .succeeded }
+      if dice < 0.85 { return .failed("flaky") }
+      if dice < 0.95 { return .recordError("user must fix \(task.id)") }
+      return .failed("rejected", retryable: false)
+    }
+  }
+
+  var done = 0
+  while operations.map({ done < $0 }) ?? true {
+    done += 1
+    clock.advance(by: .milliseconds(Int64(50 + roll() * 400)))
+    let choice = roll()
+    if choice < 0.38 {
+      let unique = roll() < 0.15 ? pick([UniquePolicy.keep, .replace]) : .append
+      try await store.queue.add(
+        tag: pick(["a", "b", "c"]), payload: ["n": done],
+        dataId: unique == .append ? nil : pick(["d1", "d2", "d3"]),
+        groupId: pick([nil, "g1", "g2", "g3", "g4"]), manual: roll() < 0.05, unique: unique)
+    } else if choice < 0.62 {
+      _ = try await runner.run()
+    } else if choice < 0.72 {
+      if let blocked = try store.queue.errors().first { try await store.queue.resolveError(blocked.taskId) }
+    } else if choice < 0.79 {
+      let pending = try store.queue.pendingTasks()
+      if !pending.isEmpty { try? await store.queue.cancel(pick(pending).id) }
+    } else if choice < 0.81 {
+      try await store.queue.clear()
+    } else if choice < 0.93 {
+      let outcome: FetchOutcome = roll() < 0.8 ? .success(isEmpty: roll() < 0.2) : .failure("503")
+      try await store.ledger.recordFetch(key: pick(["k1", "k2", "k3", "k4"]), outcome: outcome)
+    } else if choice < 0.95 {
+      _ = try await store.log.rebuild()
+    } else {
+      if let dead = try store.queue.pendingTasks().first(where: { $0.status == .dead }) {
+        try await store.queue.revive(dead.id)
+      }
+    }
+  }
+  // Let the acker catch up before a clean end.
+  let head = try store.log.head()
+  while acked.withLock({ $0 }) < head { await Task.yield() }
+}

@@ -1,0 +1,166 @@
+import Foundation
+import Synchronization
+import Testing
+
+/// The crash worker, run as a child process: its stdout lines, and how it ended.
+struct WorkerRun {
+  let lines: [String]
+  let status: Int32
+  let killed: Bool
+}
+
+/// Where the package's executables are.
+func productsDirectory() -> URL {
+  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
+    return bundle.bundleURL.deletingLastPathComponent()
+  }
+  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+}
+
+/// Spawns `ferry-crash-worker` (never forks), collects its stdout, and kills it with SIGKILL after
+/// `killAfter` (if given and it still runs) or after `limit` in any case.
+func runWorker(
+  _ arguments: [String], environment: [String: String] = [:], killAfter: Duration?, limit: Duration
+)
+  async throws -> WorkerRun
+{
+  let process = Process()
+  process.executableURL = productsDirectory().appendingPathComponent("ferry-crash-worker")
+  process.arguments = arguments
+  process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+  let out = Pipe()
+  process.standardOutput = out
+  process.standardError = FileHandle.nullDevice
+  let collected = Mutex(Data())
+  let finished = DispatchSemaphore(value: 0)
+  try process.run()
+  DispatchQueue.global().async {
+    let data = out.fileHandleForReading.readDataToEndOfFile()
+    collected.withLock { $0 = data }
+    finished.signal()
+  }
+  let start = ContinuousClock.now
+  var killedByUs = false
+  while process.isRunning {
+    let elapsed = ContinuousClock.now - start
+    if let killAfter, elapsed >= killAfter {
+      kill(process.processIdentifier, SIGKILL)
+      killedByUs = true
+      break
+    }
+    if elapsed >= limit {
+      kill(process.processIdentifier, SIGKILL)
+      killedByUs = true
+      break
+    }
+    try await Task.sleep(for: .milliseconds(2))
+  }
+  process.waitUntilExit()
+  finished.wait()
+  let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
+  let status = process.terminationStatus
+  let killed = killedByUs || (process.terminationReason == .uncaughtSignal && status == SIGKILL)
+  return WorkerRun(lines: text.split(separator: "\n").map(String.init), status: status, killed: killed)
+}
+
+/// A small, seeded random source for the harness's own choices.
+struct HarnessRandom {
+  var state: UInt64
+  mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+  mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
+}
+
+@Suite(.timeLimit(.minutes(10))) struct CrashTests {
+  /// Kills the workload hundreds of times — at random moments and at every labelled crash point,
+  /// sometimes a second time during recovery — and checks every invariant after each kill.
+  @Test func nothingAcknowledgedIsLostAcrossHundredsOfKills() async throws {
+    let environment = ProcessInfo.processInfo.environment
+    let target = environment["FERRY_CRASH_KILLS"].flatMap(Int.init) ?? 200
+    let seed =
+      environment["FERRY_CRASH_SEED"].flatMap(UInt64.init) ?? UInt64(Date().timeIntervalSince1970 * 1000)
+    print("crash: seed \(seed) (FERRY_CRASH_SEED=\(seed) replays this run), \(target) kills")
+    var random = HarnessRandom(state: seed)
+    let base = FileManager.default.temporaryDirectory.path + "/ferry-crash-\(seed)"
+    defer { try? FileManager.default.removeItem(atPath: base) }
+    let points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk"]
+
+    var kills = 0
+    var acknowledged = 0
+    var lost = 0
+    var violations: [String] = []
+    var store = ""
+    var acks: [String] = []
+    var roundsLeft = 0
+    var storeNumber = 0
+    while kills < target {
+      if roundsLeft == 0 {
+        storeNumber += 1
+        store = base + "/store-\(storeNumber)"
+        acks = []
+        roundsLeft = 1 + random.below(6)
+      }
+      roundsLeft -= 1
+      let workSeed = random.next() % 1_000_000
+      var workerEnvironment: [String: String] = [:]
+      var killAfter: Duration?
+      let mode = random.below(10)
+      if acks.isEmpty && mode == 0 {
+        workerEnvironment["FERRY_CRASH_POINT"] = "create.beforeMeta"
+      } else if mode < 5 {
+        killAfter = .milliseconds(15 + random.below(150))
+      } else {
+        workerEnvironment["FERRY_CRASH_POINT"] = points[random.below(points.count)]
+        workerEnvironment["FERRY_CRASH_AFTER"] = "\(1 + random.below(25))"
+      }
+      let run = try await runWorker(
+        ["workload", store, "\(workSeed)"], environment: workerEnvironment, killAfter: killAfter,
+        limit: .seconds(3))
+      if run.killed { kills += 1 }
+      let newAcks = run.lines.filter { $0.hasPrefix("ack ") }
+      acks += newAcks
+      acknowledged += newAcks.count
+      let ackFile = base + "/acks-\(storeNumber).txt"
+      try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+      try acks.joined(separator: "\n").write(toFile: ackFile, atomically: true, encoding: .utf8)
+
+      // Sometimes a second kill, during recovery (it only fires when a run was in flight).
+      if random.below(6) == 0 {
+        let recovery = try await runWorker(
+          ["check", store, ackFile], environment: ["FERRY_CRASH_POINT": "recovery"], killAfter: nil,
+          limit: .seconds(60))
+        if recovery.killed { kills += 1 }
+      }
+      let check = try await runWorker(["check", store, ackFile], killAfter: nil, limit: .seconds(60))
+      if check.killed {
+        violations.append("store \(storeNumber), worker seed \(workSeed): reopening hung for 60 s")
+      }
+      let lostHere = check.lines.first { $0.hasPrefix("lost ") }.flatMap { Int($0.dropFirst(5)) } ?? 0
+      let found = check.lines.filter { $0.hasPrefix("violation: ") }
+      lost += lostHere
+      if !found.isEmpty || lostHere > 0 || (check.status != 0 && !check.killed) {
+        let keep =
+          FileManager.default.temporaryDirectory.path + "/ferry-crash-failures/\(seed)-\(storeNumber)"
+        try? FileManager.default.createDirectory(atPath: keep, withIntermediateDirectories: true)
+        try? FileManager.default.removeItem(atPath: keep)
+        try? FileManager.default.copyItem(atPath: store, toPath: keep)
+        violations += found.map { "store \(storeNumber) (kept at \(keep)), worker seed \(workSeed): \($0)" }
+        if found.isEmpty {
+          violations.append("store \(storeNumber): check exited \(check.status) (kept at \(keep))")
+        }
+      }
+    }
+    print(
+      "crash: \(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
+    )
+    for violation in violations.prefix(20) { print("crash: \(violation)") }
+    #expect(lost == 0)
+    #expect(violations.isEmpty, "seed \(seed): \(violations.prefix(5))")
+    #expect(kills >= target)
+  }
+}
