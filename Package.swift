@@ -45,7 +45,13 @@ let package = Package(
       path: "Tools/ferry-crash-worker"
     ),
     .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
-    .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
+    .testTarget(
+      name: "FerryTests",
+      dependencies: [
+        "Ferry", "FerryLog", "FerryTesting",
+        .product(name: "PropertyBased", package: "swift-property-based"),
+      ]
+    ),
     .testTarget(name: "FerryToolsTests", dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting"]),
     .testTarget(name: "FerryCrashTests", path: "Tests/Crash"),
     .testTarget(

@@ -1,0 +1,293 @@
+import FerryLog
+import FerryTesting
+import Foundation
+import PropertyBased
+import Synchronization
+import Testing
+
+@testable import Ferry
+
+/// An obviously-correct, in-memory model of the queue and cache ledger: plain values and the rules
+/// of `Specs/task-events.md` and `Specs/cache-events.md`, written out the simplest way.
+struct Model {
+  struct Task: Equatable {
+    var id: UInt64
+    var tag: String
+    var group: String?
+    var dataId: String?
+    var manual: Bool
+    var status: TaskStatus = .ready
+    var attempts: UInt32 = 0
+  }
+  struct Cache: Equatable {
+    var lastSuccess: Int64?
+    var lastAttempt: Int64?
+    var lastFailureAt: Int64?
+    var count: UInt64 = 0
+  }
+
+  var nextSequence: UInt64 = 1
+  var tasks: [Task] = []  // in id order
+  var errors: [UInt64: (errorId: UInt64, message: String)] = [:]
+  var paused = false
+  var caches: [String: Cache] = [:]
+  var now: Int64
+
+  static let maxAttempts: UInt32 = 3
+
+  /// What a handler answers for a task's attempt: the same function drives the real handlers.
+  static func outcome(id: UInt64, attempt: UInt32, salt: Int) -> Int {
+    Int((id &* 7 &+ UInt64(attempt) &* 3 &+ UInt64(salt)) % 5)
+  }
+
+  mutating func log() -> UInt64 {
+    defer { nextSequence += 1 }
+    return nextSequence
+  }
+
+  func head(of group: String) -> UInt64? { tasks.first { $0.group == group }?.id }
+
+  mutating func add(tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy) {
+    let id = log()
+    if let dataId, unique != .append {
+      let same = tasks.filter { $0.tag == tag && $0.dataId == dataId }.map(\.id)
+      if unique == .keep && !same.isEmpty { return }
+      if unique == .replace { remove(Set(same)) }
+    }
+    tasks.append(Task(id: id, tag: tag, group: group, dataId: dataId, manual: manual))
+  }
+
+  mutating func remove(_ ids: Set<UInt64>) {
+    tasks.removeAll { ids.contains($0.id) }
+    for id in ids { errors[id] = nil }
+  }
+
+  mutating func pass(salt: Int) {
+    var failedGroups = Set<String>()
+    for listed in tasks.filter({ !$0.manual }) {
+      guard let index = tasks.firstIndex(where: { $0.id == listed.id }) else { continue }
+      let task = tasks[index]
+      if let group = task.group, failedGroups.contains(group) { continue }
+      var runnable = true
+      if let group = task.group, head(of: group) != task.id { runnable = false }
+      switch task.status {
+      case .blockedByError, .dead, .running: runnable = false
+      case .waiting(let until) where until > now: runnable = false
+      default: break
+      }
+      guard runnable else {
+        if let group = task.group { failedGroups.insert(group) }
+        continue
+      }
+      let attempt = task.attempts + 1
+      _ = log()  // runStarted
+      tasks[index].attempts = attempt
+      switch Self.outcome(id: task.id, attempt: attempt, salt: salt) {
+      case 0, 1:
+        _ = log()
+        tasks.remove(at: index)
+      case 2:
+        _ = log()
+        tasks[index].status =
+          attempt < Self.maxAttempts ? .waiting(until: now + 1000 * (1 << Int64(attempt - 1))) : .dead
+        if let group = task.group { failedGroups.insert(group) }
+      case 3:
+        let errorId = log()
+        tasks[index].status = .blockedByError
+        errors[task.id] = (errorId, "fix \(task.id)")
+        if let group = task.group { failedGroups.insert(group) }
+      default:
+        _ = log()
+        tasks[index].status = .dead
+        if let group = task.group { failedGroups.insert(group) }
+      }
+    }
+  }
+}
+
+/// One generated command, decoded from an integer so that sequences shrink to short, small ones.
+enum Command: CustomStringConvertible {
+  case add(tag: Int, group: Int?, dataId: Int, manual: Bool, unique: Int)
+  case pass(salt: Int)
+  case resolve(Int)
+  case cancel(Int)
+  case revive(Int)
+  case clear
+  case pause(Bool)
+  case advance(Int64)
+  case fetch(key: Int, success: Bool)
+  case reopen
+
+  init(_ n: Int) {
+    let p = n / 16
+    switch n % 16 {
+    case 0, 1, 2, 3, 4:
+      self = .add(
+        tag: p % 3, group: p % 4 == 3 ? nil : p % 3, dataId: p % 2, manual: p % 11 == 5, unique: (p / 3) % 3)
+    case 5, 6, 7: self = .pass(salt: p)
+    case 8: self = .resolve(p)
+    case 9: self = .cancel(p)
+    case 10: self = .revive(p)
+    case 11: self = p % 4 == 0 ? .clear : .advance(Int64(500 + p * 250))
+    case 12: self = .pause(p % 2 == 0)
+    case 13: self = .advance(Int64(1000 + p * 500))
+    case 14: self = .fetch(key: p % 3, success: p % 4 != 0)
+    default: self = .reopen
+    }
+  }
+
+  var description: String {
+    switch self {
+    case .add(let tag, let group, let dataId, let manual, let unique):
+      return
+        "add(t\(tag), g\(group.map(String.init) ?? "-"), d\(dataId), \(manual ? "manual" : "auto"), u\(unique))"
+    case .pass(let salt): return "pass(\(salt))"
+    case .resolve(let k): return "resolve(\(k))"
+    case .cancel(let k): return "cancel(\(k))"
+    case .revive(let k): return "revive(\(k))"
+    case .clear: return "clear"
+    case .pause(let on): return on ? "pause" : "resume"
+    case .advance(let ms): return "advance(\(ms))"
+    case .fetch(let key, let success): return "fetch(k\(key), \(success ? "ok" : "fail"))"
+    case .reopen: return "reopen"
+    }
+  }
+}
+
+@Suite(.timeLimit(.minutes(5))) struct ModelTests {
+  /// Random command sequences, applied to a real store and to the model: after every step the
+  /// store's projections equal the model, and at the end a rebuild from the log equals them.
+  @Test func theStoreBehavesLikeTheModel() async {
+    await propertyCheck(count: 100, input: Gen.int(in: 0...1599).array(of: 1...60)) { numbers in
+      let commands = numbers.map(Command.init)
+      let fixture = QueueFixture()
+      defer { fixture.remove() }
+      let clock = TestClock()
+      var configuration = FerryStore.Configuration()
+      clock.install(in: &configuration)
+      var model = Model(now: clock.now)
+      do {
+        var store = try await FerryStore.open(at: fixture.path, configuration: configuration)
+        var runner = makeRunner(store)
+        for (step, command) in commands.enumerated() {
+          switch command {
+          case .add(let tag, let group, let dataId, let manual, let unique):
+            let policy = UniquePolicy(rawValue: UInt8(unique)) ?? .append
+            let data: String? = policy == .append ? nil : "d\(dataId)"
+            try await store.queue.add(
+              tag: "t\(tag)", payload: ["step": step], dataId: data, groupId: group.map { "g\($0)" },
+              manual: manual,
+              unique: policy)
+            model.add(
+              tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy)
+          case .pass(let salt):
+            currentSalt.withLock { $0 = salt }
+            _ = try await runner.run()
+            model.pass(salt: salt)
+          case .resolve(let k):
+            let blocked = model.tasks.filter { $0.status == .blockedByError }
+            if !blocked.isEmpty {
+              let id = blocked[k % blocked.count].id
+              try await store.queue.resolveError(id)
+              _ = model.log()
+              if let i = model.tasks.firstIndex(where: { $0.id == id }) { model.tasks[i].status = .ready }
+              model.errors[id] = nil
+            }
+          case .cancel(let k):
+            if !model.tasks.isEmpty {
+              let id = model.tasks[k % model.tasks.count].id
+              try await store.queue.cancel(id)
+              _ = model.log()
+              model.remove([id])
+            }
+          case .revive(let k):
+            let dead = model.tasks.filter { $0.status == .dead }
+            if !dead.isEmpty {
+              let id = dead[k % dead.count].id
+              try await store.queue.revive(id)
+              _ = model.log()
+              if let i = model.tasks.firstIndex(where: { $0.id == id }) { model.tasks[i].status = .ready }
+            }
+          case .clear:
+            try await store.queue.clear()
+            _ = model.log()
+            model.remove(Set(model.tasks.map(\.id)))
+          case .pause(let on):
+            if on { try await store.queue.pause() } else { try await store.queue.resume() }
+            _ = model.log()
+            model.paused = on
+          case .advance(let ms):
+            clock.advance(by: .milliseconds(ms))
+            model.now += ms
+          case .fetch(let key, let success):
+            try await store.ledger.recordFetch(
+              key: "k\(key)", outcome: success ? .success(isEmpty: false) : .failure("503"))
+            _ = model.log()
+            var cache = model.caches["k\(key)"] ?? Model.Cache()
+            cache.count += 1
+            cache.lastAttempt = model.now
+            if success { cache.lastSuccess = model.now } else { cache.lastFailureAt = model.now }
+            model.caches["k\(key)"] = cache
+          case .reopen:
+            store.close()
+            store = try await FerryStore.open(at: fixture.path, configuration: configuration)
+            runner = makeRunner(store)
+          }
+          try expectSame(store, model, after: step, commands)
+        }
+        let report = try store.log.verify()
+        #expect(report.isHealthy, "rebuild differs after \(commands): \(report.problems)")
+        store.close()
+      } catch {
+        Issue.record("\(error) while running \(commands)")
+      }
+    }
+  }
+}
+
+let currentSalt = Mutex(0)
+
+func makeRunner(_ store: FerryStore) -> TaskRunner {
+  var configuration = TaskRunner.Configuration()
+  configuration.random = { 0.5 }
+  configuration.defaultRetry = RetryPolicy(
+    maxAttempts: Model.maxAttempts, initialDelay: 1000, multiplier: 2, jitter: 0)
+  let runner = TaskRunner(queue: store.queue, configuration: configuration)
+  for tag in ["t0", "t1", "t2"] {
+    runner.register(tag: tag) { task in
+      switch Model.outcome(id: task.id, attempt: task.attempt, salt: currentSalt.withLock { $0 }) {
+      case 0, 1: return .succeeded
+      case 2: return .failed("flaky")
+      case 3: return .recordError("fix \(task.id)")
+      default: return .failed("rejected", retryable: false)
+      }
+    }
+  }
+  return runner
+}
+
+func expectSame(_ store: FerryStore, _ model: Model, after step: Int, _ commands: [Command]) throws {
+  let snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
+  let actual = snapshot.tasks.map {
+    Model.Task(
+      id: $0.id, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: $0.status,
+      attempts: $0.attempts)
+  }
+  #expect(actual == model.tasks, "tasks differ after step \(step) of \(commands)")
+  #expect(
+    snapshot.errors.map { "\($0.taskId):\($0.errorId):\($0.message)" }
+      == model.errors.sorted { $0.key < $1.key }.map { "\($0.key):\($0.value.errorId):\($0.value.message)" },
+    "errors differ after step \(step) of \(commands)")
+  #expect(snapshot.paused == model.paused, "pause differs after step \(step) of \(commands)")
+  #expect(snapshot.head == model.nextSequence - 1, "log head differs after step \(step) of \(commands)")
+  let caches = Dictionary(
+    uniqueKeysWithValues: snapshot.caches.map {
+      (
+        $0.key,
+        Model.Cache(
+          lastSuccess: $0.lastSuccess, lastAttempt: $0.lastAttempt, lastFailureAt: $0.lastFailure?.at,
+          count: $0.fetchCount)
+      )
+    })
+  #expect(caches == model.caches, "caches differ after step \(step) of \(commands)")
+}
