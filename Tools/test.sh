@@ -37,3 +37,6 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 
 swift test --skip-build "$@"
+
+# Power loss (not just process death): skipped, saying so, where root or loop devices are missing.
+bash Tools/power-loss.sh
