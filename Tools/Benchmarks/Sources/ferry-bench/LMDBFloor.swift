@@ -1,0 +1,62 @@
+import FerryLog
+import LMDB
+
+/// The bare LMDB floor: the same records put straight into a database, no Ferry in between.
+final class LMDBFloor {
+  let environment: Environment
+  let events: Database
+  var next: UInt64 = 1
+
+  init(path: String) throws {
+    environment = try Environment.open(path: path, databases: ["events"])
+    events = try environment.database("events")
+  }
+
+  /// One record per durable commit.
+  func singleCommits(_ count: Int, recordSize: Int) throws {
+    let value = [UInt8](repeating: 0x5A, count: recordSize)
+    for _ in 0..<count {
+      try environment.write { txn in try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append) }
+      next += 1
+    }
+  }
+
+  /// `count` records in durable commits of `batch` records each.
+  func batches(_ count: Int, batch: Int, recordSize: Int) throws {
+    let value = [UInt8](repeating: 0x5A, count: recordSize)
+    var left = count
+    while left > 0 {
+      let size = min(batch, left)
+      try environment.write { txn in
+        for _ in 0..<size {
+          try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append)
+          next += 1
+        }
+      }
+      left -= size
+    }
+  }
+
+  /// Walks every record with a cursor, touching each value; returns how many.
+  static func scan(path: String) throws -> Int {
+    var options = Environment.Options()
+    options.readOnly = true
+    let environment = try Environment.open(path: path, options: options, databases: ["events"])
+    defer { environment.close() }
+    let events = try environment.database("events")
+    var count = 0
+    var checksum = 0
+    try environment.read { txn in
+      try txn.withCursor(events) { cursor in
+        try cursor.scan(from: nil) { _, value in
+          count += 1
+          checksum &+= Int(value[0])
+          return true
+        }
+      }
+    }
+    return checksum == -1 ? 0 : count
+  }
+
+  func close() { environment.close() }
+}

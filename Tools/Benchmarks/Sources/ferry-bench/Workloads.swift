@@ -1,0 +1,324 @@
+import Ferry
+import FerryLog
+import Foundation
+import GRDB
+
+struct Item: Codable, Sendable { var name: String }
+let payloadData = Data(#"{"name":"milk"}"#.utf8)
+
+/// Sizes of one benchmark run.
+struct Sizes {
+  var sequentialAdds = 10_000
+  var concurrentAdds = 100_000
+  var callers = 64
+  var runLoop = 10_000
+  var lookupPending = 100_000
+  var lookupBlocked = 10_000
+  var lookups = 10_000
+  var rebuildEvents = 1_000_000
+  var openSizes = [10_000, 100_000, 1_000_000]
+  var runs = 3
+
+  static let quick = Sizes(
+    sequentialAdds: 300, concurrentAdds: 3_200, callers: 64, runLoop: 400, lookupPending: 10_000, lookupBlocked: 1_000,
+    lookups: 1_000, rebuildEvents: 50_000, openSizes: [1_000, 10_000, 50_000], runs: 1)
+}
+
+/// One figure of the report.
+struct Figure: Codable {
+  var workload: String
+  var metric: String
+  var ferry: Double
+  var sqlite: Double?
+  var floor: Double?
+  var unit: String
+  var target: String
+  var meets: Bool?
+}
+
+/// Ferry's record size for a task add with the benchmark's payload (the floor writes the same size).
+func ferryRecordSize() async throws -> Int {
+  let path = scratchPath("size")
+  defer { remove(path) }
+  let store = try await FerryStore.open(at: path)
+  defer { store.close() }
+  try await store.queue.add(tag: "t", payload: Item(name: "milk"))
+  return try store.log.record(at: 1)?.count ?? 64
+}
+
+/// 1. Sequential durable adds, one caller.
+func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
+  var ferry: [Double] = []
+  var sqlite: [Double] = []
+  var floor: [Double] = []
+  let n = sizes.sequentialAdds
+  for _ in 0..<sizes.runs {
+    let fp = scratchPath("w1f")
+    let store = try await FerryStore.open(at: fp)
+    ferry.append(Double(n) / (try await seconds { for _ in 0..<n { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } }))
+    store.close()
+    remove(fp)
+
+    let sp = scratchPath("w1s")
+    try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
+    let peer = try SQLitePeer(path: sp + "/queue.sqlite")
+    sqlite.append(Double(n) / (try await seconds { for _ in 0..<n { try await peer.add(tag: "t", payload: payloadData) } }))
+    try peer.close()
+    remove(sp)
+
+    let lp = scratchPath("w1l")
+    let bare = try LMDBFloor(path: lp)
+    floor.append(Double(n) / (try await seconds { try bare.singleCommits(n, recordSize: recordSize) }))
+    bare.close()
+    remove(lp)
+  }
+  let f = median(ferry)
+  let fl = median(floor)
+  return [
+    Figure(
+      workload: "1 sequential durable adds (\(n), 1 caller)", metric: "adds/s", ferry: f, sqlite: median(sqlite),
+      floor: fl, unit: "/s", target: "≥ 0.9× floor single commits", meets: f >= 0.9 * fl)
+  ]
+}
+
+/// 2. Many concurrent callers adding.
+func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
+  var ferry: [Double] = []
+  var sqlite: [Double] = []
+  var floor: [Double] = []
+  let perCaller = sizes.concurrentAdds / sizes.callers
+  let n = perCaller * sizes.callers
+  for _ in 0..<sizes.runs {
+    let fp = scratchPath("w2f")
+    let store = try await FerryStore.open(at: fp)
+    ferry.append(
+      Double(n)
+        / (try await seconds {
+          try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<sizes.callers {
+              group.addTask { for _ in 0..<perCaller { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } }
+            }
+            try await group.waitForAll()
+          }
+        }))
+    store.close()
+    remove(fp)
+
+    let sp = scratchPath("w2s")
+    try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
+    let peer = try SQLitePeer(path: sp + "/queue.sqlite")
+    sqlite.append(
+      Double(n)
+        / (try await seconds {
+          try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<sizes.callers {
+              group.addTask { for _ in 0..<perCaller { try await peer.add(tag: "t", payload: payloadData) } }
+            }
+            try await group.waitForAll()
+          }
+        }))
+    try peer.close()
+    remove(sp)
+
+    let lp = scratchPath("w2l")
+    let bare = try LMDBFloor(path: lp)
+    floor.append(Double(n) / (try await seconds { try bare.batches(n, batch: sizes.callers, recordSize: recordSize) }))
+    bare.close()
+    remove(lp)
+  }
+  let f = median(ferry)
+  let s = median(sqlite)
+  return [
+    Figure(
+      workload: "2 concurrent adds (\(n), \(sizes.callers) callers)", metric: "adds/s", ferry: f, sqlite: s,
+      floor: median(floor), unit: "/s", target: "≥ 10× SQLite", meets: f >= 10 * s)
+  ]
+}
+
+/// Adds `count` tasks quickly (64 callers), spread over `groups` groups (none when 0).
+func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [TaskID] {
+  try await withThrowingTaskGroup(of: [TaskID].self) { group in
+    let callers = 64
+    for caller in 0..<callers {
+      group.addTask {
+        var ids: [TaskID] = []
+        var i = caller
+        while i < count {
+          ids.append(
+            try await store.queue.add(tag: "t", payload: Item(name: "milk"), groupId: groups > 0 ? "g\(i % groups)" : nil))
+          i += callers
+        }
+        return ids
+      }
+    }
+    var all: [TaskID] = []
+    for try await ids in group { all += ids }
+    return all.sorted()
+  }
+}
+
+/// 3. The run loop with a no-op handler: serial, and 8 groups in parallel.
+func runLoop(_ sizes: Sizes) async throws -> [Figure] {
+  var serial: [Double] = []
+  var parallel: [Double] = []
+  var sqlite: [Double] = []
+  let n = sizes.runLoop
+  for _ in 0..<sizes.runs {
+    for groups in [0, 8] {
+      let fp = scratchPath("w3f")
+      let store = try await FerryStore.open(at: fp)
+      _ = try await fill(store, n, groups: groups)
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = groups == 0 ? 1 : 8
+      let runner = TaskRunner(queue: store.queue, configuration: configuration)
+      runner.register(tag: "t") { _ in .succeeded }
+      let rate = Double(n) / (try await seconds { _ = try await runner.run() })
+      if groups == 0 { serial.append(rate) } else { parallel.append(rate) }
+      store.close()
+      remove(fp)
+    }
+    let sp = scratchPath("w3s")
+    try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
+    let peer = try SQLitePeer(path: sp + "/queue.sqlite")
+    try await peer.addMany(n) { _ in nil }
+    sqlite.append(
+      Double(n)
+        / (try await seconds {
+          while let id = try peer.nextRunnable() { try await peer.complete(id) }
+        }))
+    try peer.close()
+    remove(sp)
+  }
+  let s = median(sqlite)
+  let p = median(parallel)
+  return [
+    Figure(
+      workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: median(serial), sqlite: s,
+      floor: nil, unit: "/s", target: "(reported)", meets: nil),
+    Figure(
+      workload: "3 run loop, no-op handler (\(n), 8 groups × 8)", metric: "tasks/s", ferry: p, sqlite: s, floor: nil,
+      unit: "/s", target: "≥ 3× SQLite serial", meets: p >= 3 * s),
+  ]
+}
+
+/// 4. Next-runnable lookup with many pending tasks, some blocked.
+func lookups(_ sizes: Sizes) async throws -> [Figure] {
+  let fp = scratchPath("w4f")
+  defer { remove(fp) }
+  let store = try await FerryStore.open(at: fp)
+  defer { store.close() }
+  let blocked = sizes.lookupBlocked
+  // The first `blocked` tasks: pairs in their own group, each head blocked by a recorded error.
+  var heads: [TaskID] = []
+  for i in 0..<(blocked / 2) {
+    heads.append(try await store.queue.add(tag: "t", payload: Item(name: "blocked"), groupId: "b\(i)"))
+    _ = try await store.queue.add(tag: "t", payload: Item(name: "behind"), groupId: "b\(i)")
+  }
+  try await withThrowingTaskGroup(of: Void.self) { group in
+    for chunk in stride(from: 0, to: heads.count, by: 64) {
+      let slice = heads[chunk..<min(chunk + 64, heads.count)]
+      group.addTask { for id in slice { try await store.queue.recordError(id, message: "blocked") } }
+    }
+    try await group.waitForAll()
+  }
+  _ = try await fill(store, sizes.lookupPending - blocked)
+  var ferry: [Double] = []
+  for _ in 0..<sizes.lookups {
+    let start = ContinuousClock.now
+    _ = try store.queue.nextRunnable()
+    let elapsed = ContinuousClock.now - start
+    ferry.append(Double(elapsed.components.attoseconds) / 1e12 + Double(elapsed.components.seconds) * 1e6)
+  }
+
+  let sp = scratchPath("w4s")
+  defer { remove(sp) }
+  try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
+  let peer = try SQLitePeer(path: sp + "/queue.sqlite")
+  try await peer.addMany(blocked) { "b\($0 / 2)" }
+  for id in try peer.firstIDs(blocked) where id % 2 == 1 { try await peer.recordError(id, message: "blocked") }
+  try await peer.addMany(sizes.lookupPending - blocked) { _ in nil }
+  var sqlite: [Double] = []
+  for _ in 0..<sizes.lookups {
+    let start = ContinuousClock.now
+    _ = try peer.nextRunnable()
+    let elapsed = ContinuousClock.now - start
+    sqlite.append(Double(elapsed.components.attoseconds) / 1e12 + Double(elapsed.components.seconds) * 1e6)
+  }
+  try peer.close()
+  let label = "4 next runnable (\(sizes.lookupPending) pending, \(blocked) blocked)"
+  let p50 = percentile(ferry, 50)
+  let p99 = percentile(ferry, 99)
+  return [
+    Figure(
+      workload: label, metric: "p50", ferry: p50, sqlite: percentile(sqlite, 50), floor: nil, unit: "µs",
+      target: "p50 ≤ 20 µs", meets: p50 <= 20),
+    Figure(
+      workload: label, metric: "p99", ferry: p99, sqlite: percentile(sqlite, 99), floor: nil, unit: "µs",
+      target: "p99 ≤ 100 µs", meets: p99 <= 100),
+  ]
+}
+
+/// Writes a log of `count` task-add events (the format of `Specs/task-events.md`) in big batches.
+func buildLog(_ path: String, events count: Int) async throws {
+  let store = try await FerryStore.open(at: path)
+  defer { store.close() }
+  var written = 0
+  while written < count {
+    let batch = min(10_000, count - written)
+    let events = (0..<batch).map { i -> NewEvent in
+      var writer = PayloadWriter()
+      writer.write("t")
+      writer.write(bytes: Array(payloadData))
+      writer.write(String?.none)
+      writer.write((written + i) % 10 == 0 ? "g\((written + i) % 100)" : String?.none)
+      writer.write(false)
+      writer.write(UInt8(0))
+      return NewEvent(type: "task.added", payload: writer.bytes)
+    }
+    _ = try await store.log.append(events)
+    written += batch
+  }
+}
+
+/// 5–7. Rebuild of every projection from a large log, open time as the log grows, peak memory.
+func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
+  var figures: [Figure] = []
+  let path = scratchPath("w5")
+  defer { remove(path) }
+  try await buildLog(path, events: sizes.rebuildEvents)
+  let n = sizes.rebuildEvents
+  let scanRate = Double(n) / (try await seconds { _ = try LMDBFloor.scan(path: path) })
+  let store = try await FerryStore.open(at: path)
+  resetPeakMemory()
+  let before = peakMemory()
+  let rebuildRate = Double(n) / (try await seconds { _ = try await store.log.rebuild() })
+  let peak = peakMemory()
+  store.close()
+  figures.append(
+    Figure(
+      workload: "5 rebuild of all projections (\(n) events)", metric: "events/s", ferry: rebuildRate, sqlite: nil,
+      floor: scanRate, unit: "/s", target: "≥ 1M/s and within 3× of a bare scan",
+      meets: rebuildRate >= 1_000_000 && rebuildRate * 3 >= scanRate))
+  figures.append(
+    Figure(
+      workload: "7 peak memory during that rebuild", metric: "RSS", ferry: Double(peak) / 1_048_576, sqlite: nil,
+      floor: Double(before) / 1_048_576, unit: "MiB", target: "≤ 64 MB", meets: Double(peak) <= 64 * 1_000_000))
+
+  for size in sizes.openSizes {
+    let openPath = size == n ? path : scratchPath("w6")
+    if size != n { try await buildLog(openPath, events: size) }
+    var times: [Double] = []
+    for _ in 0..<5 {
+      var opened: FerryStore?
+      times.append(try await seconds { opened = try await FerryStore.open(at: openPath) } * 1000)
+      opened?.close()
+    }
+    if size != n { remove(openPath) }
+    let t = median(times)
+    figures.append(
+      Figure(
+        workload: "6 open a store of \(size) events", metric: "open", ferry: t, sqlite: nil, floor: nil, unit: "ms",
+        target: "≤ 10 ms, flat", meets: t <= 10))
+  }
+  return figures
+}

@@ -1,0 +1,81 @@
+// Ferry's benchmarks: Ferry, the same queue on SQLite through GRDB, and the bare LMDB floor, in
+// one run on this machine. `ferry-bench [--quick] [--json] [--runs N]`. Times are reported, never
+// asserted: the targets column says where Ferry stands.
+import Foundation
+
+let arguments = CommandLine.arguments.dropFirst()
+let sizes: Sizes = {
+  var sizes = arguments.contains("--quick") ? Sizes.quick : Sizes()
+  if let index = arguments.firstIndex(of: "--runs"), arguments.index(after: index) < arguments.endIndex,
+    let runs = Int(arguments[arguments.index(after: index)])
+  {
+    sizes.runs = max(1, runs)
+  }
+  return sizes
+}()
+let json = arguments.contains("--json")
+
+func format(_ value: Double, _ unit: String) -> String {
+  switch unit {
+  case "/s": return value >= 1000 ? String(format: "%.0f/s", value) : String(format: "%.1f/s", value)
+  case "µs": return String(format: "%.1f µs", value)
+  case "ms": return String(format: "%.2f ms", value)
+  case "MiB": return String(format: "%.1f MiB", value)
+  default: return String(format: "%.2f", value)
+  }
+}
+
+let done = DispatchSemaphore(value: 0)
+Task.detached {
+  do {
+    let machine = machineDescription()
+    if !json {
+      print("machine: \(machine)")
+      print("mode: \(arguments.contains("--quick") ? "quick (small sizes, a smoke run)" : "full"), medians of \(sizes.runs) run(s)")
+    }
+    let recordSize = try await ferryRecordSize()
+    var figures: [Figure] = []
+    for workload in [
+      { try await sequentialAdds(sizes, recordSize: recordSize) }, { try await concurrentAdds(sizes, recordSize: recordSize) },
+      { try await runLoop(sizes) }, { try await lookups(sizes) }, { try await rebuildAndOpen(sizes) },
+    ] as [@Sendable () async throws -> [Figure]] {
+      let new = try await workload()
+      figures += new
+      if !json {
+        for figure in new {
+          var line = figure.workload.padding(toLength: 50, withPad: " ", startingAt: 0)
+          line += " ferry " + format(figure.ferry, figure.unit).padding(toLength: 14, withPad: " ", startingAt: 0)
+          if let sqlite = figure.sqlite {
+            line += " sqlite " + format(sqlite, figure.unit).padding(toLength: 13, withPad: " ", startingAt: 0)
+            if figure.unit == "/s" { line += String(format: " (%.1f× sqlite)", figure.ferry / max(sqlite, 1e-9)) }
+            if figure.unit == "µs" { line += String(format: " (%.1f× faster)", sqlite / max(figure.ferry, 1e-9)) }
+          }
+          if let floor = figure.floor {
+            let name = figure.unit == "MiB" ? "before" : (figure.workload.hasPrefix("5") ? "bare scan" : "floor")
+            line += " \(name) " + format(floor, figure.unit)
+            if figure.unit == "/s" { line += String(format: " (%.2f× %@)", figure.ferry / max(floor, 1e-9), name) }
+          }
+          line += "  target: \(figure.target)" + (figure.meets.map { $0 ? " ✓" : " ✗" } ?? "")
+          print(line)
+        }
+      }
+    }
+    if json {
+      struct Report: Codable {
+        var machine: String
+        var quick: Bool
+        var runs: Int
+        var figures: [Figure]
+      }
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+      let data = try encoder.encode(Report(machine: machine, quick: arguments.contains("--quick"), runs: sizes.runs, figures: figures))
+      print(String(decoding: data, as: UTF8.self))
+    }
+  } catch {
+    FileHandle.standardError.write(Data("ferry-bench: \(error)\n".utf8))
+    exit(1)
+  }
+  done.signal()
+}
+done.wait()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs Ferry's benchmarks (Tools/Benchmarks, a package of its own so `swift test` never builds GRDB):
+# Ferry against the same queue on SQLite (GRDB) and against the bare LMDB floor, in one run.
+#   bash Tools/bench.sh            # the full run (several minutes), table on stdout
+#   bash Tools/bench.sh --quick    # small sizes, under a minute: the smoke run CI does
+#   bash Tools/bench.sh --json     # the same figures as JSON;  --runs N for the medians
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source Tools/setup.sh
+if ! [ -f /usr/include/sqlite3.h ]; then
+  echo "ferry: installing libsqlite3-dev (for the SQLite peer)..."
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libsqlite3-dev >/dev/null
+fi
+cd Tools/Benchmarks
+ln -sfn ../.. FerryPackage   # a fixed package identity for the repository, whatever its directory is called
+echo "ferry: building the benchmarks (release)..." >&2
+swift build -c release --product ferry-bench >/dev/null 2>&1 || swift build -c release --product ferry-bench
+exec .build/release/ferry-bench "$@"
