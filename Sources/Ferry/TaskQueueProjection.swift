@@ -22,7 +22,8 @@ struct TaskQueueProjection: Projection {
       }
       let row = TaskRow(tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp)
       let id = event.sequence
-      try tables.put("tasks", key: QueueKey.task(id), value: row.bytes)
+      // A new task's id is the largest yet: its rows go at the end of `tasks` (and of `ready`).
+      try tables.putLast("tasks", key: QueueKey.task(id), value: row.bytes)
       if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
       if let dataId {
         try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
@@ -180,7 +181,7 @@ extension QueueTables where Tables == ProjectionTables {
     if row.status == .running { try tables.put("running", key: QueueKey.task(id), value: []) }
     guard try isEligible(id, row) else { return }
     switch row.status {
-    case .ready: try tables.put("ready", key: QueueKey.task(id), value: [])
+    case .ready: try tables.putLast("ready", key: QueueKey.task(id), value: [])
     case .waiting: try tables.put("waiting", key: QueueKey.waiting(row.eligibleAt ?? 0, id), value: [])
     case .running, .blocked, .dead: break
     }

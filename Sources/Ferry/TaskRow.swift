@@ -18,7 +18,8 @@ struct TaskRow: Equatable {
   var errorCount: UInt32
 
   var bytes: [UInt8] {
-    var writer = PayloadWriter()
+    var writer = PayloadWriter(
+      capacity: 64 + tag.utf8.count + (dataId?.utf8.count ?? 0) + (groupId?.utf8.count ?? 0))
     writer.write(tag)
     writer.write(dataId)
     writer.write(groupId)

@@ -12,8 +12,6 @@ struct EventIDIndex: Projection {
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     // The first event with an id wins, as in the live path, which never stores a duplicate.
-    if try tables.get(Self.table, key: event.id.bytes) == nil {
-      try tables.put(Self.table, key: event.id.bytes, value: event.sequence.bigEndianBytes)
-    }
+    try tables.putIfAbsent(Self.table, key: event.id.bytes, value: event.sequence.bigEndianBytes)
   }
 }

@@ -188,6 +188,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     try catchUpInline(to: head, txn)
     var results: [[UInt64]] = []
     results.reserveCapacity(requests.count)
+    let tables = core.projections.map { $0.tables(in: txn) }
     for (index, request) in requests.enumerated() {
       var sequences: [UInt64] = []
       sequences.reserveCapacity(request.events.count)
@@ -212,7 +213,7 @@ final class GroupCommitWriter: @unchecked Sendable {
             sequence: head, type: event.type, schemaVersion: event.currentSchemaVersion,
             storedSchemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
             payload: event.currentPayload)
-          try core.apply(logged, to: core.projections, txn)
+          try core.apply(logged, to: core.projections, tables: tables)
           sequences.append(head)
         }
         // A projection may have caught an LMDB error and carried on; LMDB refuses the rest of the

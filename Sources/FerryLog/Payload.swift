@@ -15,6 +15,9 @@ public struct PayloadWriter: Sendable {
   /// An empty writer.
   public init() {}
 
+  /// An empty writer with room for `capacity` bytes.
+  public init(capacity: Int) { bytes.reserveCapacity(capacity) }
+
   /// Writes a fixed-width integer, big-endian.
   public mutating func write<T: FixedWidthInteger>(_ value: T) {
     withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
@@ -24,7 +27,11 @@ public struct PayloadWriter: Sendable {
   public mutating func write(_ value: Bool) { bytes.append(value ? 1 : 0) }
 
   /// Writes a string as a u32 byte count and its UTF-8 bytes.
-  public mutating func write(_ value: String) { write(bytes: Array(value.utf8)) }
+  public mutating func write(_ value: String) {
+    let utf8 = value.utf8
+    write(UInt32(truncatingIfNeeded: utf8.count))
+    bytes.append(contentsOf: utf8)
+  }
 
   /// Writes a byte string as a u32 count and the bytes.
   public mutating func write(bytes value: [UInt8]) {

@@ -88,17 +88,18 @@ public final class ProjectionTables: ProjectionTableReading {
   /// The projection's name.
   public let projection: String
   let transaction: Transaction
-  let databases: [String: Database]
+  /// A projection has a handful of tables: a linear search of short names beats hashing them.
+  let databases: [(name: String, database: Database)]
 
   init(projection: String, transaction: Transaction, databases: [String: Database]) {
     self.projection = projection
     self.transaction = transaction
-    self.databases = databases
+    self.databases = databases.map { ($0.key, $0.value) }
   }
 
   func database(_ table: String) throws(FerryLogError) -> Database {
-    guard let db = databases[table] else { throw .unknownTable(projection: projection, table: table) }
-    return db
+    for entry in databases where entry.name == table { return entry.database }
+    throw .unknownTable(projection: projection, table: table)
   }
 
   /// The longest key a table can hold, in bytes.
@@ -126,6 +127,30 @@ public final class ProjectionTables: ProjectionTableReading {
   /// Stores `value` under `key` in `table` (replacing any value). Only during `apply`.
   public func put(_ table: String, key: [UInt8], value: [UInt8]) throws {
     try transaction.put(database(table), key: key, value: value)
+  }
+
+  /// Stores `value` under `key` in `table` where `key` is expected to sort after every key there
+  /// (a new largest id): LMDB then appends without searching. A key that does not sort last is
+  /// stored the ordinary way. Only during `apply`.
+  public func putLast(_ table: String, key: [UInt8], value: [UInt8]) throws {
+    let db = try database(table)
+    do {
+      try transaction.put(db, key: key, value: value, flags: .append)
+    } catch let error as LMDBError where error == .keyExists {
+      try transaction.put(db, key: key, value: value)
+    }
+  }
+
+  /// Stores `value` under `key` in `table` unless the key is there already; returns whether it
+  /// stored it. Only during `apply`.
+  @discardableResult
+  public func putIfAbsent(_ table: String, key: [UInt8], value: [UInt8]) throws -> Bool {
+    do {
+      try transaction.put(database(table), key: key, value: value, flags: .noOverwrite)
+      return true
+    } catch let error as LMDBError where error == .keyExists {
+      return false
+    }
   }
 
   /// Deletes `key` from `table`; returns whether it was there. Only during `apply`.

@@ -105,9 +105,15 @@ struct StoreCore: Sendable {
 
   /// Folds one event into the given projections.
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], _ txn: Transaction) throws {
-    for target in targets {
+    try apply(event, to: targets, tables: targets.map { $0.tables(in: txn) })
+  }
+
+  /// Folds one event into the given projections through their tables in the open transaction
+  /// (made once per transaction, not once per event).
+  func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
+    for (target, tables) in zip(targets, tables) {
       do {
-        try target.projection.apply(event, to: target.tables(in: txn))
+        try target.projection.apply(event, to: tables)
       } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
         throw error  // the map grows and the transaction is retried; not the projection's fault
       } catch {
@@ -129,6 +135,7 @@ struct StoreCore: Sendable {
     var applied = position
     guard expected <= last, limit > 0 else { return position }
     var failure: (any Error)?
+    let tables = targets.map { $0.tables(in: targetTxn) }
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
         guard let sequence = UInt64(bigEndianBytes: key) else {
@@ -141,7 +148,7 @@ struct StoreCore: Sendable {
           return false
         }
         let event = try decode(value, sequence: sequence)
-        try apply(event, to: targets, targetTxn)
+        try apply(event, to: targets, tables: tables)
         applied = sequence
         guard sequence < last else { return false }
         expected = sequence + 1

@@ -19,6 +19,8 @@ public final class Transaction {
   /// The first LMDB error any operation of this transaction returned, even if the caller's code
   /// caught it: after most errors LMDB refuses the rest of the transaction.
   public private(set) var firstFailure: LMDBError?
+  /// Cursors kept for reuse, one per database, while not in use (opening one costs an allocation).
+  private var idleCursors: [MDB_dbi: Cursor] = [:]
 
   init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
     self.txn = txn
@@ -40,14 +42,24 @@ public final class Transaction {
     }
   }
 
+  private func closeCursors() {
+    for cursor in idleCursors.values {
+      cursor.isClosed = true
+      mdb_cursor_close(cursor.cursor)
+    }
+    idleCursors = [:]
+  }
+
   func commit() throws(LMDBError) {
     try ensureOpen()
+    closeCursors()
     isFinished = true
     try check(mdb_txn_commit(txn), "committing a transaction")
   }
 
   func abortIfOpen() {
     if isFinished { return }
+    closeCursors()
     isFinished = true
     mdb_txn_abort(txn)
   }
@@ -132,19 +144,30 @@ public final class Transaction {
       pages: stat.ms_branch_pages + stat.ms_leaf_pages + stat.ms_overflow_pages)
   }
 
-  /// Runs `body` with a cursor over `db`, closed when `body` returns.
+  /// Runs `body` with a cursor over `db`, valid only during the call (the transaction keeps it for
+  /// reuse afterwards, and closes it when it finishes).
   @discardableResult
   public func withCursor<R>(_ db: Database, _ body: (Cursor) throws -> R) throws -> R {
     try ensureOpen()
-    var cursorPointer: OpaquePointer?
-    try check(mdb_cursor_open(txn, db.dbi, &cursorPointer), "opening a cursor on '\(db.name)'")
-    guard let pointer = cursorPointer else {
-      throw LMDBError(code: MDB_BAD_TXN, message: "mdb_cursor_open returned no cursor")
+    // Reuse this database's idle cursor; a nested use of the same database gets one of its own.
+    let cursor: Cursor
+    if let idle = idleCursors.removeValue(forKey: db.dbi) {
+      cursor = idle
+    } else {
+      var cursorPointer: OpaquePointer?
+      try check(mdb_cursor_open(txn, db.dbi, &cursorPointer), "opening a cursor on '\(db.name)'")
+      guard let pointer = cursorPointer else {
+        throw LMDBError(code: MDB_BAD_TXN, message: "mdb_cursor_open returned no cursor")
+      }
+      cursor = Cursor(cursor: pointer, transaction: self, database: db)
     }
-    let cursor = Cursor(cursor: pointer, transaction: self, database: db)
     defer {
-      cursor.isClosed = true
-      mdb_cursor_close(pointer)
+      if isFinished || idleCursors[db.dbi] != nil {
+        cursor.isClosed = true
+        mdb_cursor_close(cursor.cursor)
+      } else {
+        idleCursors[db.dbi] = cursor
+      }
     }
     return try body(cursor)
   }

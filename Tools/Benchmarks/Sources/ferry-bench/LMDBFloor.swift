@@ -16,7 +16,9 @@ final class LMDBFloor {
   func singleCommits(_ count: Int, recordSize: Int) throws {
     let value = [UInt8](repeating: 0x5A, count: recordSize)
     for _ in 0..<count {
-      try environment.write { txn in try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append) }
+      try environment.write { txn in
+        try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append)
+      }
       next += 1
     }
   }

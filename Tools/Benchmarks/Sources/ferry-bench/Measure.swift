@@ -16,7 +16,8 @@ func seconds(_ work: () async throws -> Void) async rethrows -> Double {
 func median(_ values: [Double]) -> Double {
   let sorted = values.sorted()
   guard !sorted.isEmpty else { return 0 }
-  return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+  return sorted.count % 2 == 1
+    ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
 }
 
 /// The p-th percentile (0...100) of some figures.
@@ -60,7 +61,9 @@ func machineDescription() -> String {
   if let cpu = try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8),
     let line = cpu.split(separator: "\n").first(where: { $0.hasPrefix("model name") })
   {
-    model = line.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? model
+    model =
+      line.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? model
   }
-  return "\(machine), \(ProcessInfo.processInfo.activeProcessorCount) cores (\(model)), \(memory) GiB, Linux \(release)"
+  return
+    "\(machine), \(ProcessInfo.processInfo.activeProcessorCount) cores (\(model)), \(memory) GiB, Linux \(release)"
 }

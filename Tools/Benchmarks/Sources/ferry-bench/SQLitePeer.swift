@@ -33,7 +33,9 @@ final class SQLitePeer: Sendable {
   private static func insert(_ db: Database, tag: String, payload: Data, groupId: String?) throws -> Int64 {
     let isHead: Bool
     if let groupId {
-      isHead = try Bool.fetchOne(db, sql: "SELECT NOT EXISTS (SELECT 1 FROM tasks WHERE groupId = ?)", arguments: [groupId]) ?? true
+      isHead =
+        try Bool.fetchOne(
+          db, sql: "SELECT NOT EXISTS (SELECT 1 FROM tasks WHERE groupId = ?)", arguments: [groupId]) ?? true
     } else {
       isHead = true
     }
@@ -55,14 +57,17 @@ final class SQLitePeer: Sendable {
   /// Adds many tasks in one transaction (for setting up large queues quickly).
   func addMany(_ count: Int, groupOf: @Sendable (Int) -> String?) async throws {
     try await pool.write { db in
-      for i in 0..<count { _ = try Self.insert(db, tag: "t", payload: Data("{\"n\":\(i)}".utf8), groupId: groupOf(i)) }
+      for i in 0..<count {
+        _ = try Self.insert(db, tag: "t", payload: Data("{\"n\":\(i)}".utf8), groupId: groupOf(i))
+      }
     }
   }
 
   /// The next runnable task: ready, not manual, first in its group.
   func nextRunnable() throws -> Int64? {
     try pool.read { db in
-      try Int64.fetchOne(db, sql: "SELECT id FROM tasks WHERE status = 0 AND manual = 0 AND isHead = 1 ORDER BY id LIMIT 1")
+      try Int64.fetchOne(
+        db, sql: "SELECT id FROM tasks WHERE status = 0 AND manual = 0 AND isHead = 1 ORDER BY id LIMIT 1")
     }
   }
 
@@ -73,7 +78,8 @@ final class SQLitePeer: Sendable {
       try db.execute(sql: "DELETE FROM tasks WHERE id = ?", arguments: [id])
       if let group {
         try db.execute(
-          sql: "UPDATE tasks SET isHead = 1 WHERE id = (SELECT MIN(id) FROM tasks WHERE groupId = ?)", arguments: [group])
+          sql: "UPDATE tasks SET isHead = 1 WHERE id = (SELECT MIN(id) FROM tasks WHERE groupId = ?)",
+          arguments: [group])
       }
     }
   }
@@ -90,7 +96,9 @@ final class SQLitePeer: Sendable {
 
   /// The ids of the first `count` tasks.
   func firstIDs(_ count: Int) throws -> [Int64] {
-    try pool.read { db in try Int64.fetchAll(db, sql: "SELECT id FROM tasks ORDER BY id LIMIT ?", arguments: [count]) }
+    try pool.read { db in
+      try Int64.fetchAll(db, sql: "SELECT id FROM tasks ORDER BY id LIMIT ?", arguments: [count])
+    }
   }
 
   func close() throws { try pool.close() }

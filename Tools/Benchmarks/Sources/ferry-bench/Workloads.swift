@@ -20,7 +20,8 @@ struct Sizes {
   var runs = 3
 
   static let quick = Sizes(
-    sequentialAdds: 300, concurrentAdds: 3_200, callers: 64, runLoop: 400, lookupPending: 10_000, lookupBlocked: 1_000,
+    sequentialAdds: 300, concurrentAdds: 3_200, callers: 64, runLoop: 400, lookupPending: 10_000,
+    lookupBlocked: 1_000,
     lookups: 1_000, rebuildEvents: 50_000, openSizes: [1_000, 10_000, 50_000], runs: 1)
 }
 
@@ -55,14 +56,20 @@ func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   for _ in 0..<sizes.runs {
     let fp = scratchPath("w1f")
     let store = try await FerryStore.open(at: fp)
-    ferry.append(Double(n) / (try await seconds { for _ in 0..<n { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } }))
+    ferry.append(
+      Double(n)
+        / (try await seconds {
+          for _ in 0..<n { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+        }))
     store.close()
     remove(fp)
 
     let sp = scratchPath("w1s")
     try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
     let peer = try SQLitePeer(path: sp + "/queue.sqlite")
-    sqlite.append(Double(n) / (try await seconds { for _ in 0..<n { try await peer.add(tag: "t", payload: payloadData) } }))
+    sqlite.append(
+      Double(n)
+        / (try await seconds { for _ in 0..<n { try await peer.add(tag: "t", payload: payloadData) } }))
     try peer.close()
     remove(sp)
 
@@ -76,7 +83,8 @@ func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   let fl = median(floor)
   return [
     Figure(
-      workload: "1 sequential durable adds (\(n), 1 caller)", metric: "adds/s", ferry: f, sqlite: median(sqlite),
+      workload: "1 sequential durable adds (\(n), 1 caller)", metric: "adds/s", ferry: f,
+      sqlite: median(sqlite),
       floor: fl, unit: "/s", target: "≥ 0.9× floor single commits", meets: f >= 0.9 * fl)
   ]
 }
@@ -96,7 +104,9 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
         / (try await seconds {
           try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<sizes.callers {
-              group.addTask { for _ in 0..<perCaller { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } }
+              group.addTask {
+                for _ in 0..<perCaller { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+              }
             }
             try await group.waitForAll()
           }
@@ -122,7 +132,8 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
 
     let lp = scratchPath("w2l")
     let bare = try LMDBFloor(path: lp)
-    floor.append(Double(n) / (try await seconds { try bare.batches(n, batch: sizes.callers, recordSize: recordSize) }))
+    floor.append(
+      Double(n) / (try await seconds { try bare.batches(n, batch: sizes.callers, recordSize: recordSize) }))
     bare.close()
     remove(lp)
   }
@@ -145,7 +156,8 @@ func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [T
         var i = caller
         while i < count {
           ids.append(
-            try await store.queue.add(tag: "t", payload: Item(name: "milk"), groupId: groups > 0 ? "g\(i % groups)" : nil))
+            try await store.queue.add(
+              tag: "t", payload: Item(name: "milk"), groupId: groups > 0 ? "g\(i % groups)" : nil))
           i += callers
         }
         return ids
@@ -193,10 +205,12 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   let p = median(parallel)
   return [
     Figure(
-      workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: median(serial), sqlite: s,
+      workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: median(serial),
+      sqlite: s,
       floor: nil, unit: "/s", target: "(reported)", meets: nil),
     Figure(
-      workload: "3 run loop, no-op handler (\(n), 8 groups × 8)", metric: "tasks/s", ferry: p, sqlite: s, floor: nil,
+      workload: "3 run loop, no-op handler (\(n), 8 groups × 8)", metric: "tasks/s", ferry: p, sqlite: s,
+      floor: nil,
       unit: "/s", target: "≥ 3× SQLite serial", meets: p >= 3 * s),
   ]
 }
@@ -235,7 +249,9 @@ func lookups(_ sizes: Sizes) async throws -> [Figure] {
   try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
   let peer = try SQLitePeer(path: sp + "/queue.sqlite")
   try await peer.addMany(blocked) { "b\($0 / 2)" }
-  for id in try peer.firstIDs(blocked) where id % 2 == 1 { try await peer.recordError(id, message: "blocked") }
+  for id in try peer.firstIDs(blocked) where id % 2 == 1 {
+    try await peer.recordError(id, message: "blocked")
+  }
   try await peer.addMany(sizes.lookupPending - blocked) { _ in nil }
   var sqlite: [Double] = []
   for _ in 0..<sizes.lookups {
@@ -296,13 +312,16 @@ func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
   store.close()
   figures.append(
     Figure(
-      workload: "5 rebuild of all projections (\(n) events)", metric: "events/s", ferry: rebuildRate, sqlite: nil,
+      workload: "5 rebuild of all projections (\(n) events)", metric: "events/s", ferry: rebuildRate,
+      sqlite: nil,
       floor: scanRate, unit: "/s", target: "≥ 1M/s and within 3× of a bare scan",
       meets: rebuildRate >= 1_000_000 && rebuildRate * 3 >= scanRate))
   figures.append(
     Figure(
-      workload: "7 peak memory during that rebuild", metric: "RSS", ferry: Double(peak) / 1_048_576, sqlite: nil,
-      floor: Double(before) / 1_048_576, unit: "MiB", target: "≤ 64 MB", meets: Double(peak) <= 64 * 1_000_000))
+      workload: "7 peak memory during that rebuild", metric: "RSS", ferry: Double(peak) / 1_048_576,
+      sqlite: nil,
+      floor: Double(before) / 1_048_576, unit: "MiB", target: "≤ 64 MB", meets: Double(peak) <= 64 * 1_000_000
+    ))
 
   for size in sizes.openSizes {
     let openPath = size == n ? path : scratchPath("w6")
@@ -317,7 +336,8 @@ func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
     let t = median(times)
     figures.append(
       Figure(
-        workload: "6 open a store of \(size) events", metric: "open", ferry: t, sqlite: nil, floor: nil, unit: "ms",
+        workload: "6 open a store of \(size) events", metric: "open", ferry: t, sqlite: nil, floor: nil,
+        unit: "ms",
         target: "≤ 10 ms, flat", meets: t <= 10))
   }
   return figures

@@ -1,6 +1,7 @@
 // Ferry's benchmarks: Ferry, the same queue on SQLite through GRDB, and the bare LMDB floor, in
 // one run on this machine. `ferry-bench [--quick] [--json] [--runs N]`. Times are reported, never
 // asserted: the targets column says where Ferry stands.
+import Ferry
 import Foundation
 
 let arguments = CommandLine.arguments.dropFirst()
@@ -14,6 +15,30 @@ let sizes: Sizes = {
   return sizes
 }()
 let json = arguments.contains("--json")
+
+// `--profile-rebuild N`: build a log of N events, then only rebuild it (for callgrind).
+if let index = arguments.firstIndex(of: "--profile-rebuild"),
+  arguments.index(after: index) < arguments.endIndex,
+  let count = Int(arguments[arguments.index(after: index)])
+{
+  let finished = DispatchSemaphore(value: 0)
+  Task.detached {
+    let path = scratchPath("profile")
+    do {
+      try await buildLog(path, events: count)
+      let store = try await FerryStore.open(at: path)
+      let rate = Double(count) / (try await seconds { _ = try await store.log.rebuild() })
+      print(String(format: "rebuilt %d events at %.0f events/s", count, rate))
+      store.close()
+    } catch {
+      print("profile failed: \(error)")
+    }
+    remove(path)
+    finished.signal()
+  }
+  finished.wait()
+  exit(0)
+}
 
 func format(_ value: Double, _ unit: String) -> String {
   switch unit {
@@ -31,12 +56,15 @@ Task.detached {
     let machine = machineDescription()
     if !json {
       print("machine: \(machine)")
-      print("mode: \(arguments.contains("--quick") ? "quick (small sizes, a smoke run)" : "full"), medians of \(sizes.runs) run(s)")
+      print(
+        "mode: \(arguments.contains("--quick") ? "quick (small sizes, a smoke run)" : "full"), medians of \(sizes.runs) run(s)"
+      )
     }
     let recordSize = try await ferryRecordSize()
     var figures: [Figure] = []
     for workload in [
-      { try await sequentialAdds(sizes, recordSize: recordSize) }, { try await concurrentAdds(sizes, recordSize: recordSize) },
+      { try await sequentialAdds(sizes, recordSize: recordSize) },
+      { try await concurrentAdds(sizes, recordSize: recordSize) },
       { try await runLoop(sizes) }, { try await lookups(sizes) }, { try await rebuildAndOpen(sizes) },
     ] as [@Sendable () async throws -> [Figure]] {
       let new = try await workload()
@@ -44,16 +72,25 @@ Task.detached {
       if !json {
         for figure in new {
           var line = figure.workload.padding(toLength: 50, withPad: " ", startingAt: 0)
-          line += " ferry " + format(figure.ferry, figure.unit).padding(toLength: 14, withPad: " ", startingAt: 0)
+          line +=
+            " ferry " + format(figure.ferry, figure.unit).padding(toLength: 14, withPad: " ", startingAt: 0)
           if let sqlite = figure.sqlite {
-            line += " sqlite " + format(sqlite, figure.unit).padding(toLength: 13, withPad: " ", startingAt: 0)
-            if figure.unit == "/s" { line += String(format: " (%.1f× sqlite)", figure.ferry / max(sqlite, 1e-9)) }
-            if figure.unit == "µs" { line += String(format: " (%.1f× faster)", sqlite / max(figure.ferry, 1e-9)) }
+            line +=
+              " sqlite " + format(sqlite, figure.unit).padding(toLength: 13, withPad: " ", startingAt: 0)
+            if figure.unit == "/s" {
+              line += String(format: " (%.1f× sqlite)", figure.ferry / max(sqlite, 1e-9))
+            }
+            if figure.unit == "µs" {
+              line += String(format: " (%.1f× faster)", sqlite / max(figure.ferry, 1e-9))
+            }
           }
           if let floor = figure.floor {
-            let name = figure.unit == "MiB" ? "before" : (figure.workload.hasPrefix("5") ? "bare scan" : "floor")
+            let name =
+              figure.unit == "MiB" ? "before" : (figure.workload.hasPrefix("5") ? "bare scan" : "floor")
             line += " \(name) " + format(floor, figure.unit)
-            if figure.unit == "/s" { line += String(format: " (%.2f× %@)", figure.ferry / max(floor, 1e-9), name) }
+            if figure.unit == "/s" {
+              line += String(format: " (%.2f× %@)", figure.ferry / max(floor, 1e-9), name)
+            }
           }
           line += "  target: \(figure.target)" + (figure.meets.map { $0 ? " ✓" : " ✗" } ?? "")
           print(line)
@@ -69,7 +106,8 @@ Task.detached {
       }
       let encoder = JSONEncoder()
       encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
-      let data = try encoder.encode(Report(machine: machine, quick: arguments.contains("--quick"), runs: sizes.runs, figures: figures))
+      let data = try encoder.encode(
+        Report(machine: machine, quick: arguments.contains("--quick"), runs: sizes.runs, figures: figures))
       print(String(decoding: data, as: UTF8.self))
     }
   } catch {
