@@ -182,7 +182,7 @@ import Testing
   @Test func theSameEventIdIsStoredOnce() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
-    var log = try store.open()
+    var log = try store.open { $0.idempotentAppends = true }
     let id = try #require(EventID(hex: "0190c6a2-7e1b-7c3d-8e4f-a1b2c3d4e5f6"))
     let first = try await log.append(NewEvent(type: "pay", payload: payload("once"), id: id))
     let again = try await log.append(NewEvent(type: "pay", payload: payload("once"), id: id))
@@ -213,7 +213,7 @@ import Testing
     _ = try await log.append(NewEvent(type: "pay", payload: [], id: id))
     #expect(try log.head() == 4)
     log.close()
-    log = try store.open()
+    log = try store.open { $0.idempotentAppends = true }
     defer { log.close() }
     #expect(log.eventsReplayedAtOpen == 1)
     #expect(try await log.append(NewEvent(type: "pay", payload: [], id: id)) == first)

@@ -307,7 +307,9 @@ func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
   let store = try await FerryStore.open(at: path)
   resetPeakMemory()
   let before = peakMemory()
+  let sampler = AnonymousMemorySampler()
   let rebuildRate = Double(n) / (try await seconds { _ = try await store.log.rebuild() })
+  let peakAnonymous = sampler.stop()
   let peak = peakMemory()
   store.close()
   figures.append(
