@@ -1,4 +1,5 @@
 import FerryLog
+import Synchronization
 
 /// One Ferry store: the event log with both sides on it — the task queue (push) and the cache
 /// ledger (pull) — so that a refresh can wait for the changes the server has not seen yet.
@@ -19,6 +20,8 @@ public final class FerryStore: Sendable {
     public var initialMapSize = 1 << 20
     /// Events replayed per transaction when projections are rebuilt or caught up.
     public var rebuildChunkSize = 20_000
+    /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:)`` any time).
+    public var automaticCompaction: AutomaticCompaction?
     /// Waits until `clock` reads at least the given time (Unix milliseconds). Nil sleeps for the
     /// difference in real time; a test clock supplies one that waits for the test to advance it.
     public var sleep: (@Sendable (Int64) async -> Void)?
@@ -33,6 +36,8 @@ public final class FerryStore: Sendable {
   public let queue: TaskQueue
   /// The pull side.
   public let ledger: CacheLedger
+  /// The automatic compaction task, when configured.
+  let automaticCompaction = Mutex<Task<Void, Never>?>(nil)
 
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(
@@ -61,6 +66,7 @@ public final class FerryStore: Sendable {
         _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent })
       }
       let clock = configuration.clock
+      let automatic = configuration.automaticCompaction
       let sleep =
         configuration.sleep ?? { @Sendable (until: Int64) in
           while !Task.isCancelled {
@@ -69,9 +75,11 @@ public final class FerryStore: Sendable {
             try? await Task.sleep(for: .milliseconds(delay))
           }
         }
-      return FerryStore(
+      let store = FerryStore(
         log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep, interrupted: running),
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+      if let automatic { store.startAutomaticCompaction(automatic) }
+      return store
     } catch {
       log.close()
       throw error
@@ -86,6 +94,7 @@ public final class FerryStore: Sendable {
 
   /// Waits for pending writes and closes the store (both sides).
   public func close() {
+    automaticCompaction.withLock { $0?.cancel() }
     queue.close()
     ledger.close()
   }

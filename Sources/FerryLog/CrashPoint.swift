@@ -21,6 +21,8 @@ public enum CrashPoint {
   public static let rebuildChunk = "rebuild.chunk"
   /// While a new store is being created: its environment exists, its metadata does not yet.
   public static let creatingStore = "create.beforeMeta"
+  /// Inside a compaction's transaction: snapshot written, events removed, not yet committed.
+  public static let compaction = "compaction"
   /// During crash recovery at open, before interrupted runs are logged.
   public static let recovery = "recovery"
 

@@ -168,7 +168,7 @@ public final class EventLog: Sendable {
     for projection in projections {
       let databaseNames = BoundProjection.databaseNames(of: projection)
       tablesByProjection[projection.name] = databaseNames
-      names += databaseNames
+      names += databaseNames + BoundProjection.snapshotDatabaseNames(of: projection)
     }
     var stale: [String: String] = [:]
     if configuration.readOnly {
@@ -176,7 +176,8 @@ public final class EventLog: Sendable {
       for projection in projections {
         let databaseNames = tablesByProjection[projection.name] ?? []
         if databaseNames.allSatisfy(existing.contains) {
-          try environment.openDatabases(databaseNames, create: false)
+          let snapshots = BoundProjection.snapshotDatabaseNames(of: projection)
+          try environment.openDatabases(databaseNames + snapshots.filter(existing.contains), create: false)
         } else {
           stale[projection.name] = "its tables do not exist in this store"
         }

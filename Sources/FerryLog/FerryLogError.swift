@@ -39,6 +39,11 @@ public enum FerryLogError: Error, CustomStringConvertible {
   /// The sequence numbers of the log are not contiguous: `expected` is missing and `found` follows
   /// it (nil when the log ends early).
   case sequenceGap(expected: UInt64, found: UInt64?)
+  /// The state asked for lies before the newest compaction: the events it needs were removed.
+  case historyCompacted(through: UInt64)
+  /// A snapshot cannot be used (missing, of another version, or failing its CRC) where the log
+  /// was compacted, so the projection cannot be rebuilt exactly.
+  case snapshotUnusable(projection: String, reason: String)
   /// The log was closed; no more appends are taken.
   case closed
   /// LMDB (or the operating system beneath it) failed.
@@ -76,6 +81,11 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .sequenceGap(let expected, let found):
       return "the log has a gap: sequence \(expected) is missing"
         + (found.map { ", \($0) follows" } ?? " and the log ends")
+    case .historyCompacted(let through):
+      return
+        "history up to sequence \(through) was compacted: the earliest state that can be shown is as of \(through)"
+    case .snapshotUnusable(let projection, let reason):
+      return "the snapshot of '\(projection)' cannot be used: \(reason)"
     case .closed: return "the event log is closed"
     case .storage(let error): return "storage error: \(error)"
     }

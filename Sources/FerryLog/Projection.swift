@@ -71,6 +71,7 @@ extension ProjectionTableReading {
 /// Names the LMDB database that holds one table of one projection.
 enum TableNaming {
   static func databaseName(projection: String, table: String) -> String { "p:\(projection):\(table)" }
+  static func snapshotName(projection: String, table: String) -> String { "s:\(projection):\(table)" }
 
   static func isValidName(_ name: String, maxLength: Int = 48) -> Bool {
     let utf8 = name.utf8

@@ -112,9 +112,13 @@ extension EventLog {
       for target in core.projections {
         let state = try core.state(of: target.name, txn)
         if state == nil || state?.version != target.projection.version || reset.contains(target.name) {
-          for database in target.databases.values { try txn.empty(database) }
+          // Start from the newest snapshot when it is of this version and intact (the events it
+          // covers may have been compacted away); otherwise from nothing, replaying what the log
+          // still holds.
+          let start = try core.restoreFromSnapshot(target, txn) ?? 0
+          if start == 0 { for database in target.databases.values { try txn.empty(database) } }
           try core.setState(
-            ProjectionState(version: target.projection.version, position: 0), of: target.name, txn)
+            ProjectionState(version: target.projection.version, position: start), of: target.name, txn)
         }
       }
     }
@@ -239,12 +243,82 @@ extension EventLog {
   }
 
   /// Replays the snapshot's log into the scratch area; records problems; returns the last sequence applied.
+  /// Seeds a scratch area with the store's snapshots when the log was compacted (the events they
+  /// cover may be gone), checking each snapshot's version and CRC; returns the sequence to replay
+  /// from (0 when the log was never compacted).
+  func seedFromSnapshots(_ scratch: ScratchArea, from txn: Transaction) throws -> UInt64 {
+    let compacted = try core.compactedThrough(txn)
+    guard compacted > 0 else { return 0 }
+    var covered = compacted
+    for rebuilt in scratch.projections {
+      let projection = rebuilt.projection
+      guard let snapshot = try core.snapshot(of: projection.name, txn) else {
+        throw FerryLogError.snapshotUnusable(
+          projection: projection.name, reason: "the log was compacted and it has no snapshot")
+      }
+      guard snapshot.version == projection.version else {
+        throw FerryLogError.snapshotUnusable(
+          projection: projection.name,
+          reason: "its snapshot is of version \(snapshot.version), the code has version \(projection.version)"
+        )
+      }
+      var sources: [String: Database] = [:]
+      for table in projection.tables {
+        sources[table] = try environment.database(
+          TableNaming.snapshotName(projection: projection.name, table: table))
+      }
+      let check = try StoreCore.checksum(sources.map { ($0.key, $0.value) }, txn)
+      guard check.crc == snapshot.crc, check.rows == snapshot.rows else {
+        throw FerryLogError.snapshotUnusable(
+          projection: projection.name,
+          reason: "its snapshot fails its CRC32C (\(check.rows) rows, \(snapshot.rows) expected)")
+      }
+      try scratch.environment.write { scratchTxn in
+        for (table, source) in sources {
+          guard let target = rebuilt.databases[table] else { continue }
+          try txn.withCursor(source) { cursor in
+            try cursor.scan(from: nil) { key, value in
+              try scratchTxn.put(target, key: Array(key), value: Array(value), flags: .append)
+              return true
+            }
+          }
+        }
+      }
+      covered = snapshot.sequence
+    }
+    return covered
+  }
+
   private func rebuild(
     into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport
   )
     -> UInt64
   {
     var position: UInt64 = 0
+    do {
+      position = try seedFromSnapshots(scratch, from: txn)
+      // The records the snapshot covers are not replayed, but every one still there is checked.
+      if position > 0 {
+        try txn.withCursor(core.events) { cursor in
+          try cursor.scan(from: nil) { key, value in
+            guard let sequence = UInt64(bigEndianBytes: key), sequence <= position else { return false }
+            _ = try core.decode(value, sequence: sequence)
+            report.recordsChecked += 1
+            return true
+          }
+        }
+      }
+    } catch let error as FerryLogError {
+      switch error {
+      case .corruptRecord(let sequence, let reason):
+        report.problems.append(.unreadableRecord(sequence: sequence, reason: reason))
+      default: report.problems.append(.projectionState(projection: "(snapshot)", reason: error.description))
+      }
+      return 0
+    } catch {
+      report.problems.append(.projectionState(projection: "(snapshot)", reason: "\(error)"))
+      return 0
+    }
     let chunk = max(1, configuration.rebuildChunkSize)
     while position < head {
       do {
@@ -338,7 +412,9 @@ extension EventLog {
       let until = try environment.read { txn -> UInt64 in
         let head = try core.head(txn)
         let until = min(sequence ?? head, head)
-        var position: UInt64 = 0
+        let compacted = try core.compactedThrough(txn)
+        if until < compacted { throw FerryLogError.historyCompacted(through: compacted) }
+        var position = try seedFromSnapshots(scratch, from: txn)
         while position < until {
           position = try scratch.environment.write { scratchTxn in
             try core.replay(
@@ -357,5 +433,89 @@ extension EventLog {
           LogView(core: scratchCore, transaction: txn, stale: [:], fixedHead: until, checksState: false))
       }
     }
+  }
+}
+
+/// What a compaction did.
+public struct CompactionReport: Sendable, Equatable {
+  /// The sequence the snapshot covers: every event at or below it was considered.
+  public var snapshotSequence: UInt64
+  /// Events removed now.
+  public var removed: Int
+  /// Bytes of records removed now.
+  public var removedBytes: Int
+  /// Events left in the log.
+  public var remaining: Int
+  /// Rows in the snapshot, over every projection.
+  public var snapshotRows: UInt64
+}
+
+extension EventLog {
+  /// Takes a snapshot of every projection at the head and removes the events `isRemovable`
+  /// accepts among those it covers — all in one transaction, so a crash leaves the store before or
+  /// after the compaction, never between. Rebuilds, verify and time travel then start from the
+  /// snapshot and replay only what follows.
+  ///
+  /// `isRemovable` must only accept events no projection needs past the snapshot (the domain
+  /// knows which: Ferry's retention policy removes finished tasks and old fetches).
+  public func compact(
+    removing isRemovable: @escaping @Sendable (LoggedEvent) -> Bool
+  ) async throws -> CompactionReport {
+    guard let writer else {
+      throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
+    }
+    let core = self.core
+    let environment = self.environment
+    return try await withCheckedThrowingContinuation { continuation in
+      let accepted = writer.submit(
+        .exclusive {
+          do {
+            let report = try environment.write { txn -> CompactionReport in
+              let head = try core.head(txn)
+              var rows: UInt64 = 0
+              for target in core.projections where !target.snapshotDatabases.isEmpty {
+                try StoreCore.copyRows(from: target.databases, to: target.snapshotDatabases, txn)
+                let check = try StoreCore.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
+                rows += check.rows
+                try txn.put(
+                  core.meta, key: MetaKey.snapshot(target.name),
+                  value: SnapshotState(
+                    version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows
+                  )
+                  .bytes)
+              }
+              var doomed: [(UInt64, Int)] = []
+              var kept = 0
+              try txn.withCursor(core.events) { cursor in
+                try cursor.scan(from: nil) { key, value in
+                  guard let sequence = UInt64(bigEndianBytes: key), sequence <= head else { return false }
+                  let event = try core.decode(value, sequence: sequence)
+                  if isRemovable(event) { doomed.append((sequence, value.count)) } else { kept += 1 }
+                  return true
+                }
+              }
+              for (sequence, _) in doomed { try txn.delete(core.events, key: sequence.bigEndianBytes) }
+              let before = try core.compaction(txn)?.removed ?? 0
+              try txn.put(
+                core.meta, key: MetaKey.compaction,
+                value: CompactionState(through: head, removed: before + UInt64(doomed.count)).bytes)
+              CrashPoint.reach(CrashPoint.compaction)
+              let tail = try txn.statistics(core.events).entries
+              return CompactionReport(
+                snapshotSequence: head, removed: doomed.count, removedBytes: doomed.reduce(0) { $0 + $1.1 },
+                remaining: tail, snapshotRows: rows)
+            }
+            continuation.resume(returning: report)
+          } catch {
+            continuation.resume(throwing: FerryLogError.wrap(error))
+          }
+        })
+      if !accepted { continuation.resume(throwing: FerryLogError.closed) }
+    }
+  }
+
+  /// The newest compaction point and how many events compaction has removed in all (nil when never).
+  public func compactionState() throws -> (through: UInt64, removed: UInt64)? {
+    try guarded { try environment.read { txn in try core.compaction(txn).map { ($0.through, $0.removed) } } }
   }
 }

@@ -4,6 +4,8 @@ import LMDB
 struct BoundProjection: Sendable {
   let projection: any Projection
   let databases: [String: Database]
+  /// The tables of its newest snapshot (`s:<projection>:<table>`), when this environment has them.
+  var snapshotDatabases: [String: Database] = [:]
 
   var name: String { projection.name }
 
@@ -15,13 +17,20 @@ struct BoundProjection: Sendable {
     projection.tables.map { TableNaming.databaseName(projection: projection.name, table: $0) }
   }
 
+  static func snapshotDatabaseNames(of projection: any Projection) -> [String] {
+    projection.tables.map { TableNaming.snapshotName(projection: projection.name, table: $0) }
+  }
+
   static func bind(_ projection: any Projection, in environment: Environment) throws -> BoundProjection {
     var databases: [String: Database] = [:]
+    var snapshots: [String: Database] = [:]
     for table in projection.tables {
       databases[table] = try environment.database(
         TableNaming.databaseName(projection: projection.name, table: table))
+      snapshots[table] = try? environment.database(
+        TableNaming.snapshotName(projection: projection.name, table: table))
     }
-    return BoundProjection(projection: projection, databases: databases)
+    return BoundProjection(projection: projection, databases: databases, snapshotDatabases: snapshots)
   }
 }
 
@@ -52,6 +61,56 @@ enum MetaKey {
   static let createdAt: [UInt8] = Array("createdAt".utf8)
   static let storeId: [UInt8] = Array("storeId".utf8)
   static func projection(_ name: String) -> [UInt8] { Array("projection:\(name)".utf8) }
+  static func snapshot(_ name: String) -> [UInt8] { Array("snapshot:\(name)".utf8) }
+  /// The newest compaction: the sequence it covered and how many events it has removed in all.
+  static let compaction: [UInt8] = Array("compaction".utf8)
+}
+
+/// A projection's newest snapshot: its rows as of `sequence`, at `version`, with a CRC32C over them.
+struct SnapshotState: Equatable, Sendable {
+  var version: UInt32
+  var sequence: UInt64
+  var crc: UInt32
+  var rows: UInt64
+
+  var bytes: [UInt8] {
+    version.bigEndianBytes + sequence.bigEndianBytes + crc.bigEndianBytes + rows.bigEndianBytes
+  }
+
+  init(version: UInt32, sequence: UInt64, crc: UInt32, rows: UInt64) {
+    self.version = version
+    self.sequence = sequence
+    self.crc = crc
+    self.rows = rows
+  }
+
+  init?(bytes: [UInt8]) {
+    guard bytes.count == 24, let version = UInt32(bigEndianBytes: bytes[0..<4]),
+      let sequence = UInt64(bigEndianBytes: bytes[4..<12]), let crc = UInt32(bigEndianBytes: bytes[12..<16]),
+      let rows = UInt64(bigEndianBytes: bytes[16..<24])
+    else { return nil }
+    self.init(version: version, sequence: sequence, crc: crc, rows: rows)
+  }
+}
+
+/// Where compaction has reached: events at or below `through` may be missing (removed on purpose).
+struct CompactionState: Equatable, Sendable {
+  var through: UInt64
+  var removed: UInt64
+
+  var bytes: [UInt8] { through.bigEndianBytes + removed.bigEndianBytes }
+
+  init(through: UInt64, removed: UInt64) {
+    self.through = through
+    self.removed = removed
+  }
+
+  init?(bytes: [UInt8]) {
+    guard bytes.count == 16, let through = UInt64(bigEndianBytes: bytes[0..<8]),
+      let removed = UInt64(bigEndianBytes: bytes[8..<16])
+    else { return nil }
+    self.init(through: through, removed: removed)
+  }
 }
 
 /// The transaction-level operations of a store: appending records, folding them into projections,
@@ -76,7 +135,75 @@ struct StoreCore: Sendable {
     }
   }
 
-  func head(_ txn: Transaction) throws -> UInt64 { try Self.head(txn, events: events) }
+  /// The log's head: the last sequence number given out. Compaction may remove the newest events
+  /// too, so it is never below the compaction point — a sequence number is never given out twice.
+  func head(_ txn: Transaction) throws -> UInt64 {
+    max(try Self.head(txn, events: events), try compactedThrough(txn))
+  }
+
+  /// The newest compaction point (0 when the log was never compacted).
+  func compactedThrough(_ txn: Transaction) throws -> UInt64 {
+    try txn.get(meta, key: MetaKey.compaction).flatMap(CompactionState.init(bytes:))?.through ?? 0
+  }
+
+  func compaction(_ txn: Transaction) throws -> CompactionState? {
+    try txn.get(meta, key: MetaKey.compaction).flatMap(CompactionState.init(bytes:))
+  }
+
+  func snapshot(of name: String, _ txn: Transaction) throws -> SnapshotState? {
+    try txn.get(meta, key: MetaKey.snapshot(name)).flatMap(SnapshotState.init(bytes:))
+  }
+
+  /// The CRC32C of every row of a set of tables, in table then key order.
+  static func checksum(
+    _ databases: [(String, Database)], _ txn: Transaction
+  ) throws -> (crc: UInt32, rows: UInt64) {
+    var crc: UInt32 = 0
+    var rows: UInt64 = 0
+    for (_, database) in databases.sorted(by: { $0.0 < $1.0 }) {
+      try txn.withCursor(database) { cursor in
+        try cursor.scan(from: nil) { key, value in
+          var lengths = UInt32(key.count).bigEndian
+          withUnsafeBytes(of: &lengths) { crc = CRC32C.update(crc, $0) }
+          crc = CRC32C.update(crc, key)
+          lengths = UInt32(value.count).bigEndian
+          withUnsafeBytes(of: &lengths) { crc = CRC32C.update(crc, $0) }
+          crc = CRC32C.update(crc, value)
+          rows += 1
+          return true
+        }
+      }
+    }
+    return (crc, rows)
+  }
+
+  /// Copies every row of `from` into `to` (emptied first) within one transaction.
+  static func copyRows(from: [String: Database], to: [String: Database], _ txn: Transaction) throws {
+    for (table, target) in to {
+      try txn.empty(target)
+      guard let source = from[table] else { continue }
+      var rows: [([UInt8], [UInt8])] = []
+      try txn.withCursor(source) { cursor in
+        try cursor.scan(from: nil) { key, value in
+          rows.append((Array(key), Array(value)))
+          return true
+        }
+      }
+      for (key, value) in rows { try txn.put(target, key: key, value: value, flags: .append) }
+    }
+  }
+
+  /// Restores a projection from its snapshot when the snapshot is of its version and its rows
+  /// match their CRC; returns the sequence the snapshot covers, or nil when there is none to use.
+  func restoreFromSnapshot(_ target: BoundProjection, _ txn: Transaction) throws -> UInt64? {
+    guard !target.snapshotDatabases.isEmpty, let snapshot = try snapshot(of: target.name, txn),
+      snapshot.version == target.projection.version
+    else { return nil }
+    let check = try Self.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
+    guard check.crc == snapshot.crc, check.rows == snapshot.rows else { return nil }
+    try Self.copyRows(from: target.snapshotDatabases, to: target.databases, txn)
+    return snapshot.sequence
+  }
 
   func state(of name: String, _ txn: Transaction) throws -> ProjectionState? {
     try txn.get(meta, key: MetaKey.projection(name)).flatMap(ProjectionState.init(bytes:))
@@ -134,6 +261,8 @@ struct StoreCore: Sendable {
     var expected = position + 1
     var applied = position
     guard expected <= last, limit > 0 else { return position }
+    // Compaction removes events at or below its point on purpose: gaps there are not damage.
+    let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
     let tables = targets.map { $0.tables(in: targetTxn) }
     try logTxn.withCursor(events) { cursor in
@@ -143,7 +272,7 @@ struct StoreCore: Sendable {
             sequence: expected, reason: "its key has \(key.count) bytes, not 8")
         }
         guard sequence <= last else { return false }
-        guard sequence == expected else {
+        guard sequence == expected || sequence - 1 <= compacted else {
           failure = FerryLogError.sequenceGap(expected: expected, found: sequence)
           return false
         }
@@ -157,7 +286,8 @@ struct StoreCore: Sendable {
     }
     if let failure { throw failure }
     let (end, overflow) = position.addingReportingOverflow(UInt64(limit))
-    if applied < min(last, overflow ? .max : end) {
+    let reach = min(last, overflow ? .max : end)
+    if applied < reach && reach > compacted {
       throw FerryLogError.sequenceGap(expected: expected, found: nil)
     }
     return applied

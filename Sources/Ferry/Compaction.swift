@@ -1,0 +1,119 @@
+import FerryLog
+import Foundation
+import Synchronization
+
+/// When a store compacts by itself (``FerryStore/Configuration/automaticCompaction``).
+public struct AutomaticCompaction: Sendable {
+  /// Compact once this many events were appended since the last compaction.
+  public var everyEvents: Int
+  /// How long the events of finished tasks are kept (see ``FerryStore/compact(retention:)``).
+  public var retention: Duration
+  /// How often the store looks (real time).
+  public var checkInterval: Duration
+
+  /// A policy; by default every 100,000 events, keeping finished tasks for 7 days, looking every 10 s.
+  public init(
+    everyEvents: Int = 100_000, retention: Duration = .seconds(7 * 86_400),
+    checkInterval: Duration = .seconds(10)
+  ) {
+    self.everyEvents = max(1, everyEvents)
+    self.retention = retention
+    self.checkInterval = checkInterval
+  }
+}
+
+extension FerryStore {
+  /// Compacts the log with Ferry's retention policy, in one transaction with a snapshot of both
+  /// sides (`Specs/compaction.md`):
+  /// - the events of finished tasks (succeeded, cancelled, cleared, replaced) older than
+  ///   `retention` are removed; a pending task keeps its whole history;
+  /// - of each cache key's fetch events only the newest success and the newest failure stay, and
+  ///   its newest paging event; forget events older than `retention` go;
+  /// - `queue.cleared` events older than `retention` go, and all but the newest pause or resume.
+  ///
+  /// A retention of zero removes every finished task's events at once.
+  public func compact(retention: Duration) async throws -> CompactionReport {
+    guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
+    let cutoff = queue.clock() &- retention.milliseconds
+    // What may go, decided before the compaction from one consistent view; anything appended
+    // after this (a task added, a fetch recorded) is newer and stays.
+    let plan = try log.read { view -> RetentionPlan in
+      let snapshot = try FerryStore.snapshot(of: view)
+      return RetentionPlan(pending: Set(snapshot.tasks.map(\.id)), head: try view.head())
+    }
+    var planned = plan
+    try log.forEachEvent(through: plan.head, chunkSize: 5000) { planned.note($0) }
+    let decided = planned
+    return try await log.compact { event in decided.isRemovable(event, cutoff: cutoff) }
+  }
+
+  func startAutomaticCompaction(_ policy: AutomaticCompaction) {
+    let task = Task { [weak self] in
+      while !Task.isCancelled {
+        try? await Task.sleep(for: policy.checkInterval)
+        guard let self, !Task.isCancelled else { return }
+        let head = (try? self.log.head()) ?? 0
+        let through = (try? self.log.compactionState())??.through ?? 0
+        if head &- through >= UInt64(policy.everyEvents) {
+          _ = try? await self.compact(retention: policy.retention)
+        }
+      }
+    }
+    automaticCompaction.withLock { $0 = task }
+  }
+}
+
+/// Which events Ferry's retention policy may remove, learnt from one pass over the log.
+struct RetentionPlan: Sendable {
+  let pending: Set<TaskID>
+  let head: UInt64
+  var newestSuccess: [String: UInt64] = [:]
+  var newestFailure: [String: UInt64] = [:]
+  var newestPaging: [String: UInt64] = [:]
+  var newestPauseOrResume: UInt64 = 0
+
+  init(pending: Set<TaskID>, head: UInt64) {
+    self.pending = pending
+    self.head = head
+  }
+
+  mutating func note(_ event: LoggedEvent) {
+    if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
+      switch decoded {
+      case .fetched(let key, _, .success): newestSuccess[key] = event.sequence
+      case .fetched(let key, _, .failure): newestFailure[key] = event.sequence
+      case .paging(let key, _, _): newestPaging[key] = event.sequence
+      case .forgotten: break
+      }
+    } else if event.type == "queue.paused" || event.type == "queue.resumed" {
+      newestPauseOrResume = event.sequence
+    }
+  }
+
+  func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
+    guard event.sequence <= head else { return false }
+    if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
+      let task: TaskID?
+      switch decoded {
+      case .added: task = event.sequence
+      case .runStarted(let id, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
+        .runInterrupted(let id),
+        .errorRecorded(let id, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
+        task = id
+      case .cleared: return event.timestamp < cutoff
+      case .paused, .resumed: return event.sequence != newestPauseOrResume
+      }
+      guard let task, task <= head else { return false }
+      return !pending.contains(task) && event.timestamp < cutoff
+    }
+    if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
+      switch decoded {
+      case .fetched(let key, _, _):
+        return event.sequence != newestSuccess[key] && event.sequence != newestFailure[key]
+      case .paging(let key, _, _): return event.sequence != newestPaging[key]
+      case .forgotten: return event.timestamp < cutoff
+      }
+    }
+    return false
+  }
+}
