@@ -81,8 +81,10 @@ public func runCrashWorkload(
     } else if choice < 0.93 {
       let outcome: FetchOutcome = roll() < 0.8 ? .success(isEmpty: roll() < 0.2) : .failure("503")
       try await store.ledger.recordFetch(key: pick(["k1", "k2", "k3", "k4"]), outcome: outcome)
-    } else if choice < 0.95 {
+    } else if choice < 0.94 {
       _ = try await store.log.rebuild()
+    } else if choice < 0.96 {
+      _ = try await store.compact(retention: .milliseconds(Int64(roll() * 5000)))
     } else {
       if let dead = try store.queue.pendingTasks().first(where: { $0.status == .dead }) {
         try await store.queue.revive(dead.id)

@@ -54,6 +54,7 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
         .sequenceGap:
         return ToolError(.corruptRecord, log.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
+      case .historyCompacted: return ToolError(.badInput, log.description)
       case .projectionFailed(_, _, let underlying):
         if underlying is FerryError { return ToolError(.corruptRecord, log.description) }
         return ToolError(.storageError, log.description)

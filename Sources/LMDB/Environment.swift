@@ -457,6 +457,8 @@ public final class Environment: @unchecked Sendable {
     public var readers: Int
     /// Reader slots available.
     public var maxReaders: Int
+    /// The id of the last committed transaction: it changes with every commit, by any process.
+    public var lastTransaction: Int = 0
     /// Bytes of the map in use: `(lastPage + 1) * pageSize`.
     public var usedBytes: Int { (lastPage + 1) * pageSize }
   }
@@ -478,7 +480,8 @@ public final class Environment: @unchecked Sendable {
       mdb_env_stat(env, &stat)
       return Info(
         mapSize: info.me_mapsize, lastPage: info.me_last_pgno, pageSize: Int(stat.ms_psize),
-        readers: Int(info.me_numreaders), maxReaders: Int(info.me_maxreaders))
+        readers: Int(info.me_numreaders), maxReaders: Int(info.me_maxreaders),
+        lastTransaction: info.me_last_txnid)
     }
   }
 

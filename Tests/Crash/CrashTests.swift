@@ -88,7 +88,7 @@ struct HarnessRandom {
     var random = HarnessRandom(state: seed)
     let base = FileManager.default.temporaryDirectory.path + "/ferry-crash-\(seed)"
     defer { try? FileManager.default.removeItem(atPath: base) }
-    let points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk"]
+    let points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
 
     var kills = 0
     var acknowledged = 0

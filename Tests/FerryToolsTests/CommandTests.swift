@@ -202,6 +202,32 @@ struct DemoStore {
     #expect(result.stdout.contains("map: "))
   }
 
+  @Test func compactShrinksTheStoreAndReplaySaysWhatWasCompacted() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    _ = try await runDemo(path: demo.path, seed: 7, output: Output(line: { _ in }))
+    let before = try JSONDecoder().decode(
+      InspectReport.self, from: Data(try ferry(["inspect", demo.path, "--json"]).stdout.utf8))
+    let compacted = try ferry(["compact", demo.path, "--retention", "0", "--copy"])
+    #expect(compacted.status == 0)
+    #expect(compacted.stdout.contains("removed 30 events"))
+    #expect(compacted.stdout.contains("compacted copy swapped in"))
+    #expect(try ferry(["verify", demo.path]).status == 0)
+    let after = try JSONDecoder().decode(
+      InspectReport.self, from: Data(try ferry(["inspect", demo.path, "--json"]).stdout.utf8))
+    #expect(after.tasks == before.tasks)
+    #expect(after.caches.map(\.key) == before.caches.map(\.key))
+    let past = try ferry(["replay", demo.path, "--until", "3"])
+    #expect(past.status == ExitStatus.badInput.rawValue)
+    #expect(past.stderr.contains("compacted"))
+
+    // --copy refuses while another process has the store open.
+    let store = try await FerryStore.open(at: demo.path)
+    defer { store.close() }
+    let refused = try ferry(["compact", demo.path, "--copy"])
+    #expect(refused.status == ExitStatus.unavailable.rawValue)
+  }
+
   @Test func eachFailureHasItsOwnExitStatusAndOneLine() async throws {
     let missing = DemoStore()
     let noSuch = try ferry(["inspect", missing.path])

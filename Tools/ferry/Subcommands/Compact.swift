@@ -1,0 +1,34 @@
+import ArgumentParser
+import FerryTools
+
+struct Compact: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract:
+      "Snapshot a store and remove the events its retention policy allows; --copy also shrinks the file.",
+    discussion: """
+      Removes the events of tasks finished longer ago than --retention, and old cache fetches, in one
+      transaction with a snapshot of both sides. With --copy, writes a compacted copy of the file and swaps it
+      in (only when no other process has the store open).
+
+      Example: ferry compact /tmp/groceries --retention 0 --copy
+      """)
+
+  @OptionGroup var store: StoreArgument
+
+  @Option(help: "Keep the events of finished tasks this many seconds.")
+  var retention: Int64 = 7 * 86_400
+
+  @Flag(help: "Then write a compacted copy of the file and swap it in, to give freed space back.")
+  var copy = false
+
+  func validate() throws {
+    guard retention >= 0 else { throw ValidationError("--retention must not be negative") }
+  }
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await compact(path: store.dir, retentionMs: retention * 1000, copy: copy, output: .standard)
+      return .ok
+    }
+  }
+}
