@@ -357,6 +357,35 @@ def write_json(path: str, value) -> None:
     print(f"wrote {path} ({len(text.encode('utf-8'))} bytes)")
 
 
+def payload_string(text: str) -> bytes:
+    """A payload string field (task-events.md section 1): u32 byte count, then UTF-8."""
+    data = text.encode("utf-8")
+    return struct.pack(">I", len(data)) + data
+
+
+def build_upcast_vectors():
+    """The schema-evolution worked example (Specs/schema-evolution.md): a `note.saved` record at
+    schema version 1 (text), and the payload its upcaster 1 -> 2 must produce (text, pinned=false)."""
+    event_id = bytes.fromhex("019bbf5a6f0070008000000000000001")
+    v1_payload = payload_string("buy milk")
+    record = encode("note.saved", 1, 1768467600000, event_id, v1_payload)
+    v2_payload = v1_payload + b"\x00"
+    return [("upcast-001-note-v1", {
+        "description": "A note.saved record at schema version 1 (payload: text). Version 2 adds a pinned "
+                       "flag; its upcaster appends false. The stored bytes never change: reading with the "
+                       "version 2 catalog gives the version 2 payload below.",
+        "sequence": 1,
+        "hex": record.hex(),
+        "type": "note.saved",
+        "storedSchemaVersion": 1,
+        "timestamp": 1768467600000,
+        "eventId": event_id.hex(),
+        "v1PayloadHex": v1_payload.hex(),
+        "upcastSchemaVersion": 2,
+        "upcastPayloadHex": v2_payload.hex(),
+    })]
+
+
 def main() -> None:
     repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser = argparse.ArgumentParser(description="Writes Ferry's record-format golden vectors.")
@@ -370,7 +399,7 @@ def main() -> None:
 
     os.makedirs(arguments.out, exist_ok=True)
     write_json(os.path.join(arguments.out, "crc32c.json"), crc_vectors)
-    for name, vector in record_vectors:
+    for name, vector in record_vectors + build_upcast_vectors():
         write_json(os.path.join(arguments.out, name + ".json"), vector)
     print(f"{len(record_vectors)} record vectors and {len(crc_vectors)} CRC-32C cases in {arguments.out}")
 
