@@ -26,7 +26,7 @@ public final class CacheLedger: Sendable {
   /// Refreshes under way, by key: every caller and repository of a key shares one.
   let inFlight = Mutex<[String: Task<RefreshResult, Never>]>([:])
   /// Changes per key, for the repositories observing them.
-  let changes = CacheChanges()
+  let changes = Broadcaster<CacheNotice, String>(buffer: 64)
 
   let sleep: @Sendable (Int64) async -> Void
 
@@ -53,14 +53,14 @@ public final class CacheLedger: Sendable {
     var outcome = outcome
     if case .failure(let message) = outcome { outcome = .failure(TaskQueue.loggable(message)) }
     _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? clock(), outcome: outcome).newEvent)
-    changes.publish(key)
+    changes.publish(.changed, for: key)
   }
 
   /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
   public func forget(_ key: String) async throws {
     try Self.validate(key)
     _ = try await log.append(CacheEvent.forgotten(key: key).newEvent)
-    changes.publish(key)
+    changes.publish(.changed, for: key)
   }
 
   /// Stores the paging state of `key`: what the next page needs and whether more are available.
@@ -68,7 +68,7 @@ public final class CacheLedger: Sendable {
     try Self.validate(key)
     _ = try await log.append(
       CacheEvent.paging(key: key, next: next, morePagesAvailable: morePagesAvailable).newEvent)
-    changes.publish(key)
+    changes.publish(.changed, for: key)
   }
 
   /// How old the cache of `key` is, against `maxAge`. A clock that went backwards gives an age of
@@ -138,39 +138,4 @@ enum CacheNotice: Sendable, Equatable {
   case refreshFinished(RefreshResult, firstFetch: Bool)
   /// The key's cache just became too old (a repository's timer).
   case crossedMaxAge
-}
-
-/// Hands every ``CacheNotice`` of a key to the streams observing that key.
-final class CacheChanges: Sendable {
-  private struct State {
-    var next = 0
-    var subscribers: [Int: (key: String, continuation: AsyncStream<CacheNotice>.Continuation)] = [:]
-  }
-  private let state = Mutex(State())
-
-  func publish(_ key: String, _ notice: CacheNotice = .changed) {
-    let targets = state.withLock { $0.subscribers.values.filter { $0.key == key }.map(\.continuation) }
-    for continuation in targets { continuation.yield(notice) }
-  }
-
-  func stream(for key: String) -> AsyncStream<CacheNotice> {
-    let (stream, continuation) = AsyncStream<CacheNotice>.makeStream(bufferingPolicy: .bufferingNewest(64))
-    let token = state.withLock { s -> Int in
-      s.next += 1
-      s.subscribers[s.next] = (key, continuation)
-      return s.next
-    }
-    continuation.onTermination = { [weak self] _ in
-      _ = self?.state.withLock { $0.subscribers.removeValue(forKey: token) }
-    }
-    return stream
-  }
-
-  func finish() {
-    let all = state.withLock { s in
-      defer { s.subscribers = [:] }
-      return s.subscribers.values.map(\.continuation)
-    }
-    for continuation in all { continuation.finish() }
-  }
 }

@@ -129,13 +129,14 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func performRefresh() async -> RefreshResult {
     let hadCache = (try? ledger.record(key))??.lastSuccess != nil
-    ledger.changes.publish(key, .refreshStarted)
+    ledger.changes.publish(.refreshStarted, for: key)
     let result = await fetchAndSave()
     // Leaving the registry and telling observers happen as one step: an observer or caller that
     // arrives in between would otherwise see a refresh under way whose end it never hears of.
     ledger.inFlight.withLock { inFlight in
       inFlight[key] = nil
-      ledger.changes.publish(key, .refreshFinished(result, firstFetch: !hadCache && result == .successful))
+      ledger.changes.publish(
+        .refreshFinished(result, firstFetch: !hadCache && result == .successful), for: key)
     }
     return result
   }
@@ -215,7 +216,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   public func states() -> AsyncStream<CacheState<Value>> {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
-    let notices = ledger.changes.stream(for: key)
+    let notices = ledger.changes.stream(for: key) { nil }
     let observer = Task { [self] in
       var refreshing = ledger.inFlight.withLock { $0[key] != nil }
       // A failure after the last success is the error until a refresh succeeds.
@@ -277,7 +278,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let crossing = end + 1
     return Task { [ledger, key] in
       await ledger.sleep(crossing)
-      if !Task.isCancelled { ledger.changes.publish(key, .crossedMaxAge) }
+      if !Task.isCancelled { ledger.changes.publish(.crossedMaxAge, for: key) }
     }
   }
 }

@@ -24,7 +24,7 @@ public final class TaskQueue: Sendable {
   /// The event log beneath the queue.
   public let log: EventLog
   let clock: @Sendable () -> Int64
-  let updateStreams = TaskUpdates()
+  let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
   /// Runs found started and never finished at open (a crash), now logged as interrupted.
   public let interruptedAtOpen: [TaskID]
 
@@ -57,13 +57,16 @@ public final class TaskQueue: Sendable {
     updateStreams.finish()
   }
 
+  /// Tells the streams of the update's task, and those observing everything.
+  func publish(_ update: TaskUpdate) { updateStreams.publish(update, for: update.taskId) }
+
   /// Every change to the queue made in this process, as it happens (adds, runs, skips, errors,
   /// cancels, clears). Changes made by other processes are not seen.
-  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(filter: nil) { nil } }
+  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(for: nil) { nil } }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
   public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
-    try updateStreams.stream(filter: id) { .current(id, try task(id)?.status) }
+    try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
   }
 
   // MARK: Changing the queue
@@ -102,8 +105,8 @@ public final class TaskQueue: Sendable {
       }
       if let older, try task(sequence) == nil { return older }
     }
-    for id in replaced where try task(id) == nil { updateStreams.publish(.cancelled(id)) }
-    updateStreams.publish(.added(sequence))
+    for id in replaced where try task(id) == nil { publish(.cancelled(id)) }
+    publish(.added(sequence))
     return sequence
   }
 
@@ -112,25 +115,25 @@ public final class TaskQueue: Sendable {
   public func cancel(_ id: TaskID) async throws {
     try requireTask(id)
     _ = try await log.append(TaskEvent.cancelled(id).newEvent)
-    updateStreams.publish(.cancelled(id))
+    publish(.cancelled(id))
   }
 
   /// Removes every task. Runs under way finish and are logged; their tasks do not come back.
   public func clear() async throws {
     _ = try await log.append(TaskEvent.cleared.newEvent)
-    updateStreams.publish(.cleared)
+    publish(.cleared)
   }
 
   /// Stops automatic running, durably (it stays paused across reopen).
   public func pause() async throws {
     _ = try await log.append(TaskEvent.paused.newEvent)
-    updateStreams.publish(.paused)
+    publish(.paused)
   }
 
   /// Starts automatic running again.
   public func resume() async throws {
     _ = try await log.append(TaskEvent.resumed.newEvent)
-    updateStreams.publish(.resumed)
+    publish(.resumed)
   }
 
   /// Whether automatic running is paused.
@@ -145,7 +148,7 @@ public final class TaskQueue: Sendable {
     try requireTask(id)
     let message = Self.loggable(message)
     let errorId = try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
-    updateStreams.publish(.errorRecorded(id, message: message))
+    publish(.errorRecorded(id, message: message))
     return errorId
   }
 
@@ -155,7 +158,7 @@ public final class TaskQueue: Sendable {
       throw FerryError.invalidArgument("task \(id) has no unresolved error")
     }
     _ = try await log.append(TaskEvent.errorResolved(id).newEvent)
-    updateStreams.publish(.errorResolved(id))
+    publish(.errorResolved(id))
   }
 
   /// Makes a dead task ready again (its attempt count is kept).
@@ -164,7 +167,7 @@ public final class TaskQueue: Sendable {
       throw FerryError.invalidArgument("task \(id) is not dead")
     }
     _ = try await log.append(TaskEvent.revived(id).newEvent)
-    updateStreams.publish(.revived(id))
+    publish(.revived(id))
   }
 
   /// Appends queue events on the runner's behalf (run started, succeeded, failed, interrupted)
@@ -173,12 +176,12 @@ public final class TaskQueue: Sendable {
     let sequences = try await log.append(events.map(\.newEvent))
     for event in events {
       switch event {
-      case .runStarted(let id, let attempt): updateStreams.publish(.running(id, attempt: attempt))
-      case .runSucceeded(let id): updateStreams.publish(.succeeded(id))
+      case .runStarted(let id, let attempt): publish(.running(id, attempt: attempt))
+      case .runSucceeded(let id): publish(.succeeded(id))
       case .runFailed(let id, let message, _, let next):
-        updateStreams.publish(.failed(id, message: message, retryAt: next))
-      case .runInterrupted(let id): updateStreams.publish(.interrupted(id))
-      case .errorRecorded(let id, let message): updateStreams.publish(.errorRecorded(id, message: message))
+        publish(.failed(id, message: message, retryAt: next))
+      case .runInterrupted(let id): publish(.interrupted(id))
+      case .errorRecorded(let id, let message): publish(.errorRecorded(id, message: message))
       default: break
       }
     }

@@ -203,7 +203,7 @@ public final class TaskRunner: Sendable {
   }
 
   private func skip(_ id: TaskID, _ reason: SkipReason) -> TaskOutcome {
-    queue.updateStreams.publish(.skipped(id, reason))
+    queue.publish(.skipped(id, reason))
     return .skipped(reason)
   }
 

@@ -1,0 +1,49 @@
+import Synchronization
+
+/// Hands values to the streams that observe them, in this process: a stream observes one key
+/// (a task, a cache key) or everything; a value for no key in particular reaches every stream.
+final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
+  private struct State {
+    var next = 0
+    var subscribers: [Int: (key: Key?, continuation: AsyncStream<Element>.Continuation)] = [:]
+  }
+  private let state = Mutex(State())
+  private let buffer: Int
+
+  /// A broadcaster whose streams keep at most `buffer` values their readers have not taken yet.
+  init(buffer: Int) { self.buffer = buffer }
+
+  /// Delivers `value` to the streams of `key` and to those observing everything (to all when nil).
+  func publish(_ value: Element, for key: Key?) {
+    let targets = state.withLock { s in
+      s.subscribers.values.filter { $0.key == nil || key == nil || $0.key == key }.map(\.continuation)
+    }
+    for continuation in targets { continuation.yield(value) }
+  }
+
+  /// A stream of the values for `key` (everything when nil), starting with what `first` gives.
+  /// `first` runs while publishing waits, so no value falls between it and the subscription (one
+  /// may be seen twice: in `first`'s state and as a value).
+  func stream(for key: Key?, first: () throws -> Element?) rethrows -> AsyncStream<Element> {
+    let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(buffer))
+    let token = try state.withLock { s in
+      if let value = try first() { continuation.yield(value) }
+      s.next += 1
+      s.subscribers[s.next] = (key, continuation)
+      return s.next
+    }
+    continuation.onTermination = { [weak self] _ in
+      _ = self?.state.withLock { $0.subscribers.removeValue(forKey: token) }
+    }
+    return stream
+  }
+
+  /// Ends every stream.
+  func finish() {
+    let all = state.withLock { s in
+      defer { s.subscribers = [:] }
+      return s.subscribers.values.map(\.continuation)
+    }
+    for continuation in all { continuation.finish() }
+  }
+}
