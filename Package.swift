@@ -44,20 +44,24 @@ let package = Package(
       dependencies: ["FerryTools"],
       path: "Tools/ferry-crash-worker"
     ),
-    .testTarget(name: "LMDBTests", dependencies: ["LMDB"]),
+    // Helpers the test targets share (where the built executables are); not a product.
+    .target(name: "TestSupport", path: "Tests/TestSupport"),
+    .testTarget(name: "LMDBTests", dependencies: ["LMDB", "TestSupport"]),
     .testTarget(
       name: "FerryTests",
       dependencies: [
-        "Ferry", "FerryLog", "FerryTesting",
+        "Ferry", "FerryLog", "FerryTesting", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),
-    .testTarget(name: "FerryToolsTests", dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting"]),
-    .testTarget(name: "FerryCrashTests", path: "Tests/Crash"),
+    .testTarget(
+      name: "FerryToolsTests",
+      dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting", "TestSupport"]),
+    .testTarget(name: "FerryCrashTests", dependencies: ["TestSupport"], path: "Tests/Crash"),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [
-        "FerryLog", "LMDB",
+        "FerryLog", "LMDB", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
       ]
     ),

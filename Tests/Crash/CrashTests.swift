@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 /// The crash worker, run as a child process: its stdout lines, and how it ended.
@@ -7,14 +8,6 @@ struct WorkerRun {
   let lines: [String]
   let status: Int32
   let killed: Bool
-}
-
-/// Where the package's executables are.
-func productsDirectory() -> URL {
-  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-    return bundle.bundleURL.deletingLastPathComponent()
-  }
-  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 }
 
 /// Spawns `ferry-crash-worker` (never forks), collects its stdout, and kills it with SIGKILL after
@@ -25,7 +18,7 @@ func runWorker(
   async throws -> WorkerRun
 {
   let process = Process()
-  process.executableURL = productsDirectory().appendingPathComponent("ferry-crash-worker")
+  process.executableURL = productURL("ferry-crash-worker")
   process.arguments = arguments
   process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
   let out = Pipe()

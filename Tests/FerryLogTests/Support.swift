@@ -1,6 +1,7 @@
 import FerryLog
 import Foundation
 import LMDB
+import TestSupport
 
 /// A fresh store directory under the system's temporary directory, removed by `remove()`.
 struct TemporaryStore {
@@ -66,14 +67,6 @@ func counts(_ log: EventLog, projection: String = "countByType") throws -> [Stri
   try log.read { view in try EventTypeCounts.counts(in: view.tables(of: projection)) }
 }
 
-/// The build directory holding this test bundle and the package's executables.
-func productsDirectory() -> URL {
-  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-    return bundle.bundleURL.deletingLastPathComponent()
-  }
-  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-}
-
 /// The repository's root, found from this file's path.
 func repositoryRoot(_ file: String = #filePath) -> URL {
   URL(fileURLWithPath: file).deletingLastPathComponent().deletingLastPathComponent()
@@ -103,7 +96,7 @@ func runProduct(
   status: Int32, output: String
 ) {
   let process = Process()
-  process.executableURL = productsDirectory().appendingPathComponent(name)
+  process.executableURL = productURL(name)
   process.arguments = arguments
   let pipe = Pipe()
   process.standardOutput = pipe

@@ -1,5 +1,6 @@
 import FerryLog
 import Foundation
+import TestSupport
 import Testing
 
 @testable import Ferry
@@ -273,12 +274,4 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(later.touched <= 3)
     try expectConsistent(queue)
   }
-}
-
-/// The build directory holding this test bundle and the package's executables.
-func productsDirectory() -> URL {
-  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-    return bundle.bundleURL.deletingLastPathComponent()
-  }
-  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 }

@@ -1,6 +1,7 @@
 import FerryLog
 import Foundation
 import Synchronization
+import TestSupport
 import Testing
 
 @testable import Ferry
@@ -411,7 +412,7 @@ func runner(
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let process = Process()
-    process.executableURL = productsDirectory().appendingPathComponent("ferry-test-worker")
+    process.executableURL = productURL("ferry-test-worker")
     process.arguments = ["run-and-hang", fixture.path]
     let pipe = Pipe()
     process.standardOutput = pipe

@@ -4,6 +4,7 @@ import FerryTools
 import Foundation
 import LMDB
 import Synchronization
+import TestSupport
 import Testing
 
 /// What a run of the `ferry` executable printed and how it ended.
@@ -16,11 +17,7 @@ struct CommandResult {
 /// Runs the built `ferry` with `arguments` (and `input` on standard input), killing it after a minute.
 func ferry(_ arguments: [String], input: String? = nil) throws -> CommandResult {
   let process = Process()
-  var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-    directory = bundle.bundleURL.deletingLastPathComponent()
-  }
-  process.executableURL = directory.appendingPathComponent("ferry")
+  process.executableURL = productURL("ferry")
   process.arguments = arguments
   let out = Pipe()
   let err = Pipe()
@@ -267,11 +264,7 @@ struct DemoStore {
     defer { store.close() }
     try await store.queue.add(tag: "before", payload: ["n": 0])
     let process = Process()
-    var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-      directory = bundle.bundleURL.deletingLastPathComponent()
-    }
-    process.executableURL = directory.appendingPathComponent("ferry")
+    process.executableURL = productURL("ferry")
     process.arguments = ["log", demo.path, "--follow"]
     let out = Pipe()
     process.standardOutput = out

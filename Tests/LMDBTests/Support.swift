@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 
 @testable import LMDB
 
@@ -25,7 +26,7 @@ func permissions(of path: String) throws -> Int {
 /// Runs a built executable of this package and returns its exit status and standard output.
 func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32, output: String) {
   let process = Process()
-  process.executableURL = productsDirectory().appendingPathComponent(name)
+  process.executableURL = productURL(name)
   process.arguments = arguments
   let pipe = Pipe()
   process.standardOutput = pipe
@@ -36,14 +37,6 @@ func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32,
   let data = pipe.fileHandleForReading.readDataToEndOfFile()
   process.waitUntilExit()
   return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
-/// The build directory holding this test bundle and the package's executables.
-func productsDirectory() -> URL {
-  for bundle in Bundle.allBundles where bundle.bundlePath.hasSuffix(".xctest") {
-    return bundle.bundleURL.deletingLastPathComponent()
-  }
-  return URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
 }
 
 extension UInt32 {
