@@ -47,291 +47,252 @@ final class NotesBackend: Sendable {
   var fetches: Int { state.withLock { $0.fetches } }
 }
 
-func openStore(_ fixture: QueueFixture, clock: TestClock) async throws -> FerryStore {
-  var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
-  return try await FerryStore.open(at: fixture.path, configuration: configuration)
-}
-
 @Suite(.timeLimit(.minutes(2))) struct CacheRepositoryTests {
   @Test func refreshFetchesWhenThereIsNoCacheOrItIsTooOld() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    #expect(await notes.refreshIfNoCache() == .successful)
-    #expect(backend.state.withLock { $0.saved } == ["milk"])
-    #expect(await notes.refreshIfNoCache() == .skipped(.notTooOld))
-    #expect(await notes.refresh() == .skipped(.notTooOld))
-    clock.advance(by: .seconds(60))  // exactly max age: not too old
-    #expect(await notes.refresh() == .skipped(.notTooOld))
-    clock.advance(by: .milliseconds(1))
-    #expect(await notes.refresh() == .successful)
-    #expect(await notes.refresh(force: true) == .successful)
-    #expect(backend.fetches == 3)
-    #expect(try store.ledger.record("notes")?.fetchCount == 3)
-    try expectConsistent(store.queue)
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      #expect(await notes.refreshIfNoCache() == .successful)
+      #expect(backend.state.withLock { $0.saved } == ["milk"])
+      #expect(await notes.refreshIfNoCache() == .skipped(.notTooOld))
+      #expect(await notes.refresh() == .skipped(.notTooOld))
+      clock.advance(by: .seconds(60))  // exactly max age: not too old
+      #expect(await notes.refresh() == .skipped(.notTooOld))
+      clock.advance(by: .milliseconds(1))
+      #expect(await notes.refresh() == .successful)
+      #expect(await notes.refresh(force: true) == .successful)
+      #expect(backend.fetches == 3)
+      #expect(try store.ledger.record("notes")?.fetchCount == 3)
+      try expectConsistent(store.queue)
+    }
   }
 
   @Test func aFailedFetchOrSaveKeepsTheLastSuccessTime() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    try await store.ledger.makeTooOld("notes", maxAge: .seconds(60))
-    let fetchedAt = try #require(try store.ledger.record("notes")?.lastSuccess)
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      try await store.ledger.makeTooOld("notes", maxAge: .seconds(60))
+      let fetchedAt = try #require(try store.ledger.record("notes")?.lastSuccess)
 
-    backend.state.withLock { $0.failFetch = "offline" }
-    guard case .failed(let fetchMessage) = await notes.refresh() else {
-      Issue.record("the fetch did not fail")
-      return
+      backend.state.withLock { $0.failFetch = "offline" }
+      guard case .failed(let fetchMessage) = await notes.refresh() else {
+        Issue.record("the fetch did not fail")
+        return
+      }
+      #expect(fetchMessage.contains("offline"))
+      backend.state.withLock {
+        $0.failFetch = nil
+        $0.failSave = true
+      }
+      guard case .failed(let saveMessage) = await notes.refresh() else {
+        Issue.record("the save did not fail")
+        return
+      }
+      #expect(saveMessage.contains("save failed"))
+      let record = try #require(try store.ledger.record("notes"))
+      #expect(record.lastSuccess == fetchedAt)
+      #expect(record.lastFailure?.message.contains("save failed") == true)
+      #expect(backend.state.withLock { $0.saved } == nil)
+      try expectConsistent(store.queue)
     }
-    #expect(fetchMessage.contains("offline"))
-    backend.state.withLock {
-      $0.failFetch = nil
-      $0.failSave = true
-    }
-    guard case .failed(let saveMessage) = await notes.refresh() else {
-      Issue.record("the save did not fail")
-      return
-    }
-    #expect(saveMessage.contains("save failed"))
-    let record = try #require(try store.ledger.record("notes"))
-    #expect(record.lastSuccess == fetchedAt)
-    #expect(record.lastFailure?.message.contains("save failed") == true)
-    #expect(backend.state.withLock { $0.saved } == nil)
-    try expectConsistent(store.queue)
   }
 
   @Test func aHundredConcurrentCallersShareOneFetch() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend(blocks: true)
-    let first = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    let second = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    let results = await withTaskGroup(of: RefreshResult.self) { group in
-      for i in 0..<100 { group.addTask { await (i.isMultiple(of: 2) ? first : second).refresh() } }
-      while backend.fetches == 0 { await Task.yield() }
-      backend.release.open()
-      var results: [RefreshResult] = []
-      for await result in group { results.append(result) }
-      return results
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend(blocks: true)
+      let first = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      let second = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      let results = await withTaskGroup(of: RefreshResult.self) { group in
+        for i in 0..<100 { group.addTask { await (i.isMultiple(of: 2) ? first : second).refresh() } }
+        while backend.fetches == 0 { await Task.yield() }
+        backend.release.open()
+        var results: [RefreshResult] = []
+        for await result in group { results.append(result) }
+        return results
+      }
+      #expect(results.count == 100)
+      #expect(results.allSatisfy { $0 == .successful })
+      #expect(backend.fetches == 1)
+      #expect(try store.ledger.record("notes")?.fetchCount == 1)
     }
-    #expect(results.count == 100)
-    #expect(results.allSatisfy { $0 == .successful })
-    #expect(backend.fetches == 1)
-    #expect(try store.ledger.record("notes")?.fetchCount == 1)
   }
 
   @Test func observingRefreshesAMissingCacheAndReportsTheFirstFetch() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    var seen: [CacheState<[String]>] = []
-    for await state in notes.states() {
-      seen.append(state)
-      if state.justFinishedFirstFetch { break }
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      var seen: [CacheState<[String]>] = []
+      for await state in notes.states() {
+        seen.append(state)
+        if state.justFinishedFirstFetch { break }
+      }
+      guard case .noCache = seen.first?.content else {
+        Issue.record("the first state was not noCache")
+        return
+      }
+      #expect(seen.contains { $0.isRefreshing })
+      let last = try #require(seen.last)
+      #expect(last.justFinishedSuccessfulRefresh)
+      #expect(!last.isRefreshing)
+      guard case .cache(let value, _, let age, let isTooOld) = last.content else {
+        Issue.record("no cache after the first fetch")
+        return
+      }
+      #expect(value == ["milk"])
+      #expect(age == .zero)
+      #expect(!isTooOld)
     }
-    guard case .noCache = seen.first?.content else {
-      Issue.record("the first state was not noCache")
-      return
-    }
-    #expect(seen.contains { $0.isRefreshing })
-    let last = try #require(seen.last)
-    #expect(last.justFinishedSuccessfulRefresh)
-    #expect(!last.isRefreshing)
-    guard case .cache(let value, _, let age, let isTooOld) = last.content else {
-      Issue.record("no cache after the first fetch")
-      return
-    }
-    #expect(value == ["milk"])
-    #expect(age == .zero)
-    #expect(!isTooOld)
   }
 
   @Test func anObservedCacheIsToldWhenItCrossesItsMaxAge() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    try await store.ledger.makeFresh("notes")
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
-      automaticRefresh: false)
-    var states = notes.states().makeAsyncIterator()
-    let fresh = try #require(await states.next())
-    guard case .cache(_, _, _, isTooOld: false) = fresh.content else {
-      Issue.record("expected a fresh cache")
-      return
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      try await store.ledger.makeFresh("notes")
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
+        automaticRefresh: false)
+      var states = notes.states().makeAsyncIterator()
+      let fresh = try #require(await states.next())
+      guard case .cache(_, _, _, isTooOld: false) = fresh.content else {
+        Issue.record("expected a fresh cache")
+        return
+      }
+      await clock.waitForSleepers()
+      clock.advance(by: .milliseconds(60_001))
+      let stale = try #require(await states.next())
+      guard case .cache(_, _, let age, isTooOld: true) = stale.content else {
+        Issue.record("expected a too-old cache")
+        return
+      }
+      #expect(age == .milliseconds(60_001))
+      #expect(backend.fetches == 0)  // automatic refresh is off
     }
-    await clock.waitForSleepers()
-    clock.advance(by: .milliseconds(60_001))
-    let stale = try #require(await states.next())
-    guard case .cache(_, _, let age, isTooOld: true) = stale.content else {
-      Issue.record("expected a too-old cache")
-      return
-    }
-    #expect(age == .milliseconds(60_001))
-    #expect(backend.fetches == 0)  // automatic refresh is off
   }
 
   @Test func anObservedCacheThatGetsTooOldIsRefreshedByItself() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    try await store.ledger.makeFresh("notes")
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    var states = notes.states().makeAsyncIterator()
-    _ = await states.next()
-    await clock.waitForSleepers()
-    clock.advance(by: .seconds(61))
-    var refreshed = false
-    while let state = await states.next() {
-      if state.justFinishedSuccessfulRefresh {
-        refreshed = true
-        #expect(!state.justFinishedFirstFetch)
-        break
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      try await store.ledger.makeFresh("notes")
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      var states = notes.states().makeAsyncIterator()
+      _ = await states.next()
+      await clock.waitForSleepers()
+      clock.advance(by: .seconds(61))
+      var refreshed = false
+      while let state = await states.next() {
+        if state.justFinishedSuccessfulRefresh {
+          refreshed = true
+          #expect(!state.justFinishedFirstFetch)
+          break
+        }
       }
+      #expect(refreshed)
+      #expect(backend.fetches == 1)
+      #expect(
+        try store.ledger.state(key: "notes", maxAge: .seconds(60))
+          == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
     }
-    #expect(refreshed)
-    #expect(backend.fetches == 1)
-    #expect(
-      try store.ledger.state(key: "notes", maxAge: .seconds(60))
-        == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
   }
 
   @Test func aFailingServerIsNotAskedAgainAndAgainWhileObserved() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend()
-    backend.state.withLock { $0.failFetch = "503" }
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    var states = notes.states().makeAsyncIterator()
-    var failed = false
-    while let state = await states.next() {
-      if let error = state.refreshError {
-        #expect(error.contains("503"))
-        failed = true
-        break
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend()
+      backend.state.withLock { $0.failFetch = "503" }
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      var states = notes.states().makeAsyncIterator()
+      var failed = false
+      while let state = await states.next() {
+        if let error = state.refreshError {
+          #expect(error.contains("503"))
+          failed = true
+          break
+        }
       }
+      #expect(failed)
+      // Give a storm every chance to show itself: many scheduling turns, one fetch.
+      for _ in 0..<2000 { await Task.yield() }
+      #expect(backend.fetches == 1)
+      #expect(try store.ledger.record("notes")?.fetchCount == 1)
     }
-    #expect(failed)
-    // Give a storm every chance to show itself: many scheduling turns, one fetch.
-    for _ in 0..<2000 { await Task.yield() }
-    #expect(backend.fetches == 1)
-    #expect(try store.ledger.record("notes")?.fetchCount == 1)
   }
 
   @Test func aRefreshWaitsForPendingChangesToReachTheServer() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let serverUp = Mutex(false)
-    var configuration = TaskRunner.Configuration()
-    configuration.collections = ["notes-changes": ["save-note"]]
-    let runner = TaskRunner(queue: store.queue, configuration: configuration)
-    runner.register(tag: "save-note") { _ in serverUp.withLock { $0 } ? .succeeded : .failed("offline") }
-    let backend = NotesBackend()
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
-      requires: PendingTasksGate(runner: runner, collection: "notes-changes"))
-    try await store.queue.add(tag: "save-note", payload: ["text": "buy eggs"])
-    #expect(await notes.refresh() == .skipped(.pendingTasks))
-    #expect(backend.fetches == 0)
+    try await withStore { store, clock, fixture in
+      let serverUp = Mutex(false)
+      var configuration = TaskRunner.Configuration()
+      configuration.collections = ["notes-changes": ["save-note"]]
+      let runner = TaskRunner(queue: store.queue, configuration: configuration)
+      runner.register(tag: "save-note") { _ in serverUp.withLock { $0 } ? .succeeded : .failed("offline") }
+      let backend = NotesBackend()
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
+        requires: PendingTasksGate(runner: runner, collection: "notes-changes"))
+      try await store.queue.add(tag: "save-note", payload: ["text": "buy eggs"])
+      #expect(await notes.refresh() == .skipped(.pendingTasks))
+      #expect(backend.fetches == 0)
 
-    serverUp.withLock { $0 = true }
-    clock.advance(by: .seconds(10))  // past the retry time of the failed save
-    #expect(await notes.refresh() == .successful)
-    #expect(backend.fetches == 1)
-    #expect(try store.queue.pendingTasks().isEmpty)
-    try expectConsistent(store.queue)
+      serverUp.withLock { $0 = true }
+      clock.advance(by: .seconds(10))  // past the retry time of the failed save
+      #expect(await notes.refresh() == .successful)
+      #expect(backend.fetches == 1)
+      #expect(try store.queue.pendingTasks().isEmpty)
+      try expectConsistent(store.queue)
+    }
   }
 
   @Test func cancellingAnObserverMidRefreshDoesNotCancelTheRefresh() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let backend = NotesBackend(blocks: true)
-    let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-    let observer = Task {
-      for await _ in notes.states() {}
+    try await withStore { store, clock, fixture in
+      let backend = NotesBackend(blocks: true)
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
+      let observer = Task {
+        for await _ in notes.states() {}
+      }
+      while backend.fetches == 0 { await Task.yield() }  // the observer started the refresh
+      observer.cancel()
+      await observer.value
+      async let joined = notes.refresh()
+      backend.release.open()
+      #expect(await joined == .successful)
+      #expect(backend.fetches == 1)
+      #expect(try store.ledger.state(key: "notes", maxAge: .seconds(60)) != .noCache)
     }
-    while backend.fetches == 0 { await Task.yield() }  // the observer started the refresh
-    observer.cancel()
-    await observer.value
-    async let joined = notes.refresh()
-    backend.release.open()
-    #expect(await joined == .successful)
-    #expect(backend.fetches == 1)
-    #expect(try store.ledger.state(key: "notes", maxAge: .seconds(60)) != .noCache)
   }
 
   @Test func badKeysAndMaxAgesAreRefused() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    let source = NotesBackend().source
-    #expect(throws: FerryError.self) {
-      try CacheRepository(key: "", ledger: store.ledger, maxAge: .seconds(1), source: source)
-    }
-    #expect(throws: FerryError.self) {
-      try CacheRepository(key: "k", ledger: store.ledger, maxAge: .seconds(-1), source: source)
+    try await withStore { store, clock, fixture in
+      let source = NotesBackend().source
+      #expect(throws: FerryError.self) {
+        try CacheRepository(key: "", ledger: store.ledger, maxAge: .seconds(1), source: source)
+      }
+      #expect(throws: FerryError.self) {
+        try CacheRepository(key: "k", ledger: store.ledger, maxAge: .seconds(-1), source: source)
+      }
     }
   }
 
   @Test func testHelpersPutAKeyInTheStateAskedFor() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openStore(fixture, clock: clock)
-    defer { store.close() }
-    try await store.ledger.makeTooOld("a", maxAge: .seconds(30))
-    guard case .cache(_, let age, isTooOld: true) = try store.ledger.state(key: "a", maxAge: .seconds(30))
-    else {
-      Issue.record("makeTooOld did not make it too old")
-      return
+    try await withStore { store, clock, fixture in
+      try await store.ledger.makeTooOld("a", maxAge: .seconds(30))
+      guard case .cache(_, let age, isTooOld: true) = try store.ledger.state(key: "a", maxAge: .seconds(30))
+      else {
+        Issue.record("makeTooOld did not make it too old")
+        return
+      }
+      #expect(age == .milliseconds(30_001))
+      try await store.ledger.makeFresh("a")
+      #expect(
+        try store.ledger.state(key: "a", maxAge: .seconds(30))
+          == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
+      try await store.ledger.makeNeverFetched("a")
+      #expect(try store.ledger.state(key: "a", maxAge: .seconds(30)) == .noCache)
     }
-    #expect(age == .milliseconds(30_001))
-    try await store.ledger.makeFresh("a")
-    #expect(
-      try store.ledger.state(key: "a", maxAge: .seconds(30))
-        == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
-    try await store.ledger.makeNeverFetched("a")
-    #expect(try store.ledger.state(key: "a", maxAge: .seconds(30)) == .noCache)
   }
 }

@@ -30,142 +30,121 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
   }
 }
 
-func openWithClock(
-  _ fixture: QueueFixture, _ clock: TestClock,
-  _ configure: (inout FerryStore.Configuration) -> Void = { _ in }
-)
-  async throws -> FerryStore
-{
-  var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
-  configure(&configuration)
-  return try await FerryStore.open(at: fixture.path, configuration: configuration)
-}
-
 @Suite(.timeLimit(.minutes(5))) struct CompactionTests {
   @Test func compactionRemovesFinishedWorkAndKeepsEverythingStillNeeded() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openWithClock(fixture, clock)
-    defer { store.close() }
-    let runner = TaskRunner(queue: store.queue)
-    runner.register(tag: "done") { _ in .succeeded }
-    runner.register(tag: "stuck") { _ in .recordError("fix me") }
-    let pending = try await store.queue.add(tag: "stuck", payload: ["n": 1], groupId: "g")
-    let behind = try await store.queue.add(tag: "done", payload: ["n": 2], groupId: "g")
-    let finished = try await store.queue.add(tag: "done", payload: ["n": 3])
-    let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], manual: true)
-    try await store.queue.cancel(cancelled)
-    _ = try await runner.run()
-    for i in 0..<3 { try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: i == 0)) }
-    try await store.ledger.recordFetch(key: "k", outcome: .failure("503"))
-    try await store.ledger.recordFetch(key: "k", outcome: .failure("504"))
-    let newestFailure = try store.log.head()
-    try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false))
-    let newestSuccess = try store.log.head()
-    let before = try store.log.read { try FerryStore.snapshot(of: $0) }
-    let pendingHistory = try store.queue.history(of: pending)
-    let head = try store.log.head()
+    try await withStore { store, clock, fixture in
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "done") { _ in .succeeded }
+      runner.register(tag: "stuck") { _ in .recordError("fix me") }
+      let pending = try await store.queue.add(tag: "stuck", payload: ["n": 1], groupId: "g")
+      let behind = try await store.queue.add(tag: "done", payload: ["n": 2], groupId: "g")
+      let finished = try await store.queue.add(tag: "done", payload: ["n": 3])
+      let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], manual: true)
+      try await store.queue.cancel(cancelled)
+      _ = try await runner.run()
+      for i in 0..<3 { try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: i == 0)) }
+      try await store.ledger.recordFetch(key: "k", outcome: .failure("503"))
+      try await store.ledger.recordFetch(key: "k", outcome: .failure("504"))
+      let newestFailure = try store.log.head()
+      try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false))
+      let newestSuccess = try store.log.head()
+      let before = try store.log.read { try FerryStore.snapshot(of: $0) }
+      let pendingHistory = try store.queue.history(of: pending)
+      let head = try store.log.head()
 
-    clock.advance(by: .seconds(60))
-    let report = try await store.compact(retention: .seconds(30))
-    #expect(report.snapshotSequence == head)
-    #expect(report.removed > 0)
-    #expect(try store.log.compactionState()?.through == head)
-    // Finished tasks are gone from the log; the pending group keeps its whole history.
-    #expect(try store.log.event(at: finished) == nil)
-    #expect(try store.log.event(at: cancelled) == nil)
-    #expect(try store.queue.history(of: pending) == pendingHistory)
-    #expect(try store.log.event(at: behind) != nil)
-    // Of the cache key's fetches, the newest success and newest failure stay.
-    var fetches: [UInt64] = []
-    try store.log.forEachEvent { if $0.type == "cache.fetched" { fetches.append($0.sequence) } }
-    #expect(fetches == [newestFailure, newestSuccess])
-    // The state is unchanged, a rebuild (from the snapshot plus the tail) gives it again, verify agrees.
-    #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == before)
-    _ = try await store.log.rebuild()
-    #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == before)
-    #expect(try store.log.verify().isHealthy)
-    // Time travel before the compaction point says so.
-    do {
-      _ = try store.log.withProjections(asOf: 3) { _ in 0 }
-      Issue.record("a state before the compaction point was shown")
-    } catch FerryLogError.historyCompacted(let through) {
-      #expect(through == head)
+      clock.advance(by: .seconds(60))
+      let report = try await store.compact(retention: .seconds(30))
+      #expect(report.snapshotSequence == head)
+      #expect(report.removed > 0)
+      #expect(try store.log.compactionState()?.through == head)
+      // Finished tasks are gone from the log; the pending group keeps its whole history.
+      #expect(try store.log.event(at: finished) == nil)
+      #expect(try store.log.event(at: cancelled) == nil)
+      #expect(try store.queue.history(of: pending) == pendingHistory)
+      #expect(try store.log.event(at: behind) != nil)
+      // Of the cache key's fetches, the newest success and newest failure stay.
+      var fetches: [UInt64] = []
+      try store.log.forEachEvent { if $0.type == "cache.fetched" { fetches.append($0.sequence) } }
+      #expect(fetches == [newestFailure, newestSuccess])
+      // The state is unchanged, a rebuild (from the snapshot plus the tail) gives it again, verify agrees.
+      #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == before)
+      _ = try await store.log.rebuild()
+      #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == before)
+      #expect(try store.log.verify().isHealthy)
+      // Time travel before the compaction point says so.
+      do {
+        _ = try store.log.withProjections(asOf: 3) { _ in 0 }
+        Issue.record("a state before the compaction point was shown")
+      } catch FerryLogError.historyCompacted(let through) {
+        #expect(through == head)
+      }
+      // And the store goes on: more work, then a rebuild from snapshot + tail equals what is stored.
+      try await store.queue.resolveError(pending)
+      runner.register(tag: "stuck") { _ in .succeeded }
+      _ = try await runner.run()
+      try await store.ledger.recordFetch(key: "k2", outcome: .success(isEmpty: false))
+      let after = try store.log.read { try FerryStore.snapshot(of: $0) }
+      #expect(try store.log.withProjections(asOf: nil) { try FerryStore.snapshot(of: $0) } == after)
+      _ = try await store.log.rebuild()
+      #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == after)
+      #expect(after.tasks.isEmpty)
     }
-    // And the store goes on: more work, then a rebuild from snapshot + tail equals what is stored.
-    try await store.queue.resolveError(pending)
-    runner.register(tag: "stuck") { _ in .succeeded }
-    _ = try await runner.run()
-    try await store.ledger.recordFetch(key: "k2", outcome: .success(isEmpty: false))
-    let after = try store.log.read { try FerryStore.snapshot(of: $0) }
-    #expect(try store.log.withProjections(asOf: nil) { try FerryStore.snapshot(of: $0) } == after)
-    _ = try await store.log.rebuild()
-    #expect(try store.log.read { try FerryStore.snapshot(of: $0) } == after)
-    #expect(after.tasks.isEmpty)
   }
 
   @Test func finishedWorkInsideTheRetentionWindowStays() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openWithClock(fixture, clock)
-    defer { store.close() }
-    try await logFinishedTasks(store, 10)
-    clock.advance(by: .seconds(120))
-    try await logFinishedTasks(store, 10)
-    clock.advance(by: .seconds(1))
-    let report = try await store.compact(retention: .seconds(60))
-    #expect(report.removed == 30)  // the first ten tasks, three events each
-    #expect(report.remaining == 30)
-    #expect(try store.log.verify().isHealthy)
+    try await withStore { store, clock, fixture in
+      try await logFinishedTasks(store, 10)
+      clock.advance(by: .seconds(120))
+      try await logFinishedTasks(store, 10)
+      clock.advance(by: .seconds(1))
+      let report = try await store.compact(retention: .seconds(60))
+      #expect(report.removed == 30)  // the first ten tasks, three events each
+      #expect(report.remaining == 30)
+      #expect(try store.log.verify().isHealthy)
+    }
   }
 
   @Test func aLongRunStaysWithinABoundedSize() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openWithClock(fixture, clock)
-    defer { store.close() }
-    var largestFile = 0
-    var largestLog = 0
-    // FERRY_COMPACTION_ROUNDS raises it for long runs (100 rounds: a million tasks).
-    let rounds = ProcessInfo.processInfo.environment["FERRY_COMPACTION_ROUNDS"].flatMap(Int.init) ?? 10
-    for _ in 0..<rounds {
-      try await logFinishedTasks(store, 10_000)
-      largestLog = max(
-        largestLog,
-        try store.log.read { _ in 0 }
-          + Int(try store.log.head() - (try store.log.compactionState()?.through ?? 0)))
-      clock.advance(by: .milliseconds(1))
-      let report = try await store.compact(retention: .zero)
-      #expect(report.remaining == 0)
-      let size =
-        (try FileManager.default.attributesOfItem(atPath: fixture.path + "/data.mdb")[.size] as? NSNumber)?
-        .intValue ?? 0
-      largestFile = max(largestFile, size)
+    try await withStore { store, clock, fixture in
+      var largestFile = 0
+      var largestLog = 0
+      // FERRY_COMPACTION_ROUNDS raises it for long runs (100 rounds: a million tasks).
+      let rounds = ProcessInfo.processInfo.environment["FERRY_COMPACTION_ROUNDS"].flatMap(Int.init) ?? 10
+      for _ in 0..<rounds {
+        try await logFinishedTasks(store, 10_000)
+        largestLog = max(
+          largestLog,
+          try store.log.read { _ in 0 }
+            + Int(try store.log.head() - (try store.log.compactionState()?.through ?? 0)))
+        clock.advance(by: .milliseconds(1))
+        let report = try await store.compact(retention: .zero)
+        #expect(report.remaining == 0)
+        let size =
+          (try FileManager.default.attributesOfItem(atPath: fixture.path + "/data.mdb")[.size] as? NSNumber)?
+          .intValue ?? 0
+        largestFile = max(largestFile, size)
+      }
+      let head = try store.log.head()
+      #expect(head == UInt64(rounds * 30_000))
+      var left = 0
+      try store.log.forEachEvent { _ in left += 1 }
+      #expect(left == 0)
+      // Everything was compacted away, yet a sequence number is never given out twice.
+      #expect(try await store.queue.add(tag: "t", payload: ["n": 1]) == UInt64(rounds * 30_000 + 1))
+      print(
+        "compaction: \(rounds * 10_000) tasks (\(rounds * 30_000) events) logged and compacted every 10000 tasks: at most \(largestLog) events and \(largestFile / 1_048_576) MiB on disk at any time"
+      )
+      #expect(largestLog <= 30_000)
+      #expect(largestFile <= 32 << 20)
+      #expect(try store.log.verify().isHealthy)
     }
-    let head = try store.log.head()
-    #expect(head == UInt64(rounds * 30_000))
-    var left = 0
-    try store.log.forEachEvent { _ in left += 1 }
-    #expect(left == 0)
-    // Everything was compacted away, yet a sequence number is never given out twice.
-    #expect(try await store.queue.add(tag: "t", payload: ["n": 1]) == UInt64(rounds * 30_000 + 1))
-    print(
-      "compaction: \(rounds * 10_000) tasks (\(rounds * 30_000) events) logged and compacted every 10000 tasks: at most \(largestLog) events and \(largestFile / 1_048_576) MiB on disk at any time"
-    )
-    #expect(largestLog <= 30_000)
-    #expect(largestFile <= 32 << 20)
-    #expect(try store.log.verify().isHealthy)
   }
 
   @Test func aDamagedSnapshotIsReportedAndTheQueueIsRebuiltFromWhatTheLogHolds() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let clock = TestClock()
-    var store = try await openWithClock(fixture, clock)
+    let clock = fixture.clock
+    var store = try await fixture.openStore()
     try await logFinishedTasks(store, 50)
     let keep = try await store.queue.add(tag: "t", payload: ["n": 1], groupId: "g")
     clock.advance(by: .seconds(1))
@@ -175,7 +154,7 @@ func openWithClock(
 
     let env = try LMDBEnvironment.open(fixture.path, "s:taskQueue:tasks")
     env.plant()
-    store = try await openWithClock(fixture, clock)
+    store = try await fixture.openStore()
     defer { store.close() }
     let report = try store.log.verify()
     #expect(report.problems.contains { "\($0)".contains("CRC32C") })
@@ -188,8 +167,8 @@ func openWithClock(
   @Test func automaticCompactionRunsPastItsThreshold() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let clock = TestClock()
-    let store = try await openWithClock(fixture, clock) {
+    let clock = fixture.clock
+    let store = try await fixture.openStore {
       $0.automaticCompaction = AutomaticCompaction(
         everyEvents: 30, retention: .zero, checkInterval: .milliseconds(20))
     }
@@ -206,11 +185,9 @@ func openWithClock(
   }
 
   @Test func negativeRetentionIsRefused() async throws {
-    let fixture = QueueFixture()
-    defer { fixture.remove() }
-    let store = try await openWithClock(fixture, TestClock())
-    defer { store.close() }
-    await #expect(throws: FerryError.self) { try await store.compact(retention: .seconds(-1)) }
+    try await withStore { store, _, _ in
+      await #expect(throws: FerryError.self) { try await store.compact(retention: .seconds(-1)) }
+    }
   }
 }
 

@@ -1,4 +1,5 @@
 import FerryLog
+import FerryTesting
 import Foundation
 import TestSupport
 import Testing
@@ -10,24 +11,48 @@ struct Item: Codable, Equatable, Sendable {
 }
 
 /// A fresh store directory and a clock the test moves by hand.
-final class QueueFixture: @unchecked Sendable {
-  // Why @unchecked: `now` is only touched under `lock`.
+final class QueueFixture: Sendable {
   let path = FileManager.default.temporaryDirectory.path + "/ferry-queue-\(UUID().uuidString.prefix(8))"
-  private let lock = NSLock()
-  private var now: Int64 = 1_700_000_000_000
+  let clock = TestClock(now: 1_700_000_000_000)
 
+  /// The clock's time (Unix milliseconds); setting it moves the clock.
   var time: Int64 {
-    get { lock.withLock { now } }
-    set { lock.withLock { now = newValue } }
+    get { clock.now }
+    set { clock.set(newValue) }
+  }
+
+  /// The store's configuration on this fixture's clock.
+  func configuration(
+    _ configure: (inout FerryStore.Configuration) -> Void = { _ in }
+  ) -> FerryStore.Configuration {
+    var configuration = FerryStore.Configuration()
+    clock.install(in: &configuration)
+    configure(&configuration)
+    return configuration
   }
 
   func open() async throws -> TaskQueue {
-    var configuration = TaskQueue.Configuration()
-    configuration.clock = { [self] in time }
-    return try await TaskQueue.open(at: path, configuration: configuration)
+    try await TaskQueue.open(at: path, configuration: configuration())
+  }
+
+  func openStore(_ configure: (inout FerryStore.Configuration) -> Void = { _ in }) async throws -> FerryStore
+  {
+    try await FerryStore.open(at: path, configuration: configuration(configure))
   }
 
   func remove() { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// Runs `body` on a fresh store with its own directory and test clock, then closes and removes it.
+func withStore(
+  _ configure: (inout FerryStore.Configuration) -> Void = { _ in },
+  _ body: (FerryStore, TestClock, QueueFixture) async throws -> Void
+) async throws {
+  let fixture = QueueFixture()
+  defer { fixture.remove() }
+  let store = try await fixture.openStore(configure)
+  defer { store.close() }
+  try await body(store, fixture.clock, fixture)
 }
 
 /// The queue's projection equals a rebuild from the log.
