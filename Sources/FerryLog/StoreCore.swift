@@ -126,7 +126,7 @@ struct StoreCore: Sendable {
   /// The last sequence number in the log (0 when empty).
   static func head(_ txn: Transaction, events: Database) throws -> UInt64 {
     try txn.withCursor(events) { cursor in
-      guard let key = try cursor.currentKeyOfLast() else { return 0 }
+      guard let key = try cursor.last()?.key else { return 0 }
       guard let sequence = UInt64(bigEndianBytes: key) else {
         throw FerryLogError.corruptRecord(
           sequence: 0, reason: "the last key of the log has \(key.count) bytes, not 8")
@@ -230,11 +230,6 @@ struct StoreCore: Sendable {
     return try catalog.upcast(event)
   }
 
-  /// Folds one event into the given projections.
-  func apply(_ event: LoggedEvent, to targets: [BoundProjection], _ txn: Transaction) throws {
-    try apply(event, to: targets, tables: targets.map { $0.tables(in: txn) })
-  }
-
   /// Folds one event into the given projections through their tables in the open transaction
   /// (made once per transaction, not once per event).
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
@@ -292,9 +287,4 @@ struct StoreCore: Sendable {
     }
     return applied
   }
-}
-
-extension Cursor {
-  /// The key of the last entry, or nil when the database is empty.
-  func currentKeyOfLast() throws -> [UInt8]? { try last()?.key }
 }
