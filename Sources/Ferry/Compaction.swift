@@ -35,16 +35,18 @@ extension FerryStore {
   public func compact(retention: Duration) async throws -> CompactionReport {
     guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
     let cutoff = queue.clock() &- retention.milliseconds
-    // What may go, decided before the compaction from one consistent view; anything appended
-    // after this (a task added, a fetch recorded) is newer and stays.
-    let plan = try log.read { view -> RetentionPlan in
-      let snapshot = try FerryStore.snapshot(of: view)
-      return RetentionPlan(pending: Set(snapshot.tasks.map(\.id)), head: try view.head())
+    // The queued tasks, read just before the compaction; a task added after this is newer than
+    // the plan's head and stays.
+    let (pending, head) = try log.read { view -> (Set<TaskID>, UInt64) in
+      var ids = Set<TaskID>()
+      try view.tables(of: TaskQueueProjection.projectionName).scan("tasks", from: nil) { key, _ in
+        if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
+        return true
+      }
+      return (ids, try view.head())
     }
-    var planned = plan
-    try log.forEachEvent(through: plan.head, chunkSize: 5000) { planned.note($0) }
-    let decided = planned
-    return try await log.compact { event in decided.isRemovable(event, cutoff: cutoff) }
+    let plan = Mutex(RetentionPlan(pending: pending, head: head))
+    return try await log.compact { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }
   }
 
   func startAutomaticCompaction(_ policy: AutomaticCompaction) {
@@ -63,34 +65,22 @@ extension FerryStore {
   }
 }
 
-/// Which events Ferry's retention policy may remove, learnt from one pass over the log.
+/// Which events Ferry's retention policy may remove. Shown the log newest first, it keeps the first
+/// (newest) success, failure and paging event of each cache key and the newest pause or resume.
 struct RetentionPlan: Sendable {
   let pending: Set<TaskID>
   let head: UInt64
-  var newestSuccess: [String: UInt64] = [:]
-  var newestFailure: [String: UInt64] = [:]
-  var newestPaging: [String: UInt64] = [:]
-  var newestPauseOrResume: UInt64 = 0
+  var seenSuccess = Set<String>()
+  var seenFailure = Set<String>()
+  var seenPaging = Set<String>()
+  var seenPauseOrResume = false
 
   init(pending: Set<TaskID>, head: UInt64) {
     self.pending = pending
     self.head = head
   }
 
-  mutating func note(_ event: LoggedEvent) {
-    if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
-      switch decoded {
-      case .fetched(let key, _, .success): newestSuccess[key] = event.sequence
-      case .fetched(let key, _, .failure): newestFailure[key] = event.sequence
-      case .paging(let key, _, _): newestPaging[key] = event.sequence
-      case .forgotten: break
-      }
-    } else if event.type == "queue.paused" || event.type == "queue.resumed" {
-      newestPauseOrResume = event.sequence
-    }
-  }
-
-  func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
+  mutating func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
     guard event.sequence <= head else { return false }
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
       let task: TaskID?
@@ -101,16 +91,18 @@ struct RetentionPlan: Sendable {
         .errorRecorded(let id, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
         task = id
       case .cleared: return event.timestamp < cutoff
-      case .paused, .resumed: return event.sequence != newestPauseOrResume
+      case .paused, .resumed:
+        defer { seenPauseOrResume = true }
+        return seenPauseOrResume
       }
       guard let task, task <= head else { return false }
       return !pending.contains(task) && event.timestamp < cutoff
     }
     if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
       switch decoded {
-      case .fetched(let key, _, _):
-        return event.sequence != newestSuccess[key] && event.sequence != newestFailure[key]
-      case .paging(let key, _, _): return event.sequence != newestPaging[key]
+      case .fetched(let key, _, .success): return !seenSuccess.insert(key).inserted
+      case .fetched(let key, _, .failure): return !seenFailure.insert(key).inserted
+      case .paging(let key, _, _): return !seenPaging.insert(key).inserted
       case .forgotten: return event.timestamp < cutoff
       }
     }

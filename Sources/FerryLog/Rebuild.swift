@@ -456,7 +456,9 @@ extension EventLog {
   /// after the compaction, never between. Rebuilds, verify and time travel then start from the
   /// snapshot and replay only what follows.
   ///
-  /// `isRemovable` must only accept events no projection needs past the snapshot (the domain
+  /// `isRemovable` is called once for every event the snapshot covers, newest first (so it can keep
+  /// the newest of a kind by remembering what it has seen). It must only accept events no
+  /// projection needs past the snapshot (the domain
   /// knows which: Ferry's retention policy removes finished tasks and old fetches).
   public func compact(
     removing isRemovable: @escaping @Sendable (LoggedEvent) -> Bool
@@ -484,14 +486,19 @@ extension EventLog {
                   )
                   .bytes)
               }
+              // Newest first: a predicate that keeps "the newest of each kind" learns it from the
+              // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []
-              var kept = 0
               try txn.withCursor(core.events) { cursor in
-                try cursor.scan(from: nil) { key, value in
-                  guard let sequence = UInt64(bigEndianBytes: key), sequence <= head else { return false }
-                  let event = try core.decode(value, sequence: sequence)
-                  if isRemovable(event) { doomed.append((sequence, value.count)) } else { kept += 1 }
-                  return true
+                var entry = try cursor.last()  // the head's record (nothing is appended during this job)
+                while let (key, value) = entry {
+                  guard let sequence = UInt64(bigEndianBytes: key) else {
+                    throw FerryLogError.corruptRecord(
+                      sequence: 0, reason: "a key of the log has \(key.count) bytes, not 8")
+                  }
+                  let event = try value.withUnsafeBytes { try core.decode($0, sequence: sequence) }
+                  if isRemovable(event) { doomed.append((sequence, value.count)) }
+                  entry = try cursor.previous()
                 }
               }
               for (sequence, _) in doomed { try txn.delete(core.events, key: sequence.bigEndianBytes) }
