@@ -81,6 +81,9 @@ public final class EventLog: Sendable {
   let core: StoreCore
   let writer: GroupCommitWriter?
   let notifier = HeadNotifier()
+  /// The sequence ranges this open appended (merged when adjacent), so that a tail can tell them
+  /// from other processes' appends.
+  let ownRanges = OwnRanges()
   private let closed = Mutex(false)
 
   // MARK: Opening
@@ -237,9 +240,30 @@ public final class EventLog: Sendable {
       writer = nil
     } else {
       let notifier = self.notifier
+      let ownRanges = self.ownRanges
       let writer = GroupCommitWriter(
         environment: environment, core: core, maxEventsPerCommit: configuration.maxEventsPerCommit,
-        catchUpChunk: configuration.rebuildChunkSize, onCommit: { head in notifier.publish(head) })
+        catchUpChunk: configuration.rebuildChunkSize,
+        prepare: { events in try EventLog.prepare(events, configuration: configuration) },
+        onOwnRange: { range, committing in
+          ownRanges.ranges.withLock { ranges in
+            if committing {
+              if let last = ranges.last, last.upperBound &+ 1 == range.lowerBound {
+                ranges[ranges.count - 1] = last.lowerBound...range.upperBound
+              } else {
+                ranges.append(range)
+              }
+              if ranges.count > 10_000 { ranges.removeFirst(ranges.count - 10_000) }
+            } else if let last = ranges.last, last.upperBound == range.upperBound {
+              if last.lowerBound >= range.lowerBound {
+                ranges.removeLast()
+              } else {
+                ranges[ranges.count - 1] = last.lowerBound...(range.lowerBound - 1)
+              }
+            }
+          }
+        },
+        onCommit: { head in notifier.publish(head) })
       writer.start()
       self.writer = writer
     }
@@ -260,6 +284,19 @@ public final class EventLog: Sendable {
     writer?.stop()
     notifier.close()
     environment.close()
+  }
+
+  /// Whether this open of the log appended the event at `sequence` (as opposed to another process).
+  public func appendedHere(_ sequence: UInt64) -> Bool {
+    ownRanges.ranges.withLock { ranges in
+      var low = 0
+      var high = ranges.count
+      while low < high {
+        let middle = (low + high) / 2
+        if ranges[middle].upperBound < sequence { low = middle + 1 } else { high = middle }
+      }
+      return low < ranges.count && ranges[low].contains(sequence)
+    }
   }
 
   /// Whether ``close()`` was called.
@@ -349,13 +386,16 @@ public final class EventLog: Sendable {
       throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
     }
     if events.isEmpty { return [] }
-    let prepared = try prepare(events)
-    return try await withCheckedThrowingContinuation { continuation in
-      let request = GroupCommitWriter.AppendRequest(events: prepared, continuation: continuation)
+    if isClosed { throw FerryLogError.closed }
+    let prepared = try Self.prepare(events, configuration: configuration)
+    let outcome = try await withCheckedThrowingContinuation {
+      (continuation: CheckedContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
+      let request = GroupCommitWriter.AppendRequest(work: .events(prepared), continuation: continuation)
       if !writer.submit(.append(request)) {
         continuation.resume(throwing: FerryLogError.closed)
       }
     }
+    return outcome.sequences
   }
 
   /// Appends one event and returns its sequence number once it is durable.
@@ -367,8 +407,7 @@ public final class EventLog: Sendable {
     return sequence
   }
 
-  private func prepare(_ events: [NewEvent]) throws -> [PreparedEvent] {
-    if isClosed { throw FerryLogError.closed }
+  static func prepare(_ events: [NewEvent], configuration: Configuration) throws -> [PreparedEvent] {
     let now = configuration.clock()
     return try events.map { event in
       guard EventRecord.isValidType(event.type) else {
@@ -557,4 +596,9 @@ public struct LogView {
     }
     return ProjectionReader(tables: target.tables(in: transaction))
   }
+}
+
+/// The sequence ranges one open of a log appended.
+final class OwnRanges: Sendable {
+  let ranges = Mutex<[ClosedRange<UInt64>]>([])
 }

@@ -25,8 +25,28 @@ final class GroupCommitWriter: @unchecked Sendable {
   // held; `statistics` is a Mutex; the rest is immutable after init.
 
   struct AppendRequest {
-    let events: [PreparedEvent]
-    let continuation: CheckedContinuation<[UInt64], any Error>
+    enum Work {
+      /// Events prepared by the caller.
+      case events([PreparedEvent])
+      /// A decision made inside the transaction (see ``CommandContext``).
+      case command(@Sendable (CommandContext) throws -> any Sendable)
+    }
+    let work: Work
+    let continuation: CheckedContinuation<AppendOutcome, any Error>
+
+    /// Events counted against a commit's limit (a command's are not known before it runs).
+    var weight: Int {
+      switch work {
+      case .events(let events): return events.count
+      case .command: return 1
+      }
+    }
+  }
+
+  /// What one request got: the sequences of the events it appended and a command's result.
+  struct AppendOutcome: Sendable {
+    var sequences: [UInt64]
+    var result: (any Sendable)?
   }
 
   enum Job {
@@ -47,6 +67,10 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// more are replayed first in chunked transactions of their own.
   let catchUpChunk: Int
   let onCommit: @Sendable (UInt64) -> Void
+  /// Validates and encodes the events a command appends (on this thread).
+  let prepare: @Sendable ([NewEvent]) throws -> [PreparedEvent]
+  /// Called with the sequences a transaction is about to commit, and again (false) when it did not.
+  let onOwnRange: @Sendable (ClosedRange<UInt64>, Bool) -> Void
   let statistics = Mutex(EventLog.Statistics())
 
   private let condition = Condition()
@@ -59,8 +83,12 @@ final class GroupCommitWriter: @unchecked Sendable {
 
   init(
     environment: Environment, core: StoreCore, maxEventsPerCommit: Int, catchUpChunk: Int,
+    prepare: @escaping @Sendable ([NewEvent]) throws -> [PreparedEvent],
+    onOwnRange: @escaping @Sendable (ClosedRange<UInt64>, Bool) -> Void = { _, _ in },
     onCommit: @escaping @Sendable (UInt64) -> Void
   ) {
+    self.prepare = prepare
+    self.onOwnRange = onOwnRange
     self.environment = environment
     self.core = core
     self.maxEventsPerCommit = max(1, maxEventsPerCommit)
@@ -117,9 +145,9 @@ final class GroupCommitWriter: @unchecked Sendable {
             taken += 1
           }
         case .append(let request):
-          if batch.isEmpty || eventCount + request.events.count <= maxEventsPerCommit {
+          if batch.isEmpty || eventCount + request.weight <= maxEventsPerCommit {
             batch.append(request)
-            eventCount += request.events.count
+            eventCount += request.weight
             taken += 1
             continue
           }
@@ -137,15 +165,26 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
   }
 
-  /// Writes the requests in one transaction. A request whose events a projection rejects is
-  /// failed alone and the others are written in a fresh transaction.
+  /// Writes the requests in one transaction. A request whose events a projection rejects (or a
+  /// command that throws after appending) is failed alone and the others are written in a fresh
+  /// transaction; a command that throws before appending anything fails alone in the same one.
   private func commit(_ requests: [AppendRequest]) {
     var live = requests
     while !live.isEmpty {
+      var pending: ClosedRange<UInt64>?
       do {
-        let (results, head, duplicates) = try environment.write { txn in try appendBatch(live, txn) }
+        let (results, head, _, duplicates) = try environment.write { txn in
+          let outcome = try appendBatch(live, txn)
+          if outcome.head >= outcome.first {
+            pending = outcome.first...outcome.head
+            onOwnRange(outcome.first...outcome.head, true)
+          }
+          return outcome
+        }
         CrashPoint.reach(CrashPoint.afterCommit)
-        let eventsWritten = results.reduce(0) { $0 + $1.count }
+        let eventsWritten = results.reduce(0) { total, result in
+          total + ((try? result.get().sequences.count) ?? 0)
+        }
         statistics.withLock { s in
           s.commits += 1
           s.appendCalls += live.count
@@ -153,10 +192,11 @@ final class GroupCommitWriter: @unchecked Sendable {
           s.duplicatesSkipped += duplicates
           s.largestBatch = max(s.largestBatch, live.count)
         }
-        for (request, sequences) in zip(live, results) { request.continuation.resume(returning: sequences) }
+        for (request, result) in zip(live, results) { request.continuation.resume(with: result) }
         onCommit(head)
         return
       } catch is FarBehind {
+        if let pending { onOwnRange(pending, false) }
         do {
           _ = try EventLog.prepareProjections(core, environment: environment, chunk: catchUpChunk, reset: [])
         } catch {
@@ -164,6 +204,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           return
         }
       } catch let failure as RequestFailure {
+        if let pending { onOwnRange(pending, false) }
         if let lmdb = failure.error as? LMDBError, lmdb == .transactionFull, live.count > 1 {
           // Too much for one transaction: write the batch in two halves.
           let half = live.count / 2
@@ -174,6 +215,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error))
         live.remove(at: failure.index)
       } catch {
+        if let pending { onOwnRange(pending, false) }
         for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error)) }
         return
       }
@@ -182,39 +224,37 @@ final class GroupCommitWriter: @unchecked Sendable {
 
   private func appendBatch(
     _ requests: [AppendRequest], _ txn: Transaction
-  ) throws -> ([[UInt64]], UInt64, Int) {
-    var head = try core.head(txn)
-    var duplicates = 0
-    try catchUpInline(to: head, txn)
-    var results: [[UInt64]] = []
+  ) throws -> (results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int) {
+    let start = try core.head(txn)
+    try catchUpInline(to: start, txn)
+    let batch = BatchAppender(core: core, txn: txn, head: start)
+    var results: [Result<AppendOutcome, any Error>] = []
     results.reserveCapacity(requests.count)
-    let tables = core.projections.map { $0.tables(in: txn) }
     for (index, request) in requests.enumerated() {
-      var sequences: [UInt64] = []
-      sequences.reserveCapacity(request.events.count)
+      let before = batch.head
       do {
-        for event in request.events {
-          if let eventIndex = core.eventIndex, let existing = try txn.get(eventIndex, key: event.id.bytes) {
-            guard let sequence = UInt64(bigEndianBytes: existing) else {
-              throw FerryLogError.corruptRecord(
-                sequence: 0, reason: "event-id index entry for \(event.id) is malformed")
+        switch request.work {
+        case .events(let events):
+          var sequences: [UInt64] = []
+          sequences.reserveCapacity(events.count)
+          for event in events { sequences.append(try batch.append(event)) }
+          results.append(.success(AppendOutcome(sequences: sequences, result: nil)))
+        case .command(let decide):
+          let context = CommandContext(batch: batch, prepare: prepare)
+          defer { context.finish() }
+          do {
+            let result = try decide(context)
+            results.append(.success(AppendOutcome(sequences: context.sequences, result: result)))
+          } catch let error as LMDBError where error == .mapFull {
+            throw error
+          } catch {
+            // Nothing appended: the command alone fails, and the batch goes on in this transaction.
+            guard batch.head != before || txn.firstFailure != nil else {
+              results.append(.failure(FerryLogError.wrap(error)))
+              continue
             }
-            sequences.append(sequence)
-            duplicates += 1
-            continue
+            throw error
           }
-          guard head < UInt64.max else {
-            throw FerryLogError.corruptRecord(
-              sequence: head, reason: "the log's last sequence number is the largest possible")
-          }
-          head += 1
-          try txn.put(core.events, key: head.bigEndianBytes, value: event.record, flags: .append)
-          let logged = LoggedEvent(
-            sequence: head, type: event.type, schemaVersion: event.currentSchemaVersion,
-            storedSchemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
-            payload: event.currentPayload)
-          try core.apply(logged, to: core.projections, tables: tables)
-          sequences.append(head)
         }
         // A projection may have caught an LMDB error and carried on; LMDB refuses the rest of the
         // transaction after most errors, so the request during which it happened owns it.
@@ -224,14 +264,13 @@ final class GroupCommitWriter: @unchecked Sendable {
       } catch {
         throw RequestFailure(index: index, error: error)
       }
-      results.append(sequences)
     }
     for target in core.projections {
       try core.setState(
-        ProjectionState(version: target.projection.version, position: head), of: target.name, txn)
+        ProjectionState(version: target.projection.version, position: batch.head), of: target.name, txn)
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
-    return (results, head, duplicates)
+    return (results, batch.head, start + 1, batch.duplicates)
   }
 
   /// Another process may have appended without this process's projections: fold what they missed
