@@ -86,9 +86,9 @@ struct RetentionPlan: Sendable {
       let task: TaskID?
       switch decoded {
       case .added: task = event.sequence
-      case .runStarted(let id, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
+      case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
         .runInterrupted(let id),
-        .errorRecorded(let id, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
+        .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
         task = id
       case .cleared: return event.timestamp < cutoff
       case .paused, .resumed:

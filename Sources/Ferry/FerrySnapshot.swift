@@ -76,7 +76,7 @@ extension FerryStore {
     let clock: @Sendable () -> Int64 = wallClockMilliseconds
     let sleep: @Sendable (Int64) async -> Void = { _ in }
     return FerryStore(
-      log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep, interrupted: []),
+      log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
       ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
   }
 }
@@ -124,9 +124,11 @@ public struct EventSummary: Sendable, Equatable {
         if unique != .append { parts.append("unique \(unique)") }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
         text = parts.joined(separator: ", ")
-      case .runStarted(let id, let attempt):
+      case .runStarted(let id, let attempt, let owner, let runner):
         taskId = id
-        text = "task \(id) run started (attempt \(attempt))"
+        text =
+          "task \(id) run started (attempt \(attempt))"
+          + (owner.isEmpty ? "" : " by runner \(runner) of owner \(owner)")
       case .runSucceeded(let id):
         taskId = id
         text = "task \(id) succeeded"
@@ -138,9 +140,9 @@ public struct EventSummary: Sendable, Equatable {
       case .runInterrupted(let id):
         taskId = id
         text = "task \(id) run interrupted"
-      case .errorRecorded(let id, let message):
+      case .errorRecorded(let id, let message, let endsRun):
         taskId = id
-        text = "task \(id) error recorded: \(message)"
+        text = "task \(id) error recorded\(endsRun ? " by its run" : ""): \(message)"
       case .errorResolved(let id):
         taskId = id
         text = "task \(id) error resolved"

@@ -41,10 +41,16 @@ public final class FerryStore: Sendable {
 
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(
-    (TaskEvent.types + CacheEvent.types).map { EventCatalog.EventType($0, version: 1) })
+    TaskEvent.types.map { type in
+      if let upcaster = TaskEvent.upcasters[type] {
+        return EventCatalog.EventType(type, version: 2, upcasters: [1: upcaster])
+      }
+      return EventCatalog.EventType(type, version: 1)
+    } + CacheEvent.types.map { EventCatalog.EventType($0, version: 1) })
 
-  /// Opens (or creates) the store at `path`. Runs that a crash cut short are logged as
-  /// interrupted and are ready again (see ``TaskQueue/interruptedAtOpen``).
+  /// Opens (or creates) the store at `path`. Runs that a crash cut short — whose owner process is
+  /// gone — are logged as interrupted and are ready again (see ``TaskQueue/interruptedAtOpen``);
+  /// runs of a process that is alive are never touched.
   public static func open(
     at path: String, configuration: Configuration = Configuration()
   ) async throws -> FerryStore {
@@ -56,15 +62,6 @@ public final class FerryStore: Sendable {
     logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
-      let running = try log.read { view in
-        try view.tables(of: TaskQueueProjection.projectionName).entries("running").compactMap {
-          UInt64(bigEndianBytes: $0.key)
-        }
-      }
-      if !running.isEmpty {
-        CrashPoint.reach(CrashPoint.recovery)
-        _ = try await log.append(running.map { TaskEvent.runInterrupted($0).newEvent })
-      }
       let clock = configuration.clock
       let automatic = configuration.automaticCompaction
       let sleep =
@@ -76,8 +73,11 @@ public final class FerryStore: Sendable {
           }
         }
       let store = FerryStore(
-        log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep, interrupted: running),
+        log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+      // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
+      // (another process is in a handler right now) are left alone.
+      store.queue.setInterruptedAtOpen(try await store.queue.interruptRunsOfDeadOwners())
       if let automatic { store.startAutomaticCompaction(automatic) }
       return store
     } catch {

@@ -243,6 +243,8 @@ public struct TaskHistoryEntry: Sendable, Equatable {
     case cancelled
     /// The queue was cleared.
     case cleared
+    /// A later add with ``UniquePolicy/replace`` (the task with this id) took its place.
+    case replaced(by: TaskID)
   }
 
   /// The event's sequence number.

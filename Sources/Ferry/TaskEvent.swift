@@ -1,14 +1,19 @@
 import FerryLog
 
-/// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1).
+/// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, and 2
+/// for `task.runStarted` and `task.errorRecorded`).
 enum TaskEvent: Equatable, Sendable {
   case added(
     tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy)
-  case runStarted(TaskID, attempt: UInt32)
+  /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
+  /// process's liveness token, ``RunOwner``; empty in events logged before owners existed).
+  case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32)
   case runSucceeded(TaskID)
   case runFailed(TaskID, message: String, retryable: Bool, nextEligibleAt: Int64?)
   case runInterrupted(TaskID)
-  case errorRecorded(TaskID, message: String)
+  /// `endsRun`: recorded by the task's own run as its outcome (its claim ends), rather than by the
+  /// app while the task waits or runs.
+  case errorRecorded(TaskID, message: String, endsRun: Bool)
   case errorResolved(TaskID)
   case cancelled(TaskID)
   case revived(TaskID)
@@ -20,6 +25,15 @@ enum TaskEvent: Equatable, Sendable {
     "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
     "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "queue.cleared",
     "queue.paused", "queue.resumed",
+  ]
+
+  /// Types whose current schema version is 2, with the upcaster from version 1.
+  static let upcasters: [String: @Sendable ([UInt8]) throws -> [UInt8]] = [
+    // v1 had no owner: an empty owner (never alive) and runner 0.
+    "task.runStarted": { v1 in v1 + [0, 0, 0, 0] + [0, 0, 0, 0] },
+    // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
+    // out of `running`), so it ends the run.
+    "task.errorRecorded": { v1 in v1 + [1] },
   ]
 
   /// The same types, for membership tests (the store's log also holds the cache ledger's events).
@@ -52,17 +66,20 @@ enum TaskEvent: Equatable, Sendable {
       writer.write(groupId)
       writer.write(manual)
       writer.write(unique.rawValue)
-    case .runStarted(let id, let attempt):
+    case .runStarted(let id, let attempt, let owner, let runner):
       writer.write(id)
       writer.write(attempt)
+      writer.write(owner)
+      writer.write(runner)
     case .runFailed(let id, let message, let retryable, let next):
       writer.write(id)
       writer.write(message)
       writer.write(retryable)
       writer.write(next)
-    case .errorRecorded(let id, let message):
+    case .errorRecorded(let id, let message, let endsRun):
       writer.write(id)
       writer.write(message)
+      writer.write(endsRun)
     case .runSucceeded(let id), .runInterrupted(let id), .errorResolved(let id), .cancelled(let id),
       .revived(let id):
       writer.write(id)
@@ -72,21 +89,42 @@ enum TaskEvent: Equatable, Sendable {
     return writer.bytes
   }
 
-  var newEvent: NewEvent { NewEvent(type: type, payload: payload) }
+  /// The schema version this code writes for the event's type.
+  var schemaVersion: UInt16 { Self.upcasters[type] == nil ? 1 : 2 }
+
+  var newEvent: NewEvent { NewEvent(type: type, schemaVersion: schemaVersion, payload: payload) }
 
   /// How the event reads in a task's history.
   var historyKind: TaskHistoryEntry.Kind {
     switch self {
     case .added: return .added
-    case .runStarted(_, let attempt): return .runStarted(attempt: attempt)
+    case .runStarted(_, let attempt, _, _): return .runStarted(attempt: attempt)
     case .runSucceeded: return .runSucceeded
     case .runFailed(_, let message, _, let next): return .runFailed(message: message, retryAt: next)
     case .runInterrupted: return .runInterrupted
-    case .errorRecorded(_, let message): return .errorRecorded(message: message)
+    case .errorRecorded(_, let message, _): return .errorRecorded(message: message)
     case .errorResolved: return .errorResolved
     case .cancelled: return .cancelled
     case .revived: return .revived
     case .cleared, .paused, .resumed: return .cleared
+    }
+  }
+
+  /// What observers are told when the event at `sequence` is logged.
+  func updates(sequence: UInt64) -> [TaskUpdate] {
+    switch self {
+    case .added: return [.added(sequence)]
+    case .runStarted(let id, let attempt, _, _): return [.running(id, attempt: attempt)]
+    case .runSucceeded(let id): return [.succeeded(id)]
+    case .runFailed(let id, let message, _, let next): return [.failed(id, message: message, retryAt: next)]
+    case .runInterrupted(let id): return [.interrupted(id)]
+    case .errorRecorded(let id, let message, _): return [.errorRecorded(id, message: message)]
+    case .errorResolved(let id): return [.errorResolved(id)]
+    case .cancelled(let id): return [.cancelled(id)]
+    case .revived(let id): return [.revived(id)]
+    case .cleared: return [.cleared]
+    case .paused: return [.paused]
+    case .resumed: return [.resumed]
     }
   }
 
@@ -109,7 +147,8 @@ enum TaskEvent: Equatable, Sendable {
           tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
       case "task.runStarted":
         self = .runStarted(
-          try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"))
+          try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
+          owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"))
       case "task.runSucceeded": self = .runSucceeded(try reader.read(UInt64.self, "taskId"))
       case "task.runFailed":
         self = .runFailed(
@@ -119,7 +158,8 @@ enum TaskEvent: Equatable, Sendable {
       case "task.runInterrupted": self = .runInterrupted(try reader.read(UInt64.self, "taskId"))
       case "task.errorRecorded":
         self = .errorRecorded(
-          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"))
+          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
+          endsRun: try reader.readBool("endsRun"))
       case "task.errorResolved": self = .errorResolved(try reader.read(UInt64.self, "taskId"))
       case "task.cancelled": self = .cancelled(try reader.read(UInt64.self, "taskId"))
       case "task.revived": self = .revived(try reader.read(UInt64.self, "taskId"))

@@ -1,5 +1,6 @@
 import FerryLog
 import Foundation
+import Synchronization
 
 /// The push side's durable queue: every change is an event in the store's log, and the queue is a
 /// projection of it kept in the same transaction.
@@ -25,13 +26,20 @@ public final class TaskQueue: Sendable {
   public let log: EventLog
   let clock: @Sendable () -> Int64
   let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
-  /// Runs found started and never finished at open (a crash), now logged as interrupted.
-  public let interruptedAtOpen: [TaskID]
+  /// Runs found at open whose owner was gone (a crash), now logged as interrupted.
+  public var interruptedAtOpen: [TaskID] { interruptedOnOpen.withLock { $0 } }
+  private let interruptedOnOpen = Mutex<[TaskID]>([])
+  /// This process's liveness token in the store, made when a runner first claims a run.
+  private let owner = Mutex<RunOwner?>(nil)
+  private let runnerNumbers = Atomic<UInt32>(0)
+  /// The tail that tells this process's observers what other processes append.
+  private let foreignTail = Mutex<Task<Void, Never>?>(nil)
 
   /// Opens (or creates) the store at `path` and returns its queue (``FerryStore/queue``).
   ///
-  /// A task whose run started and never finished — the process died while its handler ran — gets
+  /// A task whose run started and never finished — its process died while the handler ran — gets
   /// a `runInterrupted` event and is ready again, its attempt count kept (at-least-once delivery).
+  /// A run whose process is alive (another app process, an extension) is left alone.
   public static func open(
     at path: String, configuration: Configuration = Configuration()
   ) async throws -> TaskQueue {
@@ -42,31 +50,108 @@ public final class TaskQueue: Sendable {
   let sleep: @Sendable (Int64) async -> Void
 
   init(
-    log: EventLog, clock: @escaping @Sendable () -> Int64, sleep: @escaping @Sendable (Int64) async -> Void,
-    interrupted: [TaskID]
+    log: EventLog, clock: @escaping @Sendable () -> Int64, sleep: @escaping @Sendable (Int64) async -> Void
   ) {
     self.log = log
     self.clock = clock
     self.sleep = sleep
-    self.interruptedAtOpen = interrupted
   }
 
-  /// Waits for pending writes, ends the update streams and closes the store.
+  func setInterruptedAtOpen(_ ids: [TaskID]) { interruptedOnOpen.withLock { $0 = ids } }
+
+  /// Waits for pending writes, ends the update streams, gives up this process's liveness token
+  /// and closes the store.
   public func close() {
+    foreignTail.withLock { tail in
+      tail?.cancel()
+      tail = nil
+    }
     log.close()
     updateStreams.finish()
+    owner.withLock { owner in
+      owner?.release()
+      owner = nil
+    }
   }
 
   /// Tells the streams of the update's task, and those observing everything.
   func publish(_ update: TaskUpdate) { updateStreams.publish(update, for: update.taskId) }
 
-  /// Every change to the queue made in this process, as it happens (adds, runs, skips, errors,
-  /// cancels, clears). Changes made by other processes are not seen.
-  public func updates() -> AsyncStream<TaskUpdate> { updateStreams.stream(for: nil) { nil } }
+  /// Every change to the queue as it happens (adds, runs, skips, errors, cancels, clears) — made
+  /// in this process, or logged by another process on the same store (an app extension, say),
+  /// which are seen within a fraction of a second. Skips by other processes' runners are not
+  /// logged, so they are not seen.
+  public func updates() -> AsyncStream<TaskUpdate> {
+    startForeignTail()
+    return updateStreams.stream(for: nil) { nil }
+  }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
   public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
-    try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+    startForeignTail()
+    return try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+  }
+
+  /// How often the log is read for other processes' appends while anyone observes.
+  static let foreignPollInterval: Duration = .milliseconds(200)
+
+  private func startForeignTail() {
+    foreignTail.withLock { tail in
+      guard tail == nil, !log.isClosed, let head = try? log.head() else { return }
+      let log = self.log
+      tail = Task { [weak self] in
+        do {
+          for try await event in log.tail(after: head, pollInterval: Self.foreignPollInterval) {
+            guard let self else { return }
+            if log.appendedHere(event.sequence) || !TaskEvent.typeSet.contains(event.type) { continue }
+            guard let decoded = try? TaskEvent(event) else { continue }
+            for update in decoded.updates(sequence: event.sequence) { self.publish(update) }
+          }
+        } catch {
+          // The log closed or failed: observers keep what they saw.
+        }
+      }
+    }
+  }
+
+  /// This process's liveness token, made on first use.
+  func runOwner() throws -> RunOwner {
+    try owner.withLock { owner in
+      if let owner { return owner }
+      guard !log.isClosed else { throw FerryLogError.closed }
+      let made = try RunOwner(storePath: log.path)
+      owner = made
+      return made
+    }
+  }
+
+  /// The id of this process's liveness token, if it has one.
+  var ownerId: String? { owner.withLock { $0?.id } }
+
+  /// A number for a new runner of this queue (claims name it, so only it may finish its runs).
+  func nextRunnerNumber() -> UInt32 { runnerNumbers.add(1, ordering: .relaxed).newValue }
+
+  /// Interrupts every run whose owner is gone (its process died, or closed the store mid-run):
+  /// the task is ready again. A live owner's runs are never touched. Returns the tasks interrupted.
+  @discardableResult
+  public func interruptRunsOfDeadOwners() async throws -> [TaskID] {
+    let claims = try queueTables { queue in try QueueCommand.claims(queue) }
+    if claims.isEmpty { return [] }
+    let mine = ownerId
+    var interrupted: [TaskID] = []
+    var verdicts: [String: RunOwner.Liveness] = [:]
+    for (id, claim) in claims where claim.owner != mine {
+      let liveness =
+        verdicts[claim.owner] ?? RunOwner.liveness(of: claim.owner, storePath: log.path)
+      verdicts[claim.owner] = liveness
+      guard liveness == .dead else { continue }
+      CrashPoint.reach(CrashPoint.recovery)
+      if try await log.execute({ context in try QueueCommand.interrupt(id, claim: claim, context) }) {
+        interrupted.append(id)
+        publish(.interrupted(id))
+      }
+    }
+    return interrupted
   }
 
   // MARK: Changing the queue
@@ -97,24 +182,26 @@ public final class TaskQueue: Sendable {
     }
     let event = TaskEvent.added(
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
-    let replaced = unique == .replace ? try queueTables { try $0.tasks(tag: tag, dataId: dataId ?? "") } : []
-    let sequence = try await log.append(event.newEvent)
-    if unique == .keep, let dataId {
-      // Kept: an older task of this tag and data id was queued when the add was applied.
-      let older = try queueTables { queue in try queue.tasks(tag: tag, dataId: dataId).first { $0 < sequence }
-      }
-      if let older, try task(sequence) == nil { return older }
+    if unique == .append {
+      let sequence = try await log.append(event.newEvent)
+      publish(.added(sequence))
+      return sequence
     }
-    for id in replaced where try task(id) == nil { publish(.cancelled(id)) }
-    publish(.added(sequence))
-    return sequence
+    // Keep and replace depend on what is queued: decided inside the commit.
+    switch try await log.execute({ context in try QueueCommand.add(event, context) }) {
+    case .kept(let existing):
+      return existing
+    case .added(let id, let replaced):
+      for old in replaced { publish(.cancelled(old)) }
+      publish(.added(id))
+      return id
+    }
   }
 
   /// Removes a queued task. A run of it already under way finishes and is logged; the task does
   /// not come back. Throws ``FerryError/noSuchTask(_:)`` when it is not queued.
   public func cancel(_ id: TaskID) async throws {
-    try requireTask(id)
-    _ = try await log.append(TaskEvent.cancelled(id).newEvent)
+    try await log.execute { context in try QueueCommand.onTask(id, .cancelled(id), context) }
     publish(.cancelled(id))
   }
 
@@ -126,14 +213,12 @@ public final class TaskQueue: Sendable {
 
   /// Stops automatic running, durably (it stays paused across reopen).
   public func pause() async throws {
-    _ = try await log.append(TaskEvent.paused.newEvent)
-    publish(.paused)
+    if try await log.execute({ context in try QueueCommand.setPaused(true, context) }) { publish(.paused) }
   }
 
   /// Starts automatic running again.
   public func resume() async throws {
-    _ = try await log.append(TaskEvent.resumed.newEvent)
-    publish(.resumed)
+    if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) { publish(.resumed) }
   }
 
   /// Whether automatic running is paused.
@@ -145,28 +230,32 @@ public final class TaskQueue: Sendable {
   /// is resolved. Returns the error's id.
   @discardableResult
   public func recordError(_ id: TaskID, message: String) async throws -> UInt64 {
-    try requireTask(id)
     let message = Self.loggable(message)
-    let errorId = try await log.append(TaskEvent.errorRecorded(id, message: message).newEvent)
+    let errorId = try await log.execute { context in
+      try QueueCommand.onTask(id, .errorRecorded(id, message: message, endsRun: false), context)
+      return context.sequences.last ?? 0
+    }
     publish(.errorRecorded(id, message: message))
     return errorId
   }
 
   /// Resolves the task's recorded error: the task may run again.
   public func resolveError(_ id: TaskID) async throws {
-    guard try requireTask(id).status == .blockedByError else {
-      throw FerryError.invalidArgument("task \(id) has no unresolved error")
+    try await log.execute { context in
+      try QueueCommand.onTask(id, .errorResolved(id), context) { row in
+        guard row.status == .blocked else { throw FerryError.invalidArgument("task \(id) has no unresolved error") }
+      }
     }
-    _ = try await log.append(TaskEvent.errorResolved(id).newEvent)
     publish(.errorResolved(id))
   }
 
   /// Makes a dead task ready again (its attempt count is kept).
   public func revive(_ id: TaskID) async throws {
-    guard try requireTask(id).status == .dead else {
-      throw FerryError.invalidArgument("task \(id) is not dead")
+    try await log.execute { context in
+      try QueueCommand.onTask(id, .revived(id), context) { row in
+        guard row.status == .dead else { throw FerryError.invalidArgument("task \(id) is not dead") }
+      }
     }
-    _ = try await log.append(TaskEvent.revived(id).newEvent)
     publish(.revived(id))
   }
 
@@ -174,16 +263,8 @@ public final class TaskQueue: Sendable {
   /// and tells observers.
   func record(_ events: [TaskEvent]) async throws -> [UInt64] {
     let sequences = try await log.append(events.map(\.newEvent))
-    for event in events {
-      switch event {
-      case .runStarted(let id, let attempt): publish(.running(id, attempt: attempt))
-      case .runSucceeded(let id): publish(.succeeded(id))
-      case .runFailed(let id, let message, _, let next):
-        publish(.failed(id, message: message, retryAt: next))
-      case .runInterrupted(let id): publish(.interrupted(id))
-      case .errorRecorded(let id, let message): publish(.errorRecorded(id, message: message))
-      default: break
-      }
+    for (event, sequence) in zip(events, sequences) {
+      for update in event.updates(sequence: sequence) { publish(update) }
     }
     return sequences
   }
@@ -264,26 +345,43 @@ public final class TaskQueue: Sendable {
     guard let added = try log.event(at: id), added.type == "task.added" else {
       throw FerryError.noSuchTask(id)
     }
+    guard case .added(let tag, _, let dataId, _, _, _) = try TaskEvent(added) else {
+      throw FerryError.noSuchTask(id)
+    }
     var entries: [TaskHistoryEntry] = []
     var ended = false
+    var inRun = false
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
       if ended || !TaskEvent.typeSet.contains(event.type) { return }
       let decoded = try TaskEvent(event)
       let about: TaskID?
+      var kind = decoded.historyKind
       switch decoded {
-      case .added: about = event.sequence
-      case .runStarted(let task, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
+      case .added(let otherTag, _, let otherDataId, _, _, let unique):
+        if event.sequence == id {
+          about = id
+        } else if unique == .replace, !inRun, otherTag == tag, let dataId, otherDataId == dataId {
+          // A later add with `replace` took this task's place (a task in a run is not replaced).
+          about = id
+          kind = .replaced(by: event.sequence)
+        } else {
+          about = nil
+        }
+      case .runStarted(let task, _, _, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
         .runInterrupted(let task),
-        .errorRecorded(let task, _), .errorResolved(let task), .cancelled(let task), .revived(let task):
+        .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task):
         about = task
       case .cleared: about = id
       case .paused, .resumed: about = nil
       }
       guard about == id, !ended else { return }
-      entries.append(
-        TaskHistoryEntry(sequence: event.sequence, timestamp: event.timestamp, event: decoded.historyKind))
+      entries.append(TaskHistoryEntry(sequence: event.sequence, timestamp: event.timestamp, event: kind))
       switch decoded {
+      case .runStarted: inRun = true
+      case .runFailed, .runInterrupted: inRun = false
+      case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
       case .runSucceeded, .cancelled, .cleared: ended = true
+      case .added: if event.sequence != id { ended = true }
       default: break
       }
     }
@@ -304,8 +402,9 @@ public final class TaskQueue: Sendable {
     return bytes
   }
 
-  /// The lowest-id task after `after` that may run now: ready (or waiting with its time come), not
-  /// manual, and first in its group. Reads two index keys, never the whole queue.
+  /// The task a pass would claim next: a retry whose time has come (oldest retry time first), else
+  /// the lowest-id ready task after `after` — not manual, not running, first in its group. Reads
+  /// the indexes' first keys, never the whole queue.
   public func nextRunnable(after: TaskID = 0, at now: Int64? = nil) throws -> PendingTask? {
     try probeNextRunnable(after: after, at: now).task
   }

@@ -5,7 +5,8 @@ import FerryLog
 struct TaskQueueProjection: Projection {
   static let projectionName = "taskQueue"
   let name = TaskQueueProjection.projectionName
-  let version: UInt32 = 1
+  /// 2: claims with owners (`task.runStarted` v2), the `running` index holds each claim.
+  let version: UInt32 = 2
   let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "state"]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
@@ -17,7 +18,7 @@ struct TaskQueueProjection: Projection {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         if unique == .keep && !existing.isEmpty { return }
         if unique == .replace {
-          for id in existing where try queue.row(id)?.status != .running { try queue.remove(id) }
+          for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
         }
       }
       let row = TaskRow(tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp)
@@ -29,19 +30,22 @@ struct TaskQueueProjection: Projection {
         try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
       }
       try queue.index(id, row)
-    case .runStarted(let id, let attempt):
-      // Only a task that may run starts: one blocked, dead or running meanwhile stays as it is.
+    case .runStarted(let id, let attempt, let owner, let runner):
+      // Only a task that may run starts: one blocked, dead or claimed meanwhile stays as it is.
+      // (The claim command decides this before logging; the fold says the same.)
       try queue.update(id) { row in
-        guard row.status == .ready || row.status == .waiting else { return }
+        guard row.claim == nil, row.status == .ready || row.status == .waiting else { return }
         row.status = .running
         row.attempts = attempt
         row.eligibleAt = nil
+        row.claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
       }
     case .runSucceeded(let id), .cancelled(let id):
       try queue.remove(id)
     case .runFailed(let id, let message, _, let next):
       try queue.update(id) { row in
         row.lastFailure = message
+        row.claim = nil
         // An error recorded during the run keeps the task blocked until it is resolved.
         guard row.status == .running else { return }
         row.status = next == nil ? .dead : .waiting
@@ -49,14 +53,17 @@ struct TaskQueueProjection: Projection {
       }
     case .runInterrupted(let id):
       try queue.update(id) { row in
+        row.claim = nil
         if row.status == .running { row.status = .ready }
       }
-    case .errorRecorded(let id, let message):
+    case .errorRecorded(let id, let message, let endsRun):
       guard try queue.row(id) != nil else { return }
       try queue.update(id) { row in
         row.status = .blocked
         row.eligibleAt = nil
         row.errorCount &+= 1
+        // Recorded by the app while a run is under way, the claim stays: the run is still live.
+        if endsRun { row.claim = nil }
       }
       var writer = PayloadWriter()
       writer.write(event.sequence)
@@ -121,29 +128,35 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return ids
   }
 
-  /// The lowest-id task after `after` that may run at `now`: the first key of `ready` past it, and
-  /// the keys of `waiting` whose time has come. Blocked, dead, manual and non-head tasks are in
-  /// neither index, so they are never read.
+  /// The next task after `after` that may run at `now`: a due retry (the oldest retry time first,
+  /// read from the start of the time-ordered `waiting` index, so due retries cost what they
+  /// return), else the first key of `ready` past `after`. Blocked, dead, manual, claimed and
+  /// non-head tasks are in neither index, so they are never read.
   mutating func nextRunnable(after: TaskID, now: Int64) throws -> TaskID? {
-    var best: TaskID?
+    var found: TaskID?
     var visited = 0
-    try tables.scan("ready", from: QueueKey.task(after &+ 1)) { key, _ in
-      visited += 1
-      best = QueueKey.trailingID(key)
-      return false
-    }
     try tables.scan("waiting", from: nil) { key, _ in
       visited += 1
       guard let (at, id) = QueueKey.waitingTime(key), at <= now else { return false }
-      if id > after && id < (best ?? .max) { best = id }
+      if id > after {
+        found = id
+        return false
+      }
       return true
     }
+    if found == nil {
+      try tables.scan("ready", from: QueueKey.task(after &+ 1)) { key, _ in
+        visited += 1
+        found = QueueKey.trailingID(key)
+        return false
+      }
+    }
     touched += visited
-    return best
+    return found
   }
 
   func isEligible(_ id: TaskID, _ row: TaskRow) throws -> Bool {
-    if row.manual { return false }
+    if row.manual || row.claim != nil { return false }
     guard let groupId = row.groupId else { return true }
     return try head(of: groupId) == id
   }
@@ -178,7 +191,7 @@ extension QueueTables where Tables == ProjectionTables {
   }
 
   func index(_ id: TaskID, _ row: TaskRow) throws {
-    if row.status == .running { try tables.put("running", key: QueueKey.task(id), value: []) }
+    if let claim = row.claim { try tables.put("running", key: QueueKey.task(id), value: claim.bytes) }
     guard try isEligible(id, row) else { return }
     switch row.status {
     case .ready: try tables.putLast("ready", key: QueueKey.task(id), value: [])
@@ -189,7 +202,7 @@ extension QueueTables where Tables == ProjectionTables {
 
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
     try tables.delete("ready", key: QueueKey.task(id))
-    if row.status == .running { try tables.delete("running", key: QueueKey.task(id)) }
+    if row.claim != nil { try tables.delete("running", key: QueueKey.task(id)) }
     if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(at, id)) }
   }
 }

@@ -16,6 +16,38 @@ struct TaskRow: Equatable {
   var addedAt: Int64
   var lastFailure: String?
   var errorCount: UInt32
+  /// The run under way: who claimed it (set by `task.runStarted`, ended by the run's outcome).
+  /// A task with a claim is never claimed again, whatever its status says meanwhile.
+  var claim: Claim?
+
+  /// Who owns a run: a process's liveness token and a runner within it.
+  struct Claim: Equatable {
+    var owner: String
+    var runner: UInt32
+    var attempt: UInt32
+
+    var bytes: [UInt8] {
+      var writer = PayloadWriter(capacity: 16 + owner.utf8.count)
+      writer.write(owner)
+      writer.write(runner)
+      writer.write(attempt)
+      return writer.bytes
+    }
+
+    init(owner: String, runner: UInt32, attempt: UInt32) {
+      self.owner = owner
+      self.runner = runner
+      self.attempt = attempt
+    }
+
+    init(bytes: [UInt8]) throws(PayloadError) {
+      var reader = PayloadReader(bytes)
+      owner = try reader.readString("owner")
+      runner = try reader.read(UInt32.self, "runner")
+      attempt = try reader.read(UInt32.self, "attempt")
+      try reader.finish("a claim")
+    }
+  }
 
   var bytes: [UInt8] {
     var writer = PayloadWriter(
@@ -30,6 +62,9 @@ struct TaskRow: Equatable {
     writer.write(addedAt)
     writer.write(lastFailure)
     writer.write(errorCount)
+    writer.write(claim?.owner)
+    writer.write(claim?.runner ?? 0)
+    writer.write(claim?.attempt ?? 0)
     return writer.bytes
   }
 
@@ -64,6 +99,10 @@ struct TaskRow: Equatable {
     addedAt = try reader.read(Int64.self, "addedAt")
     lastFailure = try reader.readOptionalString("lastFailure")
     errorCount = try reader.read(UInt32.self, "errorCount")
+    let owner = try reader.readOptionalString("claim owner")
+    let runner = try reader.read(UInt32.self, "claim runner")
+    let attempt = try reader.read(UInt32.self, "claim attempt")
+    claim = owner.map { Claim(owner: $0, runner: runner, attempt: attempt) }
     try reader.finish("a task row")
   }
 

@@ -26,6 +26,9 @@ public final class TaskRunner: Sendable {
     public var collections: [String: [String]] = [:]
     /// A random number in 0..<1 for backoff jitter (tests make it fixed).
     public var random: @Sendable () -> Double = { Double.random(in: 0..<1) }
+    /// While running automatically, how often to look for runs whose owner died (another process
+    /// killed mid-run) so that their tasks run again here.
+    public var deadOwnerCheckInterval: Duration = .seconds(2)
 
     /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff.
     public init() {}
@@ -38,9 +41,16 @@ public final class TaskRunner: Sendable {
     let run: @Sendable (RunningTask) async throws -> TaskResult
   }
 
+  /// The pass under way.
+  struct ActivePass {
+    let task: Task<RunReport, any Error>
+    let filter: RunFilter
+    let control: PassControl
+  }
+
   struct State {
     var handlers: [String: Registration] = [:]
-    var pass: (task: Task<RunReport, any Error>, filter: RunFilter)?
+    var pass: ActivePass?
     /// The automatic-running loop and the signal that wakes it (one per loop, so a loop stopped
     /// and a new one started never share a waiter).
     var automatic: (task: Task<Void, Never>, wakeup: WakeSignal)?
@@ -51,11 +61,14 @@ public final class TaskRunner: Sendable {
   /// Its configuration.
   public let configuration: Configuration
   let state = Mutex(State())
+  /// This runner's number among the queue's runners: its claims name it, with the process's owner id.
+  let number: UInt32
 
   /// A runner for `queue`.
   public init(queue: TaskQueue, configuration: Configuration = Configuration()) {
     self.queue = queue
     self.configuration = configuration
+    self.number = queue.nextRunnerNumber()
   }
 
   /// Registers the handler of a tag (replacing any earlier one), with an optional retry policy and
@@ -73,10 +86,18 @@ public final class TaskRunner: Sendable {
 
   // MARK: Passes
 
-  /// Runs one pass over the tasks `filter` selects, in task-id order, and reports what happened
-  /// to each. A task that fails, is not ready, or is blocked marks its group failed: the rest of
-  /// that group is skipped in this pass. A pass asked for while one runs waits for it and returns
-  /// its report.
+  /// Runs one pass over the tasks `filter` selects and reports what happened to each task it
+  /// touched. A pass claims runnable tasks one after another from the queue's indexes — due
+  /// retries first (oldest retry time first), then ready tasks in task-id order, and within a
+  /// group strictly in order — so blocked, dead, waiting, manual and non-head tasks cost nothing
+  /// and are not in the report. A task whose handler is missing or whose `isReadyToRun` says no is
+  /// skipped; one that fails or records an error keeps the rest of its group for a later pass.
+  ///
+  /// `.task(id)` runs that task (manual or not) alongside any pass; when another runner or
+  /// process is running it, it waits for that run and reports its outcome. A pass asked for while
+  /// one runs joins it when that pass covers the request (the same filter, or `.all` for a group
+  /// or a collection): the joined pass goes on until it has looked at the queue as it stood when
+  /// the request came, so a task added before `run()` is in its report.
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
@@ -84,25 +105,35 @@ public final class TaskRunner: Sendable {
     if case .collection(let name) = filter, configuration.collections[name] == nil {
       throw FerryError.unknownCollection(name)
     }
-    if case .task(let id) = filter, try queue.task(id) == nil { throw FerryError.noSuchTask(id) }
+    if case .task(let id) = filter {
+      guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
+      return try await runSingle(id)
+    }
     return try await pass(filter, joinRunning: true)
   }
 
   /// Starts a pass, or joins the one under way when `joinRunning` and it covers `filter` (the
-  /// same filter, or `.all` for a group or collection) and was not stopped.
+  /// same filter, or `.all` for a group or collection), was not stopped, and will still look at
+  /// the queue as it stands now.
   func pass(_ filter: RunFilter, joinRunning: Bool) async throws -> RunReport {
+    let required = try queue.log.head()
     while true {
-      let (pass, joinable) = state.withLock { s -> (Task<RunReport, any Error>, Bool?) in
-        if let running = s.pass { return (running.task, Self.covers(running.filter, filter)) }
+      let (pass, joined) = state.withLock { s -> (Task<RunReport, any Error>, Bool) in
+        if let running = s.pass {
+          let joins =
+            joinRunning && Self.covers(running.filter, filter) && !running.task.isCancelled
+            && running.control.join(requiring: required)
+          return (running.task, joins)
+        }
+        let control = PassControl()
         let pass = Task { [self] in
           defer { state.withLock { $0.pass = nil } }
-          return try await executePass(filter)
+          return try await executePass(filter, control: control)
         }
-        s.pass = (pass, filter)
-        return (pass, nil)
+        s.pass = ActivePass(task: pass, filter: filter, control: control)
+        return (pass, true)
       }
-      guard let joinable else { return try await pass.value }  // ours
-      if joinRunning && joinable && !pass.isCancelled { return try await pass.value }
+      if joined { return try await pass.value }
       _ = try? await pass.value  // wait for it to end, then start one of our own
     }
   }
@@ -112,7 +143,7 @@ public final class TaskRunner: Sendable {
     if running == requested { return true }
     switch (running, requested) {
     case (.all, .group), (.all, .collection): return true
-    default: return false  // a single task (maybe manual) is run by a pass of its own
+    default: return false
     }
   }
 
@@ -128,125 +159,155 @@ public final class TaskRunner: Sendable {
     pass?.task.cancel()
   }
 
-  func executePass(_ filter: RunFilter) async throws -> RunReport {
-    let candidates = try queue.pendingTasks().filter { task in
-      switch filter {
-      case .all: return !task.manual
-      case .group(let group): return !task.manual && task.groupId == group
-      case .collection(let name):
-        return !task.manual && (configuration.collections[name] ?? []).contains(task.tag)
-      case .task(let id): return task.id == id
-      }
-    }
-    var report = RunReport()
-    if configuration.maxConcurrentTasks <= 1 {
-      var failedGroups = Set<String>()
-      for task in candidates {
-        if Task.isCancelled { break }
-        report.entries.append(
-          .init(taskId: task.id, outcome: try await process(task, failedGroups: &failedGroups)))
-      }
-      return report
-    }
-    // Parallel: one lane per group (and per ungrouped task), lanes started in order of their
-    // first task; each lane runs its tasks one after another.
-    var lanes: [[PendingTask]] = []
-    var laneOfGroup: [String: Int] = [:]
-    for task in candidates {
-      if let group = task.groupId, let lane = laneOfGroup[group] {
-        lanes[lane].append(task)
-      } else {
-        if let group = task.groupId { laneOfGroup[group] = lanes.count }
-        lanes.append([task])
-      }
-    }
-    let width = configuration.maxConcurrentTasks
-    try await withThrowingTaskGroup(of: [RunReport.Entry].self) { group in
-      var next = 0
-      func startLane() {
-        let lane = lanes[next]
-        next += 1
-        group.addTask { [self] in
-          var failedGroups = Set<String>()
-          var entries: [RunReport.Entry] = []
-          for task in lane {
-            if Task.isCancelled { break }
-            entries.append(
-              .init(taskId: task.id, outcome: try await process(task, failedGroups: &failedGroups)))
-          }
-          return entries
-        }
-      }
-      while next < lanes.count && next < width { startLane() }
-      for try await entries in group {
-        report.entries += entries
-        if next < lanes.count { startLane() }
-      }
-    }
-    report.entries.sort { $0.taskId < $1.taskId }
-    return report
-  }
-
-  /// Runs (or skips) one task of a pass.
-  private func process(_ listed: PendingTask, failedGroups: inout Set<String>) async throws -> TaskOutcome {
-    if let group = listed.groupId, failedGroups.contains(group) { return skip(listed.id, .partOfFailedGroup) }
-    let outcome: TaskOutcome
-    if let task = try queue.task(listed.id) {
-      outcome = try await attempt(task)
+  func executePass(_ filter: RunFilter, control: PassControl) async throws -> RunReport {
+    try await queue.interruptRunsOfDeadOwners()
+    let owner = try queue.runOwner().id
+    var tags: Set<String>?
+    if case .collection(let name) = filter { tags = Set(configuration.collections[name] ?? []) }
+    let pass = PassState(filter: filter, collectionTags: tags)
+    let width = max(1, configuration.maxConcurrentTasks)
+    control.setWorkers(width)
+    if width == 1 {
+      try await work(pass, control: control, owner: owner)
     } else {
-      outcome = skip(listed.id, .noLongerQueued)
-    }
-    if outcome != .succeeded && outcome != .skipped(.noLongerQueued), let group = listed.groupId {
-      failedGroups.insert(group)
-    }
-    return outcome
-  }
-
-  private func skip(_ id: TaskID, _ reason: SkipReason) -> TaskOutcome {
-    queue.publish(.skipped(id, reason))
-    return .skipped(reason)
-  }
-
-  private func attempt(_ task: PendingTask) async throws -> TaskOutcome {
-    if let group = task.groupId, try queue.head(of: group) != task.id {
-      return skip(task.id, .notHeadOfGroup)
-    }
-    switch task.status {
-    case .running: return skip(task.id, .running)
-    case .blockedByError: return skip(task.id, .blockedByError)
-    case .dead: return skip(task.id, .dead)
-    case .waiting(let until) where until > queue.clock(): return skip(task.id, .waitingForRetry(until: until))
-    case .ready, .waiting: break
-    }
-    guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
-      return skip(task.id, .noHandler)
-    }
-    if let isReady = registration.isReadyToRun, !(await isReady(task)) { return skip(task.id, .notReady) }
-
-    let attempt = task.attempts &+ 1
-    _ = try await queue.record([.runStarted(task.id, attempt: attempt)])
-    // A cancel, clear or recorded error may have got in while this pass looked at the task: the
-    // run started only if the task is now running at this attempt.
-    guard let started = try queue.task(task.id) else { return skip(task.id, .noLongerQueued) }
-    guard started.status == .running && started.attempts == attempt else {
-      switch started.status {
-      case .blockedByError: return skip(task.id, .blockedByError)
-      case .dead: return skip(task.id, .dead)
-      default: return skip(task.id, .running)
+      try await withThrowingTaskGroup(of: Void.self) { group in
+        for _ in 0..<width { group.addTask { [self] in try await work(pass, control: control, owner: owner) } }
+        try await group.waitForAll()
       }
+    }
+    return pass.report()
+  }
+
+  /// What a runner's claim command needs to know of its handlers.
+  struct HandlerInfo: Sendable {
+    let tags: [String: Bool]  // tag → has an isReadyToRun check
+  }
+
+  private var handlerInfo: HandlerInfo {
+    HandlerInfo(tags: state.withLock { s in s.handlers.mapValues { $0.isReadyToRun != nil } })
+  }
+
+  /// One worker of a pass: claim, run, then log the outcome and claim the next in one commit.
+  private func work(_ pass: PassState, control: PassControl, owner: String) async throws {
+    var finishing: (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome)?
+    while true {
+      if Task.isCancelled {
+        if let finishing { try await finishAlone(finishing.run, finishing.events, finishing.outcome, pass) }
+        return
+      }
+      let handlers = handlerInfo
+      let runner = number
+      let clock = queue.clock
+      let previous = finishing
+      let step = try await queue.log.execute { context -> ClaimStep in
+        var logged: QueueCommand.FinishOutcome?
+        var successorOf: String?
+        if let previous {
+          logged = try QueueCommand.finish(
+            previous.run.task.id, claim: previous.run.claim, outcome: previous.events, context)
+          if previous.outcome == .succeeded, logged == .logged { successorOf = previous.run.task.groupId }
+        }
+        var step = try ClaimSearch.next(
+          context, pass: pass, handlers: handlers, owner: owner, runner: runner, now: clock(),
+          successorOf: successorOf)
+        step.finished = logged
+        return step
+      }
+      if let previous {
+        record(previous, logged: step.finished ?? .logged, pass: pass)
+        finishing = nil
+      }
+      pass.advance(step)
+      for (id, reason) in step.skips where pass.touch(id) { pass.add(id, skip(id, reason)) }
+      switch step.found {
+      case .claimed(let run):
+        finishing = await runClaimed(run)
+      case .check(let task):
+        guard let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: handlers) else {
+          continue
+        }
+        finishing = await runClaimed(run)
+      case .more:
+        continue
+      case .none(let head):
+        if control.finish(worker: head) { return }
+      }
+    }
+  }
+
+  /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run.
+  private func checkAndClaim(
+    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo
+  ) async throws -> ClaimedRun? {
+    guard pass.touch(task.id) else { return nil }
+    guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
+      pass.add(task.id, skip(task.id, .noHandler))
+      pass.failGroup(task.groupId)
+      return nil
+    }
+    if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+      pass.add(task.id, skip(task.id, .notReady))
+      pass.failGroup(task.groupId)
+      return nil
+    }
+    let runner = number
+    let clock = queue.clock
+    switch try await queue.log.execute({ context in
+      try ClaimSearch.claim(
+        task.id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: true)
+    }) {
+    case .claimed(let run):
+      return run
+    case .skip, .gone, .runningElsewhere, .check:
+      return nil  // it changed meanwhile: another runner has it, or it cannot run now
+    }
+  }
+
+  /// Logs an outcome on its own (the pass was stopped, or a single task's run).
+  private func finishAlone(
+    _ run: ClaimedRun, _ events: [TaskEvent], _ outcome: TaskOutcome, _ pass: PassState?
+  ) async throws {
+    let logged = try await queue.log.execute { context in
+      try QueueCommand.finish(run.task.id, claim: run.claim, outcome: events, context)
+    }
+    if let pass { record((run, events, outcome), logged: logged, pass: pass) } else if logged == .logged {
+      for event in events { for update in event.updates(sequence: 0) { queue.publish(update) } }
+    }
+  }
+
+  /// Puts a finished run in the report and tells observers.
+  private func record(
+    _ finished: (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome), logged: QueueCommand.FinishOutcome,
+    pass: PassState
+  ) {
+    let id = finished.run.task.id
+    if logged == .logged {
+      for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
+      pass.add(id, finished.outcome)
+    } else {
+      pass.add(id, .interrupted)
+    }
+    if finished.outcome != .succeeded { pass.failGroup(finished.run.task.groupId) }
+  }
+
+  /// Calls the handler of a claimed run and turns its result into the events that end the run.
+  private func runClaimed(_ run: ClaimedRun) async -> (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome) {
+    let task = run.task
+    let attempt = run.claim.attempt
+    queue.publish(.running(task.id, attempt: attempt))
+    guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
+      // Unregistered between the claim and now: the run ends at once, ready again.
+      return (run, [.runInterrupted(task.id)], .interrupted)
     }
     let result: TaskResult
     do {
-      result = try await call(registration, task, attempt: attempt)
+      result = try await call(registration, run)
     } catch {
-      _ = try await queue.record([.runInterrupted(task.id)])
-      return .interrupted
+      return (run, [.runInterrupted(task.id)], .interrupted)
     }
-
     switch result {
     case .succeeded:
-      _ = try await queue.record([.runSucceeded(task.id)])
-      return .succeeded
+      return (run, [.runSucceeded(task.id)], .succeeded)
     case .failed(let fullMessage, let retryable):
       let message = TaskQueue.loggable(fullMessage)
       let policy = registration.retry ?? configuration.defaultRetry
@@ -254,27 +315,23 @@ public final class TaskRunner: Sendable {
       if retryable && attempt < policy.maxAttempts {
         retryAt = queue.clock() &+ policy.delay(afterAttempt: attempt, random: configuration.random())
       }
-      _ = try await queue.record([
-        .runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)
-      ])
-      return .failed(message, retryAt: retryAt)
+      return (
+        run, [.runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)],
+        .failed(message, retryAt: retryAt)
+      )
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
-      _ = try await queue.record([.errorRecorded(task.id, message: message)])
-      return .errorRecorded(message)
+      return (run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
     }
   }
 
   /// Calls the handler; a throw becomes a failure, except cancellation, which is rethrown.
-  private func call(
-    _ registration: Registration, _ task: PendingTask, attempt: UInt32
-  ) async throws(CancellationError)
-    -> TaskResult
-  {
+  private func call(_ registration: Registration, _ run: ClaimedRun) async throws(CancellationError) -> TaskResult {
+    let task = run.task
     do {
       let running = RunningTask(
-        id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: attempt,
-        payloadBytes: try queue.payloadBytes(of: task.id))
+        id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
+        payloadBytes: run.payload)
       return try await registration.run(running)
     } catch let cancellation as CancellationError {
       // Only a stopped pass interrupts a run; a handler's own cancellation is a failure like any
@@ -287,6 +344,91 @@ public final class TaskRunner: Sendable {
       return .failed("\(error)", retryable: true)
     } catch {
       return .failed("the handler threw: \(error)", retryable: true)
+    }
+  }
+
+  private func skip(_ id: TaskID, _ reason: SkipReason) -> TaskOutcome {
+    queue.publish(.skipped(id, reason))
+    return .skipped(reason)
+  }
+
+  // MARK: One task
+
+  /// Runs one task now, or waits for the run another runner has under way, and reports its outcome.
+  private func runSingle(_ id: TaskID) async throws -> RunReport {
+    try await queue.interruptRunsOfDeadOwners()
+    let owner = try queue.runOwner().id
+    let runner = number
+    let clock = queue.clock
+    var checked = false
+    while true {
+      let handlers = handlerInfo
+      let isChecked = checked
+      let decision = try await queue.log.execute { context in
+        try ClaimSearch.claim(
+          id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: isChecked)
+      }
+      let outcome: TaskOutcome
+      switch decision {
+      case .gone:
+        outcome = skip(id, .noLongerQueued)
+      case .skip(let reason):
+        outcome = skip(id, reason)
+      case .check(let task):
+        guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
+          outcome = skip(id, .noHandler)
+          break
+        }
+        if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+          outcome = skip(id, .notReady)
+          break
+        }
+        checked = true
+        continue
+      case .claimed(let run):
+        let finished = await runClaimed(run)
+        let logged = try await queue.log.execute { context in
+          try QueueCommand.finish(id, claim: run.claim, outcome: finished.events, context)
+        }
+        if logged == .logged {
+          for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
+          outcome = finished.outcome
+        } else {
+          outcome = .interrupted
+        }
+      case .runningElsewhere(let head):
+        outcome = try await awaitOutcome(of: id, after: head)
+      }
+      var report = RunReport()
+      report.entries = [RunReport.Entry(taskId: id, outcome: outcome)]
+      return report
+    }
+  }
+
+  /// Waits for the end of a run that another runner (maybe in another process) owns, reading the
+  /// log; a run whose owner dies meanwhile is interrupted, and that is its outcome.
+  private func awaitOutcome(of id: TaskID, after head: UInt64) async throws -> TaskOutcome {
+    var last = head
+    var idle = 0
+    while true {
+      try Task.checkCancellation()
+      let events = try queue.log.events(after: last, limit: 1000)
+      for event in events {
+        last = event.sequence
+        guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { continue }
+        switch decoded {
+        case .runSucceeded(id): return .succeeded
+        case .runFailed(id, let message, _, let next): return .failed(message, retryAt: next)
+        case .runInterrupted(id): return .interrupted
+        case .errorRecorded(id, let message, true): return .errorRecorded(message)
+        default: continue
+        }
+      }
+      if events.isEmpty {
+        idle += 1
+        if idle % 20 == 0 { try await queue.interruptRunsOfDeadOwners() }
+        try await Task.sleep(for: .milliseconds(50))
+      }
     }
   }
 

@@ -207,27 +207,54 @@ public func export(path: String, output: Output) throws(ToolError) {
   }
 }
 
-/// `ferry import`: an export into an empty store (created if missing). The store gets the same
-/// events under the same sequence numbers, ids and timestamps. Returns how many were imported.
+/// `ferry import`: an export into a new store at `path`, which must be missing or an empty
+/// directory. The store gets the same events under the same sequence numbers, ids and timestamps.
+/// Returns how many were imported.
+///
+/// Exclusive and all-or-nothing: the store is built in a temporary directory beside the target and
+/// renamed onto it once complete and flushed, so no other process ever writes to it alongside the
+/// import. The rename fails, leaving everything there as it is, when another process created a store
+/// at the target meanwhile. A killed import leaves only its temporary directory, which the next
+/// import into the same target removes.
 public func importLog(
   path: String, lines: some Sequence<String>, output: Output
 ) async throws(ToolError) -> Int {
+  let target = try ImportTarget(path)
+  try target.refuseUnlessEmpty()
+  var iterator = lines.makeIterator()
+  guard let first = iterator.next(),
+    let header = try? JSONDecoder().decode(ExportHeader.self, from: Data(first.utf8)),
+    header.format == "ferry-export"
+  else {
+    throw ToolError(.badInput, "the input does not start with a ferry export header")
+  }
+  guard header.version == 1 else {
+    throw ToolError(.badInput, "export version \(header.version) is newer than this ferry reads (1)")
+  }
+  let stale = target.removeStaleStagings()
+  if stale > 0 {
+    output.line("removed \(stale) temporary directories left beside \(target.path) by imports that did not finish")
+  }
+  let staging = try target.stage()
   do {
-    let store = try await FerryStore.open(at: path)
+    let imported = try await importEvents(
+      into: staging.directory, header: header, lines: &iterator, output: output)
+    try staging.moveIntoPlace(target)
+    return imported
+  } catch {
+    staging.discard()
+    throw error
+  }
+}
+
+/// Appends the exported events after the header into a new store at `directory`, and closes it.
+private func importEvents(
+  into directory: String, header: ExportHeader, lines iterator: inout some IteratorProtocol<String>,
+  output: Output
+) async throws(ToolError) -> Int {
+  do {
+    let store = try await FerryStore.open(at: directory)
     defer { store.close() }
-    guard try store.log.head() == 0 else {
-      throw ToolError(.badInput, "the store at \(path) is not empty; import only into an empty store")
-    }
-    var iterator = lines.makeIterator()
-    guard let first = iterator.next(),
-      let header = try? JSONDecoder().decode(ExportHeader.self, from: Data(first.utf8)),
-      header.format == "ferry-export"
-    else {
-      throw ToolError(.badInput, "the input does not start with a ferry export header")
-    }
-    guard header.version == 1 else {
-      throw ToolError(.badInput, "export version \(header.version) is newer than this ferry reads (1)")
-    }
     var batch: [NewEvent] = []
     var expected: UInt64 = 1
     var imported = 0

@@ -22,7 +22,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       })
     var outcomes: [NewEvent] = []
     for id in adds {
-      outcomes.append(TaskEvent.runStarted(id, attempt: 1).newEvent)
+      outcomes.append(TaskEvent.runStarted(id, attempt: 1, owner: "", runner: 0).newEvent)
       outcomes.append(TaskEvent.runSucceeded(id).newEvent)
     }
     _ = try await store.log.append(outcomes)

@@ -129,7 +129,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let queue = try await fixture.open()
     defer { queue.close() }
     let running = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
-    _ = try await queue.record([.runStarted(running, attempt: 1)])
+    _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
     let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .replace)
     #expect(try queue.pendingTasks().map(\.id) == [running, next])
     try expectConsistent(queue)
@@ -168,7 +168,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let a = try await queue.add(tag: "t", payload: Item(name: "a"), groupId: "g")
     let b = try await queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
 
-    _ = try await queue.record([.runStarted(a, attempt: 1)])
+    _ = try await queue.record([.runStarted(a, attempt: 1, owner: "", runner: 0)])
     #expect(try queue.task(a)?.status == .running)
     #expect(try queue.nextRunnable() == nil)  // the head is running: its group waits
 
@@ -179,12 +179,12 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(try queue.nextRunnable(at: retryAt - 1) == nil)
     #expect(try queue.nextRunnable(at: retryAt)?.id == a)
 
-    _ = try await queue.record([.runStarted(a, attempt: 2), .runInterrupted(a)])
+    _ = try await queue.record([.runStarted(a, attempt: 2, owner: "", runner: 0), .runInterrupted(a)])
     #expect(try queue.task(a)?.status == .ready)
     #expect(try queue.task(a)?.attempts == 2)
 
     _ = try await queue.record([
-      .runStarted(a, attempt: 3), .runFailed(a, message: "400", retryable: false, nextEligibleAt: nil),
+      .runStarted(a, attempt: 3, owner: "", runner: 0), .runFailed(a, message: "400", retryable: false, nextEligibleAt: nil),
     ])
     #expect(try queue.task(a)?.status == .dead)
     #expect(try queue.nextRunnable() == nil)  // a dead head holds its group
@@ -192,7 +192,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(try queue.task(a)?.status == .ready)
     #expect(try queue.task(a)?.attempts == 3)
 
-    _ = try await queue.record([.runStarted(a, attempt: 4), .runSucceeded(a)])
+    _ = try await queue.record([.runStarted(a, attempt: 4, owner: "", runner: 0), .runSucceeded(a)])
     #expect(try queue.task(a) == nil)
     #expect(try queue.nextRunnable()?.id == b)
     try expectConsistent(queue)
@@ -205,7 +205,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     defer { queue.close() }
     let running = try await queue.add(tag: "t", payload: Item(name: "a"), dataId: "d", groupId: "g")
     _ = try await queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
-    _ = try await queue.record([.runStarted(running, attempt: 1)])
+    _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
     try await queue.recordError(running, message: "x")
     try await queue.clear()
     #expect(try queue.pendingTasks().isEmpty)
@@ -288,7 +288,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
       let ids = try await queue.record(events)
       if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { ids[$0] } }
     }
-    _ = try await queue.record(blockedHeads.map { .errorRecorded($0, message: "blocked") })
+    _ = try await queue.record(blockedHeads.map { .errorRecorded($0, message: "blocked", endsRun: false) })
     #expect(try queue.pendingTasks().count == 100_000)
 
     let probe = try queue.probeNextRunnable()

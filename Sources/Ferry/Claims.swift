@@ -1,0 +1,267 @@
+import FerryLog
+import Synchronization
+
+/// What a pass's claim command found (`Specs/task-events.md` §4).
+struct ClaimStep: Sendable {
+  enum Found: Sendable {
+    /// A run claimed for this runner, durable once the command returns.
+    case claimed(ClaimedRun)
+    /// A task whose `isReadyToRun` must be asked before it is claimed.
+    case check(PendingTask)
+    /// The search looked at its limit of entries without finding one: ask again.
+    case more
+    /// Nothing the pass may run, as of the log's `head`.
+    case none(head: UInt64)
+  }
+
+  var found: Found
+  /// Tasks found in the indexes that the pass skips (no handler).
+  var skips: [(TaskID, SkipReason)] = []
+  /// The last ready-index key the search passed.
+  var readyCursor: TaskID
+  /// The last waiting-index key the search passed (due retries, in time order).
+  var retryCursor: [UInt8]?
+  /// Whether the outcome of the previous run, logged in the same command, was accepted.
+  var finished: QueueCommand.FinishOutcome?
+}
+
+/// What a claim of one task decided.
+enum SingleClaim: Sendable {
+  case claimed(ClaimedRun)
+  case skip(SkipReason)
+  case check(PendingTask)
+  /// It is not queued.
+  case gone
+  /// Another runner's run of it is under way, as of the log's `head`.
+  case runningElsewhere(head: UInt64)
+}
+
+/// The claim decisions: read the queue's indexes inside the writer's transaction and log a
+/// `task.runStarted` naming the claimant. Pure, like every command.
+enum ClaimSearch {
+  /// Entries a claim command reads before it hands the writer back (`more`).
+  static let scanLimit = 512
+
+  /// Whether a queued task may start now (index membership already says it heads its group).
+  static func mayStart(_ row: TaskRow, now: Int64) -> Bool {
+    guard row.claim == nil, !row.manual else { return false }
+    switch row.status {
+    case .ready: return true
+    case .waiting: return (row.eligibleAt ?? .min) <= now
+    case .running, .blocked, .dead: return false
+    }
+  }
+
+  /// The next task of the pass: the successor of a group whose task just succeeded (when another
+  /// worker's claims took the cursor past it), then due retries in time order, then ready tasks in
+  /// id order after the cursor. Claims it unless its tag asks `isReadyToRun` first.
+  static func next(
+    _ context: CommandContext, pass: PassState, handlers: TaskRunner.HandlerInfo, owner: String,
+    runner: UInt32, now: Int64, successorOf group: String?
+  ) throws -> ClaimStep {
+    let queue = try QueueCommand.tables(context)
+    let (readyCursor, retryCursor) = pass.cursors()
+    var step = ClaimStep(found: .none(head: context.head), readyCursor: readyCursor, retryCursor: retryCursor)
+
+    func consider(_ id: TaskID) throws -> ClaimStep.Found? {
+      guard !pass.isTouched(id), let row = try queue.row(id), mayStart(row, now: now), pass.matches(row) else {
+        return nil
+      }
+      if let group = row.groupId, pass.isFailed(group) { return nil }
+      guard let needsCheck = handlers.tags[row.tag] else {
+        step.skips.append((id, .noHandler))
+        return nil
+      }
+      if needsCheck { return .check(row.task(id: id)) }
+      return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+    }
+
+    if let group, let head = try queue.head(of: group), head <= readyCursor, let found = try consider(head) {
+      step.found = found
+      return step
+    }
+    if case .group(let group) = pass.filter {
+      if let head = try queue.head(of: group), let found = try consider(head) { step.found = found }
+      return step
+    }
+    var examined = 0
+    // Due retries, oldest retry time first: read from the start of the time-ordered index, so
+    // they cost what the pass takes from them.
+    var retryKeys: [[UInt8]] = []
+    repeat {
+      retryKeys = []
+      try queue.tables.scan("waiting", from: step.retryCursor) { key, _ in
+        if let cursor = step.retryCursor, key.elementsEqual(cursor) { return true }
+        guard let (at, _) = QueueKey.waitingTime(key), at <= now else { return false }
+        retryKeys.append(Array(key))
+        return retryKeys.count < 64
+      }
+      for key in retryKeys {
+        step.retryCursor = key
+        examined += 1
+        guard key.count >= 8, let id = UInt64(bigEndianBytes: key[(key.count - 8)...]) else { continue }
+        if let found = try consider(id) {
+          step.found = found
+          return step
+        }
+        if examined >= scanLimit {
+          step.found = .more
+          return step
+        }
+      }
+    } while retryKeys.count == 64
+    var readyIds: [TaskID] = []
+    repeat {
+      readyIds = []
+      try queue.tables.scan("ready", from: QueueKey.task(step.readyCursor &+ 1)) { key, _ in
+        if let id = QueueKey.trailingID(key), id > step.readyCursor { readyIds.append(id) }
+        return readyIds.count < 64
+      }
+      for id in readyIds {
+        step.readyCursor = id
+        examined += 1
+        if let found = try consider(id) {
+          step.found = found
+          return step
+        }
+        if examined >= scanLimit {
+          step.found = .more
+          return step
+        }
+      }
+    } while readyIds.count == 64
+    return step
+  }
+
+  /// Decides about one task: claims it when it may run now (`checked`: its `isReadyToRun`, if
+  /// any, already said yes), or says why not.
+  static func claim(
+    _ id: TaskID, _ context: CommandContext, owner: String, runner: UInt32, now: Int64,
+    handlers: TaskRunner.HandlerInfo, checked: Bool
+  ) throws -> SingleClaim {
+    let queue = try QueueCommand.tables(context)
+    guard let row = try queue.row(id) else { return .gone }
+    if row.claim != nil { return .runningElsewhere(head: context.head) }
+    switch row.status {
+    case .blocked: return .skip(.blockedByError)
+    case .dead: return .skip(.dead)
+    case .running: return .skip(.running)
+    case .waiting where (row.eligibleAt ?? .min) > now: return .skip(.waitingForRetry(until: row.eligibleAt ?? 0))
+    case .ready, .waiting: break
+    }
+    if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }
+    guard let needsCheck = handlers.tags[row.tag] else { return .skip(.noHandler) }
+    if needsCheck && !checked { return .check(row.task(id: id)) }
+    return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+  }
+
+  /// Logs the claim and returns the run with its payload (read here, in the same transaction).
+  static func claim(
+    _ id: TaskID, _ row: TaskRow, _ context: CommandContext, owner: String, runner: UInt32
+  ) throws -> ClaimedRun {
+    guard let added = try context.event(at: id), case .added(_, let payload, _, _, _, _) = try TaskEvent(added)
+    else {
+      throw FerryError.malformedEvent(
+        sequence: id, type: "task.added", reason: "the queued task's add event is missing from the log")
+    }
+    let attempt = row.attempts &+ 1
+    let claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
+    try context.append([TaskEvent.runStarted(id, attempt: attempt, owner: owner, runner: runner).newEvent])
+    var claimed = row
+    claimed.status = .running
+    claimed.attempts = attempt
+    claimed.eligibleAt = nil
+    claimed.claim = claim
+    return ClaimedRun(task: claimed.task(id: id), claim: claim, payload: payload)
+  }
+}
+
+/// What one pass has done so far, shared by its workers (and read by their claim commands).
+final class PassState: Sendable {
+  let filter: RunFilter
+  let collectionTags: Set<String>?
+
+  private struct State {
+    var readyCursor: TaskID = 0
+    var retryCursor: [UInt8]?
+    var touched: Set<TaskID> = []
+    var failedGroups: Set<String> = []
+    var entries: [RunReport.Entry] = []
+  }
+  private let state = Mutex(State())
+
+  init(filter: RunFilter, collectionTags: Set<String>?) {
+    self.filter = filter
+    self.collectionTags = collectionTags
+  }
+
+  func matches(_ row: TaskRow) -> Bool {
+    switch filter {
+    case .all, .task: return true
+    case .group(let group): return row.groupId == group
+    case .collection: return collectionTags?.contains(row.tag) ?? false
+    }
+  }
+
+  func cursors() -> (TaskID, [UInt8]?) { state.withLock { ($0.readyCursor, $0.retryCursor) } }
+
+  func advance(_ step: ClaimStep) {
+    state.withLock { s in
+      s.readyCursor = max(s.readyCursor, step.readyCursor)
+      if let key = step.retryCursor, s.retryCursor.map({ $0.lexicographicallyPrecedes(key) }) ?? true {
+        s.retryCursor = key
+      }
+      if case .claimed(let run) = step.found { s.touched.insert(run.task.id) }
+    }
+  }
+
+  /// Marks a task as seen by this pass; false when it already was.
+  func touch(_ id: TaskID) -> Bool { state.withLock { $0.touched.insert(id).inserted } }
+  func isTouched(_ id: TaskID) -> Bool { state.withLock { $0.touched.contains(id) } }
+  func isFailed(_ group: String) -> Bool { state.withLock { $0.failedGroups.contains(group) } }
+  func failGroup(_ group: String?) {
+    guard let group else { return }
+    _ = state.withLock { $0.failedGroups.insert(group) }
+  }
+  func add(_ id: TaskID, _ outcome: TaskOutcome) {
+    state.withLock { $0.entries.append(RunReport.Entry(taskId: id, outcome: outcome)) }
+  }
+
+  func report() -> RunReport {
+    var report = RunReport()
+    report.entries = state.withLock { $0.entries }.sorted { $0.taskId < $1.taskId }
+    return report
+  }
+}
+
+/// When a pass may end: every worker found nothing to run, as of a head no older than the head
+/// any joined caller needs (its add is then among what the pass looked at).
+final class PassControl: Sendable {
+  private struct State {
+    var required: UInt64 = 0
+    var active = 0
+    var finished = false
+  }
+  private let state = Mutex(State())
+
+  func setWorkers(_ count: Int) { state.withLock { $0.active = count } }
+
+  /// Joins the pass unless it has ended; the pass then looks at the queue as of `head` at least.
+  func join(requiring head: UInt64) -> Bool {
+    state.withLock { s in
+      if s.finished { return false }
+      s.required = max(s.required, head)
+      return true
+    }
+  }
+
+  /// A worker found nothing as of `head`; true when it may stop.
+  func finish(worker head: UInt64) -> Bool {
+    state.withLock { s in
+      if s.required > head { return false }
+      s.active -= 1
+      if s.active <= 0 { s.finished = true }
+      return true
+    }
+  }
+}

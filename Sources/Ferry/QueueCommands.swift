@@ -1,0 +1,108 @@
+import FerryLog
+
+/// The queue's decisions, made inside the writer's transaction (`Specs/task-events.md` §4): each
+/// reads the queue at the log's head and appends what it decided, so two callers can never decide
+/// the same thing. They are pure: a transaction that is run again runs them again.
+enum QueueCommand {
+  static func tables(_ context: CommandContext) throws -> QueueTables<ProjectionReader> {
+    QueueTables(try context.tables(of: TaskQueueProjection.projectionName))
+  }
+
+  /// What an add decided.
+  enum AddOutcome: Sendable {
+    /// A new task, and the tasks the add replaced.
+    case added(TaskID, replaced: [TaskID])
+    /// Kept: a task of the same tag and data id is queued or running; nothing was appended.
+    case kept(TaskID)
+  }
+
+  static func add(_ event: TaskEvent, _ context: CommandContext) throws -> AddOutcome {
+    guard case .added(let tag, _, let dataId, _, _, let unique) = event else {
+      throw FerryError.invalidArgument("not an add")
+    }
+    var replaced: [TaskID] = []
+    if let dataId, unique != .append {
+      let queue = try tables(context)
+      let existing = try queue.tasks(tag: tag, dataId: dataId)
+      if unique == .keep, let first = existing.first { return .kept(first) }
+      if unique == .replace {
+        for id in existing where try queue.row(id)?.claim == nil { replaced.append(id) }
+      }
+    }
+    guard let id = try context.append([event.newEvent]).first else {
+      throw FerryError.invalidArgument("the add appended nothing")
+    }
+    return .added(id, replaced: replaced)
+  }
+
+  /// Appends `event` when the task is queued (and passes `check`); throws otherwise, appending nothing.
+  static func onTask(
+    _ id: TaskID, _ event: TaskEvent, _ context: CommandContext,
+    check: (TaskRow) throws -> Void = { _ in }
+  ) throws {
+    guard let row = try tables(context).row(id) else { throw FerryError.noSuchTask(id) }
+    try check(row)
+    try context.append([event.newEvent])
+  }
+
+  /// Pauses or resumes; returns whether the state changed (nothing is appended when it did not).
+  static func setPaused(_ paused: Bool, _ context: CommandContext) throws -> Bool {
+    let isPaused = try tables(context).tables.get("state", key: QueueKey.paused) == [1]
+    if isPaused == paused { return false }
+    try context.append([(paused ? TaskEvent.paused : TaskEvent.resumed).newEvent])
+    return true
+  }
+
+  /// Whether a run's outcome was logged.
+  enum FinishOutcome: Sendable, Equatable {
+    /// Logged: the caller owned the run (or the task left the queue during it).
+    case logged
+    /// Not logged: the run is no longer the caller's (it was interrupted meanwhile).
+    case notOwner
+  }
+
+  /// Logs a run's outcome if the run is still the caller's. A task that left the queue during its
+  /// run (cancelled, cleared) gets its outcome logged too, and does not come back.
+  static func finish(
+    _ id: TaskID, claim: TaskRow.Claim, outcome: [TaskEvent], _ context: CommandContext
+  ) throws -> FinishOutcome {
+    if let row = try tables(context).row(id), row.claim != claim { return .notOwner }
+    try context.append(outcome.map(\.newEvent))
+    return .logged
+  }
+
+  /// Interrupts a run whose owner is gone, if it is still that same claim.
+  static func interrupt(_ id: TaskID, claim: TaskRow.Claim, _ context: CommandContext) throws -> Bool {
+    guard let row = try tables(context).row(id), row.claim == claim else { return false }
+    try context.append([TaskEvent.runInterrupted(id).newEvent])
+    return true
+  }
+
+  /// The claims in the `running` index.
+  static func claims(_ tables: QueueTables<some ProjectionTableReading>) throws -> [(TaskID, TaskRow.Claim)] {
+    var result: [(TaskID, TaskRow.Claim)] = []
+    var failure: (any Error)?
+    try tables.tables.scan("running", from: nil) { key, value in
+      guard let id = UInt64(bigEndianBytes: key) else {
+        failure = PayloadError("a running key has \(key.count) bytes")
+        return false
+      }
+      do {
+        result.append((id, try TaskRow.Claim(bytes: Array(value))))
+      } catch {
+        failure = error
+        return false
+      }
+      return true
+    }
+    if let failure { throw failure }
+    return result
+  }
+}
+
+/// A claimed run: the task, its attempt and claim, and its payload (read in the claim's command).
+struct ClaimedRun: Sendable {
+  let task: PendingTask
+  let claim: TaskRow.Claim
+  let payload: [UInt8]
+}

@@ -1,0 +1,98 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+import Foundation
+import Synchronization
+
+/// A process's liveness token in a store: an exclusive `flock(2)` on `owners/<id>` in the store's
+/// directory, held for as long as the process has the store open to run tasks. The operating system
+/// releases it when the process dies, however it dies, so "the lock can be taken" means "the owner
+/// is gone" (`Specs/task-events.md` §4, ownership).
+///
+/// `flock` locks belong to an open file description, not to a process: a second descriptor of the
+/// same file, even in the owning process, cannot take the lock while the owner holds it.
+final class RunOwner: Sendable {
+  /// The owner id logged with every claim: the process id and 64 random bits, in hex.
+  let id: String
+  private let path: String
+  private let descriptor = Mutex<Int32>(-1)
+
+  /// Owner ids are written by Ferry as `<pid hex>-<16 hex digits>`; anything else read from a
+  /// log is not an owner that can hold a token (a store from before owners, or damage).
+  static func isValidId(_ id: String) -> Bool {
+    let utf8 = id.utf8
+    guard (3...40).contains(utf8.count) else { return false }
+    return utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) || $0 == 0x2D }
+  }
+
+  static func directory(of storePath: String) -> String { storePath + "/owners" }
+
+  /// Creates the token file and takes its lock; throws when the store's directory will not take it.
+  init(storePath: String) throws {
+    let random = UInt64.random(in: 0...UInt64.max)
+    id = String(UInt32(truncatingIfNeeded: getpid()), radix: 16) + "-" + Self.hex16(random)
+    let directory = Self.directory(of: storePath)
+    if mkdir(directory, 0o700) != 0 && errno != EEXIST {
+      throw FerryError.invalidArgument(
+        "cannot create \(directory) for the runners' liveness tokens: \(String(cString: strerror(errno)))")
+    }
+    path = directory + "/" + id
+    // Locked under a temporary name, then renamed: a file under an owner's name is always locked
+    // while its owner lives (a checker can never take the lock in between and call it dead).
+    let staging = directory + "/." + id + ".new"
+    let fd = open(staging, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+    guard fd >= 0 else {
+      throw FerryError.invalidArgument(
+        "cannot create the liveness token \(staging): \(String(cString: strerror(errno)))")
+    }
+    guard flock(fd, LOCK_EX | LOCK_NB) == 0, rename(staging, path) == 0 else {
+      let reason = String(cString: strerror(errno))
+      unlink(staging)
+      close(fd)
+      throw FerryError.invalidArgument("cannot set up the liveness token \(path): \(reason)")
+    }
+    descriptor.withLock { $0 = fd }
+  }
+
+  private static func hex16(_ value: UInt64) -> String {
+    let digits = String(value, radix: 16)
+    return String(repeating: "0", count: 16 - digits.count) + digits
+  }
+
+  /// Gives the token up (the process is done running this store's tasks) and removes its file.
+  func release() {
+    let fd = descriptor.withLock { fd -> Int32 in
+      defer { fd = -1 }
+      return fd
+    }
+    guard fd >= 0 else { return }
+    unlink(path)
+    close(fd)
+  }
+
+  deinit { release() }
+
+  /// What a look at another owner's token found.
+  enum Liveness: Equatable {
+    /// Its lock is held: the owner is alive. Also the answer when the token cannot be examined
+    /// (another user's file, say): a run that may be live is never taken away.
+    case alive
+    /// No token, or a lock that could be taken: the owner is gone.
+    case dead
+  }
+
+  /// Whether the owner `id` of a store is alive. A dead owner's token file is removed.
+  static func liveness(of id: String, storePath: String) -> Liveness {
+    guard isValidId(id) else { return .dead }
+    let path = directory(of: storePath) + "/" + id
+    let fd = open(path, O_RDWR | O_CLOEXEC)
+    guard fd >= 0 else { return errno == ENOENT ? .dead : .alive }
+    defer { close(fd) }
+    guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return .alive }
+    // Ours now, and its owner is gone: nobody will lock it again.
+    unlink(path)
+    return .dead
+  }
+}

@@ -1,0 +1,203 @@
+import Foundation
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// The directory `ferry import` fills: it must be missing or empty, and it gets a store only by one
+/// atomic rename of a complete one, so that no other writer ever shares it with the import and a
+/// killed import leaves nothing there.
+struct ImportTarget {
+  /// The absolute path of the target directory (a symbolic link at the end resolved).
+  let path: String
+  /// The directory holding the target, where the store is built.
+  let parent: String
+  /// How the names of this target's temporary directories begin: `.<name>.ferry-import-`.
+  let stagingPrefix: String
+
+  /// The target at `given`, which may be relative; refuses the root directory.
+  init(_ given: String) throws(ToolError) {
+    var url = URL(fileURLWithPath: given).standardizedFileURL
+    var info = stat()
+    if lstat(url.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFLNK {
+      url = url.resolvingSymlinksInPath()
+    }
+    let name = url.lastPathComponent
+    guard !name.isEmpty, name != "/", name != ".", name != ".." else {
+      throw ToolError(.badInput, "cannot import into \(given): name a directory to create or an empty one")
+    }
+    path = url.path
+    parent = url.deletingLastPathComponent().path
+    // Short enough that the temporary names stay within a file name's 255 bytes.
+    let short = String(decoding: name.utf8.prefix(96), as: UTF8.self)
+    stagingPrefix = ".\(short).ferry-import-"
+  }
+
+  /// Refuses, before anything is written, a target that is a file or a non-empty directory.
+  func refuseUnlessEmpty() throws(ToolError) {
+    var info = stat()
+    guard stat(path, &info) == 0 else {
+      let code = errno
+      if code == ENOENT { return }
+      throw ToolError(.unavailable, "cannot read \(path): \(String(cString: strerror(code)))")
+    }
+    guard (info.st_mode & S_IFMT) == S_IFDIR else {
+      throw ToolError(
+        .notAStore, "\(path) is a file, not a directory; import into a missing or empty directory")
+    }
+    let entries: [String]
+    do {
+      entries = try FileManager.default.contentsOfDirectory(atPath: path)
+    } catch {
+      throw ToolError(.unavailable, "cannot list \(path): \(error.localizedDescription)")
+    }
+    guard entries.isEmpty else {
+      let what = entries.contains("data.mdb") ? "it holds a store" : "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
+      throw ToolError(
+        .badInput, "\(path) is not empty (\(what)); import only into a missing or empty directory")
+    }
+  }
+
+  /// Removes the temporary directories of imports into this target whose process is gone (a killed
+  /// import): those whose lock file nobody holds. Returns how many were removed.
+  func removeStaleStagings() -> Int {
+    guard let entries = try? FileManager.default.contentsOfDirectory(atPath: parent) else { return 0 }
+    var removed = 0
+    for entry in entries where entry.hasPrefix(stagingPrefix) && entry.hasSuffix(ImportStaging.lockSuffix) {
+      let lockPath = parent + "/" + entry
+      let descriptor = open(lockPath, O_RDWR | O_CLOEXEC)
+      guard descriptor >= 0 else { continue }
+      defer { close(descriptor) }
+      // Held by a running import: not stale. Unlinked or replaced since listed: not ours to judge.
+      guard flock(descriptor, LOCK_EX | LOCK_NB) == 0, isSameFile(descriptor, lockPath) else { continue }
+      let directory = String(lockPath.dropLast(ImportStaging.lockSuffix.count))
+      let existed = FileManager.default.fileExists(atPath: directory)
+      try? FileManager.default.removeItem(atPath: directory)
+      // The lock file goes last, so that a directory is never left without one.
+      guard !FileManager.default.fileExists(atPath: directory) else { continue }
+      unlink(lockPath)
+      if existed { removed += 1 }
+    }
+    return removed
+  }
+
+  /// Creates a fresh temporary directory beside the target, with its lock file held.
+  func stage() throws(ToolError) -> ImportStaging {
+    for _ in 0..<8 {
+      let directory = parent + "/" + stagingPrefix + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+      let lockPath = directory + ImportStaging.lockSuffix
+      let descriptor = open(lockPath, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+      guard descriptor >= 0 else {
+        let code = errno
+        if code == EEXIST { continue }
+        throw failure(code, "cannot create a temporary directory beside \(path)")
+      }
+      // A cleaner may have taken the new lock file for a stale one and removed it: start again.
+      guard flock(descriptor, LOCK_EX) == 0, isSameFile(descriptor, lockPath) else {
+        close(descriptor)
+        continue
+      }
+      guard mkdir(directory, 0o700) == 0 else {
+        let code = errno
+        unlink(lockPath)
+        close(descriptor)
+        throw failure(code, "cannot create a temporary directory beside \(path)")
+      }
+      return ImportStaging(directory: directory, lockPath: lockPath, lock: descriptor)
+    }
+    throw ToolError(.storageError, "cannot create a temporary directory beside \(path)")
+  }
+
+  private func failure(_ code: Int32, _ what: String) -> ToolError {
+    let reason = String(cString: strerror(code))
+    switch code {
+    case ENOENT: return ToolError(.noSuchStore, "\(what): no directory \(parent)")
+    case EACCES, EPERM, EROFS: return ToolError(.unavailable, "\(what): \(reason)")
+    default: return ToolError(.storageError, "\(what): \(reason)")
+    }
+  }
+}
+
+/// A temporary directory beside an import's target where the store is built, and the lock file
+/// beside it (`<directory>.lock`, held with `flock` while the import runs) that tells a later import
+/// whether the directory belongs to a running import or was left by a killed one.
+struct ImportStaging {
+  static let lockSuffix = ".lock"
+
+  /// Where the store is built.
+  let directory: String
+  let lockPath: String
+  let lock: Int32
+
+  /// Flushes the built (and closed) store, renames it onto the target and flushes the rename.
+  /// The rename fails, and nothing of the target is touched, when another process has put anything
+  /// there meanwhile. Releases the lock when it succeeds; call ``discard()`` when it throws.
+  func moveIntoPlace(_ target: ImportTarget) throws(ToolError) {
+    let entries: [String]
+    do {
+      entries = try FileManager.default.contentsOfDirectory(atPath: directory)
+    } catch {
+      throw ToolError(.storageError, "cannot list the imported store in \(directory): \(error.localizedDescription)")
+    }
+    for entry in entries { try flush(directory + "/" + entry, directory: false) }
+    try flush(directory, directory: true)
+    guard rename(directory, target.path) == 0 else {
+      let code = errno
+      switch code {
+      case ENOTEMPTY, EEXIST:
+        throw ToolError(
+          .unavailable,
+          "another process created a store (or files) at \(target.path) while the import ran: "
+            + "nothing was imported and what is there was left as it is")
+      case ENOTDIR:
+        throw ToolError(
+          .notAStore, "\(target.path) became a file while the import ran: nothing was imported")
+      default:
+        throw ToolError(
+          .storageError,
+          "cannot move the imported store to \(target.path): \(String(cString: strerror(code)))")
+      }
+    }
+    defer { release() }
+    try flush(target.parent, directory: true)
+  }
+
+  /// Removes the temporary directory (whatever it holds) and releases the lock.
+  func discard() {
+    try? FileManager.default.removeItem(atPath: directory)
+    release()
+  }
+
+  private func release() {
+    unlink(lockPath)
+    close(lock)
+  }
+
+  private func flush(_ path: String, directory: Bool) throws(ToolError) {
+    let descriptor = open(path, directory ? O_RDONLY | O_DIRECTORY | O_CLOEXEC : O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else {
+      let code = errno
+      throw ToolError(.storageError, "cannot open \(path) to flush it: \(String(cString: strerror(code)))")
+    }
+    defer { close(descriptor) }
+    #if canImport(Darwin)
+      let flushed = fcntl(descriptor, F_FULLFSYNC) == 0 || fsync(descriptor) == 0
+    #else
+      let flushed = fsync(descriptor) == 0
+    #endif
+    guard flushed else {
+      let code = errno
+      throw ToolError(.storageError, "cannot flush \(path): \(String(cString: strerror(code)))")
+    }
+  }
+}
+
+/// Whether an open file is still the one at `path` (not unlinked or replaced since it was opened).
+private func isSameFile(_ descriptor: Int32, _ path: String) -> Bool {
+  var opened = stat()
+  var named = stat()
+  guard fstat(descriptor, &opened) == 0, stat(path, &named) == 0 else { return false }
+  return opened.st_dev == named.st_dev && opened.st_ino == named.st_ino
+}
