@@ -258,9 +258,18 @@ public final class TaskRunner: Sendable {
     }) {
     case .claimed(let run):
       return run
-    case .skip, .gone, .runningElsewhere, .check:
-      return nil  // it changed meanwhile: another runner has it, or it cannot run now
+    case .gone:
+      pass.add(task.id, skip(task.id, .noLongerQueued))  // cancelled or cleared while it was asked
+    case .skip(let reason):
+      pass.add(task.id, skip(task.id, reason))
+      pass.failGroup(task.groupId)
+    case .runningElsewhere:
+      pass.add(task.id, skip(task.id, .running))
+      pass.failGroup(task.groupId)
+    case .check:
+      break  // not asked with checked: true
     }
+    return nil
   }
 
   /// Logs an outcome on its own (the pass was stopped, or a single task's run).

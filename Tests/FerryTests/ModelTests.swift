@@ -47,14 +47,19 @@ struct Model {
 
   func head(of group: String) -> UInt64? { tasks.first { $0.group == group }?.id }
 
-  mutating func add(tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy) {
-    let id = log()
+  /// Adds a task; with `keep` and a queued twin nothing is logged and the twin's id comes back.
+  @discardableResult
+  mutating func add(tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy) -> UInt64 {
+    var replaced: Set<UInt64> = []
     if let dataId, unique != .append {
       let same = tasks.filter { $0.tag == tag && $0.dataId == dataId }.map(\.id)
-      if unique == .keep && !same.isEmpty { return }
-      if unique == .replace { remove(Set(same)) }
+      if unique == .keep, let first = same.first { return first }
+      if unique == .replace { replaced = Set(same) }
     }
+    let id = log()
+    remove(replaced)
     tasks.append(Task(id: id, tag: tag, group: group, dataId: dataId, manual: manual))
+    return id
   }
 
   mutating func remove(_ ids: Set<UInt64>) {
@@ -62,23 +67,59 @@ struct Model {
     for id in ids { errors[id] = nil }
   }
 
+  /// Whether a task is in the runner's indexes (ready or waiting): not manual, heading its group.
+  func indexed(_ task: Task) -> Bool { !task.manual && (task.group.map { head(of: $0) == task.id } ?? true) }
+
+  /// One pass, as `Specs/task-events.md` §4 claims tasks: the successor of a group whose task
+  /// just succeeded when the cursor passed it, then due retries in (time, id) order after the
+  /// retry cursor, then ready tasks in id order after the ready cursor; each task at most once.
   mutating func pass(salt: Int) {
+    var touched = Set<UInt64>()
     var failedGroups = Set<String>()
-    for listed in tasks.filter({ !$0.manual }) {
-      guard let index = tasks.firstIndex(where: { $0.id == listed.id }) else { continue }
-      let task = tasks[index]
-      if let group = task.group, failedGroups.contains(group) { continue }
-      var runnable = true
-      if let group = task.group, head(of: group) != task.id { runnable = false }
+    var readyCursor: UInt64 = 0
+    var retryCursor: (at: Int64, id: UInt64)?
+    var successorOf: String?
+    func mayStart(_ task: Task, now: Int64) -> Bool {
       switch task.status {
-      case .blockedByError, .dead, .running: runnable = false
-      case .waiting(let until) where until > now: runnable = false
-      default: break
+      case .ready: return true
+      case .waiting(let until): return until <= now
+      default: return false
       }
-      guard runnable else {
-        if let group = task.group { failedGroups.insert(group) }
-        continue
+    }
+    while true {
+      var pick: UInt64?
+      if let group = successorOf, let head = head(of: group), head <= readyCursor,
+        let task = tasks.first(where: { $0.id == head }), mayStart(task, now: now), indexed(task),
+        !touched.contains(head), !failedGroups.contains(group)
+      {
+        pick = head
       }
+      successorOf = nil
+      if pick == nil {
+        let due = tasks.compactMap { task -> (at: Int64, id: UInt64)? in
+          guard indexed(task), case .waiting(let until) = task.status, until <= now else { return nil }
+          return (until, task.id)
+        }.sorted { ($0.at, $0.id) < ($1.at, $1.id) }
+        for key in due {
+          if let cursor = retryCursor, (key.at, key.id) <= (cursor.at, cursor.id) { continue }
+          retryCursor = key
+          guard let task = tasks.first(where: { $0.id == key.id }) else { continue }
+          if touched.contains(task.id) || (task.group.map { failedGroups.contains($0) } ?? false) { continue }
+          pick = task.id
+          break
+        }
+      }
+      if pick == nil {
+        for task in tasks where indexed(task) && task.status == .ready && task.id > readyCursor {
+          readyCursor = task.id
+          if touched.contains(task.id) || (task.group.map { failedGroups.contains($0) } ?? false) { continue }
+          pick = task.id
+          break
+        }
+      }
+      guard let id = pick, let index = tasks.firstIndex(where: { $0.id == id }) else { return }
+      touched.insert(id)
+      let task = tasks[index]
       let attempt = task.attempts + 1
       _ = log()  // runStarted
       tasks[index].attempts = attempt
@@ -86,6 +127,7 @@ struct Model {
       case 0, 1:
         _ = log()
         tasks.remove(at: index)
+        successorOf = task.group
       case 2:
         _ = log()
         tasks[index].status =
@@ -109,6 +151,8 @@ struct Model {
 enum Command: CustomStringConvertible {
   case add(tag: Int, group: Int?, dataId: Int, manual: Bool, unique: Int)
   case pass(salt: Int)
+  /// Two runners of the store run a pass each at the same time.
+  case twoRunners(salt: Int)
   case resolve(Int)
   case cancel(Int)
   case revive(Int)
@@ -129,7 +173,7 @@ enum Command: CustomStringConvertible {
     case 9: self = .cancel(p)
     case 10: self = .revive(p)
     case 11: self = p % 4 == 0 ? .clear : .advance(Int64(500 + p * 250))
-    case 12: self = .pause(p % 2 == 0)
+    case 12: self = p % 3 == 2 ? .twoRunners(salt: p) : .pause(p % 2 == 0)
     case 13: self = .advance(Int64(1000 + p * 500))
     case 14: self = .fetch(key: p % 3, success: p % 4 != 0)
     default: self = .reopen
@@ -142,6 +186,7 @@ enum Command: CustomStringConvertible {
       return
         "add(t\(tag), g\(group.map(String.init) ?? "-"), d\(dataId), \(manual ? "manual" : "auto"), u\(unique))"
     case .pass(let salt): return "pass(\(salt))"
+    case .twoRunners(let salt): return "twoRunners(\(salt))"
     case .resolve(let k): return "resolve(\(k))"
     case .cancel(let k): return "cancel(\(k))"
     case .revive(let k): return "revive(\(k))"
@@ -168,7 +213,7 @@ enum Command: CustomStringConvertible {
       var model = Model(now: clock.now)
       do {
         var store = try await FerryStore.open(at: fixture.path, configuration: configuration)
-        var runner = makeRunner(store)
+        var runners = [makeRunner(store), makeRunner(store)]
         for (step, command) in commands.enumerated() {
           switch command {
           case .add(let tag, let group, let dataId, let manual, let unique):
@@ -182,8 +227,19 @@ enum Command: CustomStringConvertible {
               tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy)
           case .pass(let salt):
             currentSalt.withLock { $0 = salt }
-            _ = try await runner.run()
+            _ = try await runners[salt % 2].run()  // either runner: passes behave the same
             model.pass(salt: salt)
+          case .twoRunners(let salt):
+            // Which runner takes which task is a race: the log must show every task claimed once
+            // per run and finished by its claimant; the model then takes the store's state.
+            currentSalt.withLock { $0 = salt }
+            let before = try store.log.head()
+            let (runnerA, runnerB) = (runners[0], runners[1])
+            async let first = runnerA.run()
+            async let second = runnerB.run()
+            let reports = try await [first, second]
+            try expectEachRunOnce(store.log, after: before, reports: reports, commands)
+            try model.adopt(store)
           case .resolve(let k):
             let blocked = model.tasks.filter { $0.status == .blockedByError }
             if !blocked.isEmpty {
@@ -214,7 +270,7 @@ enum Command: CustomStringConvertible {
             model.remove(Set(model.tasks.map(\.id)))
           case .pause(let on):
             if on { try await store.queue.pause() } else { try await store.queue.resume() }
-            _ = model.log()
+            if model.paused != on { _ = model.log() }  // no change, nothing logged
             model.paused = on
           case .advance(let ms):
             clock.advance(by: .milliseconds(ms))
@@ -231,7 +287,7 @@ enum Command: CustomStringConvertible {
           case .reopen:
             store.close()
             store = try await FerryStore.open(at: fixture.path, configuration: configuration)
-            runner = makeRunner(store)
+            runners = [makeRunner(store), makeRunner(store)]
           }
           try expectSame(store, model, after: step, commands)
         }
@@ -246,6 +302,47 @@ enum Command: CustomStringConvertible {
 }
 
 let currentSalt = Mutex(0)
+
+extension Model {
+  /// Takes the store's queue as the model's (after a step whose interleaving is a race).
+  mutating func adopt(_ store: FerryStore) throws {
+    let snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
+    tasks = snapshot.tasks.map {
+      Model.Task(
+        id: $0.id, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: $0.status,
+        attempts: $0.attempts)
+    }
+    errors = Dictionary(uniqueKeysWithValues: snapshot.errors.map { ($0.taskId, ($0.errorId, $0.message)) })
+    nextSequence = snapshot.head + 1
+  }
+}
+
+/// From the log after `before`: no task is claimed while a run of it is under way, every run ends
+/// exactly once, by one outcome, and both reports together name each run once.
+func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunReport], _ commands: [Command]) throws {
+  var open: [UInt64: String] = [:]
+  var runs: [UInt64: Int] = [:]
+  try log.forEachEvent(from: before + 1) { event in
+    guard TaskEvent.typeSet.contains(event.type) else { return }
+    switch try TaskEvent(event) {
+    case .runStarted(let id, _, let owner, let runner):
+      #expect(open[id] == nil, "task \(id) claimed twice at once in \(commands)")
+      open[id] = "\(owner)/\(runner)"
+      runs[id, default: 0] += 1
+    case .runSucceeded(let id), .runFailed(let id, _, _, _), .runInterrupted(let id),
+      .errorRecorded(let id, _, true):
+      #expect(open[id] != nil, "task \(id) finished without a run in \(commands)")
+      open[id] = nil
+    default: break
+    }
+  }
+  #expect(open.isEmpty, "runs left open: \(open) in \(commands)")
+  let reported = reports.flatMap(\.entries).filter {
+    if case .skipped = $0.outcome { return false }
+    return true
+  }
+  #expect(reported.count == runs.values.reduce(0, +), "reports and log disagree in \(commands)")
+}
 
 func makeRunner(_ store: FerryStore) -> TaskRunner {
   var configuration = TaskRunner.Configuration()
