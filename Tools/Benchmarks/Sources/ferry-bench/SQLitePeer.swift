@@ -94,6 +94,18 @@ final class SQLitePeer: Sendable {
     }
   }
 
+  /// Records the same error on many tasks in one transaction (for setting up large queues quickly).
+  func recordErrors(_ ids: [Int64], message: String) async throws {
+    try await pool.write { db in
+      for id in ids {
+        try db.execute(sql: "UPDATE tasks SET status = 3 WHERE id = ?", arguments: [id])
+        try db.execute(
+          sql: "INSERT OR REPLACE INTO errors (taskId, message, recordedAt) VALUES (?, ?, ?)",
+          arguments: [id, message, Int64(Date().timeIntervalSince1970 * 1000)])
+      }
+    }
+  }
+
   /// The ids of the first `count` tasks.
   func firstIDs(_ count: Int) throws -> [Int64] {
     try pool.read { db in

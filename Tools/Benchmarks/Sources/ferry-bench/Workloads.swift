@@ -17,12 +17,20 @@ struct Sizes {
   var lookups = 10_000
   var rebuildEvents = 1_000_000
   var openSizes = [10_000, 100_000, 1_000_000]
+  /// Tasks that failed with a retry time that has come, in the due-retries lookup.
+  var dueRetries = 10_000
+  /// Timed passes over the queue with one runnable task (fewer when `timeBudget` runs out).
+  var passes = 50
+  /// Seconds a sampled figure may take (after a minimum of samples), so that a slow path stays a
+  /// figure and not a hang.
+  var timeBudget = 10.0
   var runs = 3
 
   static let quick = Sizes(
     sequentialAdds: 300, concurrentAdds: 3_200, callers: 64, runLoop: 400, lookupPending: 10_000,
     lookupBlocked: 1_000,
-    lookups: 1_000, rebuildEvents: 50_000, openSizes: [1_000, 10_000, 50_000], runs: 1)
+    lookups: 1_000, rebuildEvents: 50_000, openSizes: [1_000, 10_000, 50_000], dueRetries: 1_000,
+    passes: 10, timeBudget: 2, runs: 1)
 }
 
 /// One figure of the report.
@@ -35,6 +43,8 @@ struct Figure: Codable {
   var unit: String
   var target: String
   var meets: Bool?
+  /// What `floor` is, when it is neither the LMDB floor nor a bare scan (say, "none due").
+  var baseline: String? = nil
 }
 
 /// Ferry's record size for a task add with the benchmark's payload (the floor writes the same size).
@@ -148,6 +158,14 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
 
 /// Adds `count` tasks quickly (64 callers), spread over `groups` groups (none when 0).
 func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [TaskID] {
+  try await fill(store, count) { groups > 0 ? "g\($0 % groups)" : nil }
+}
+
+/// Adds `count` tasks of `tag` quickly (64 callers); task number `i` goes in group `groupOf(i)`.
+/// Returns their ids in order.
+func fill(
+  _ store: FerryStore, _ count: Int, tag: String = "t", groupOf: @escaping @Sendable (Int) -> String?
+) async throws -> [TaskID] {
   try await withThrowingTaskGroup(of: [TaskID].self) { group in
     let callers = 64
     for caller in 0..<callers {
@@ -155,9 +173,7 @@ func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [T
         var ids: [TaskID] = []
         var i = caller
         while i < count {
-          ids.append(
-            try await store.queue.add(
-              tag: "t", payload: Item(name: "milk"), groupId: groups > 0 ? "g\(i % groups)" : nil))
+          ids.append(try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i)))
           i += callers
         }
         return ids
@@ -166,6 +182,17 @@ func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [T
     var all: [TaskID] = []
     for try await ids in group { all += ids }
     return all.sorted()
+  }
+}
+
+/// Records an error on each of `ids` (64 callers), which blocks them and their groups.
+func recordErrors(_ store: FerryStore, _ ids: [TaskID]) async throws {
+  try await withThrowingTaskGroup(of: Void.self) { group in
+    for chunk in stride(from: 0, to: ids.count, by: 64) {
+      let slice = ids[chunk..<min(chunk + 64, ids.count)]
+      group.addTask { for id in slice { try await store.queue.recordError(id, message: "blocked") } }
+    }
+    try await group.waitForAll()
   }
 }
 
@@ -203,11 +230,11 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   }
   let s = median(sqlite)
   let p = median(parallel)
+  let f = median(serial)
   return [
     Figure(
-      workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: median(serial),
-      sqlite: s,
-      floor: nil, unit: "/s", target: "(reported)", meets: nil),
+      workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: f, sqlite: s,
+      floor: nil, unit: "/s", target: "≥ 0.45× SQLite serial", meets: f >= 0.45 * s),
     Figure(
       workload: "3 run loop, no-op handler (\(n), 8 groups × 8)", metric: "tasks/s", ferry: p, sqlite: s,
       floor: nil,
@@ -228,13 +255,7 @@ func lookups(_ sizes: Sizes) async throws -> [Figure] {
     heads.append(try await store.queue.add(tag: "t", payload: Item(name: "blocked"), groupId: "b\(i)"))
     _ = try await store.queue.add(tag: "t", payload: Item(name: "behind"), groupId: "b\(i)")
   }
-  try await withThrowingTaskGroup(of: Void.self) { group in
-    for chunk in stride(from: 0, to: heads.count, by: 64) {
-      let slice = heads[chunk..<min(chunk + 64, heads.count)]
-      group.addTask { for id in slice { try await store.queue.recordError(id, message: "blocked") } }
-    }
-    try await group.waitForAll()
-  }
+  try await recordErrors(store, heads)
   _ = try await fill(store, sizes.lookupPending - blocked)
   var ferry: [Double] = []
   for _ in 0..<sizes.lookups {

@@ -46,6 +46,7 @@ func format(_ value: Double, _ unit: String) -> String {
   case "µs": return String(format: "%.1f µs", value)
   case "ms": return String(format: "%.2f ms", value)
   case "MiB": return String(format: "%.1f MiB", value)
+  case "entries": return String(format: "%.0f entries", value)
   default: return String(format: "%.2f", value)
   }
 }
@@ -65,7 +66,8 @@ Task.detached {
     for workload in [
       { try await sequentialAdds(sizes, recordSize: recordSize) },
       { try await concurrentAdds(sizes, recordSize: recordSize) },
-      { try await runLoop(sizes) }, { try await lookups(sizes) }, { try await rebuildAndOpen(sizes) },
+      { try await runLoop(sizes) }, { try await passWithOneRunnable(sizes) }, { try await lookups(sizes) },
+      { try await dueRetryLookups(sizes) }, { try await rebuildAndOpen(sizes) },
     ] as [@Sendable () async throws -> [Figure]] {
       let new = try await workload()
       figures += new
@@ -80,15 +82,19 @@ Task.detached {
             if figure.unit == "/s" {
               line += String(format: " (%.1f× sqlite)", figure.ferry / max(sqlite, 1e-9))
             }
-            if figure.unit == "µs" {
-              line += String(format: " (%.1f× faster)", sqlite / max(figure.ferry, 1e-9))
+            if figure.unit == "µs" || figure.unit == "ms" {
+              line +=
+                figure.ferry <= sqlite
+                ? String(format: " (%.1f× faster)", sqlite / max(figure.ferry, 1e-9))
+                : String(format: " (%.1f× slower)", figure.ferry / max(sqlite, 1e-9))
             }
           }
           if let floor = figure.floor {
             let name =
-              figure.unit == "MiB" ? "before" : (figure.workload.hasPrefix("5") ? "bare scan" : "floor")
+              figure.baseline
+              ?? (figure.unit == "MiB" ? "before" : (figure.workload.hasPrefix("5") ? "bare scan" : "floor"))
             line += " \(name) " + format(floor, figure.unit)
-            if figure.unit == "/s" {
+            if figure.unit == "/s" || figure.unit == "µs" || figure.unit == "ms" {
               line += String(format: " (%.2f× %@)", figure.ferry / max(floor, 1e-9), name)
             }
           }

@@ -1,0 +1,122 @@
+import Ferry
+import FerryTesting
+import Foundation
+
+/// Times `body` `count` times, in microseconds, stopping early once `budget` seconds have gone by
+/// (after at least `minimum` samples).
+func sampleMicroseconds(_ count: Int, budget: Double, minimum: Int = 50, _ body: () throws -> Void) rethrows
+  -> [Double]
+{
+  var samples: [Double] = []
+  let deadline = ContinuousClock.now + .milliseconds(Int64(budget * 1000))
+  for _ in 0..<count {
+    let start = ContinuousClock.now
+    try body()
+    let elapsed = ContinuousClock.now - start
+    samples.append(Double(elapsed.components.attoseconds) / 1e12 + Double(elapsed.components.seconds) * 1e6)
+    if samples.count >= minimum && ContinuousClock.now > deadline { break }
+  }
+  return samples
+}
+
+/// 3. One pass of the runner over a large queue of which exactly one task may run: `lookupBlocked`
+/// groups whose head is blocked by a recorded error, the rest of `lookupPending` queued behind those
+/// heads, and one ungrouped task with a no-op handler. A new runnable task is added (untimed)
+/// between passes, so every pass has exactly one to run. The peer does the same on SQLite: its pass
+/// is its run loop (next runnable, complete, until none).
+func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
+  let pending = sizes.lookupPending
+  let blocked = sizes.lookupBlocked
+  let behind = pending - blocked - 1
+
+  let fp = scratchPath("w3p")
+  defer { remove(fp) }
+  let store = try await FerryStore.open(at: fp)
+  defer { store.close() }
+  let heads = try await fill(store, blocked) { "b\($0)" }  // one per group: each the head of its group
+  try await recordErrors(store, heads)
+  _ = try await fill(store, behind) { "b\($0 % blocked)" }
+  try await store.queue.add(tag: "t", payload: Item(name: "milk"))
+  let runner = TaskRunner(queue: store.queue)
+  runner.register(tag: "t") { _ in .succeeded }
+  var ferry: [Double] = []
+  var entries: [Double] = []
+  var ran: [Int] = []
+  let deadline = ContinuousClock.now + .milliseconds(Int64(sizes.timeBudget * 1000))
+  for pass in 0..<sizes.passes {
+    if pass > 0 { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+    var report: RunReport?
+    ferry.append(try await seconds { report = try await runner.run() } * 1000)
+    entries.append(Double(report?.entries.count ?? 0))
+    ran.append(report?.ran ?? 0)
+    if ferry.count >= 5 && ContinuousClock.now > deadline { break }
+  }
+
+  let sp = scratchPath("w3ps")
+  defer { remove(sp) }
+  try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
+  let peer = try SQLitePeer(path: sp + "/queue.sqlite")
+  try await peer.addMany(blocked) { "b\($0)" }
+  try await peer.recordErrors(try peer.firstIDs(blocked), message: "blocked")
+  try await peer.addMany(behind) { "b\($0 % blocked)" }
+  try await peer.add(tag: "t", payload: payloadData)
+  var sqlite: [Double] = []
+  for pass in 0..<ferry.count {
+    if pass > 0 { try await peer.add(tag: "t", payload: payloadData) }
+    sqlite.append(
+      try await seconds { while let id = try peer.nextRunnable() { try await peer.complete(id) } } * 1000)
+  }
+  try peer.close()
+
+  let f = median(ferry)
+  let ranNote = Set(ran) == [1] ? "1 ran" : "ran \(ran.min() ?? 0)–\(ran.max() ?? 0), not 1"
+  return [
+    Figure(
+      workload: "3 pass over \(pending) pending with one runnable task", metric: "ms per pass", ferry: f,
+      sqlite: median(sqlite), floor: nil, unit: "ms", target: "≤ 1 ms", meets: f <= 1),
+    Figure(
+      workload: "3 that pass's report (\(ferry.count) passes, \(ranNote))", metric: "report entries",
+      ferry: median(entries), sqlite: nil, floor: nil, unit: "entries", target: "(reported)", meets: nil),
+  ]
+}
+
+/// 4. Next-runnable lookup when many retries are due: `dueRetries` tasks (the lowest ids) failed
+/// retryably with a 1 s backoff, then the rest of `lookupPending` were added, ready. Timed first
+/// while no retry is due (the store's clock stands still), then with the clock moved past every
+/// retry time: the same queue, the same size.
+func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
+  let pending = sizes.lookupPending
+  let retries = min(sizes.dueRetries, pending)
+  let clock = TestClock()
+  var configuration = FerryStore.Configuration()
+  clock.install(in: &configuration)
+  let fp = scratchPath("w4r")
+  defer { remove(fp) }
+  let store = try await FerryStore.open(at: fp, configuration: configuration)
+  defer { store.close() }
+  _ = try await fill(store, retries, tag: "r") { _ in nil }
+  var runnerConfiguration = TaskRunner.Configuration()
+  runnerConfiguration.maxConcurrentTasks = 8
+  let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
+  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: 1000)) { _ in .failed("offline") }
+  let failed = try await runner.run().failed
+  _ = try await fill(store, pending - retries)  // ready, tag "t"
+
+  let noneDue = try sampleMicroseconds(sizes.lookups, budget: sizes.timeBudget / 2) {
+    _ = try store.queue.nextRunnable()
+  }
+  clock.advance(by: .seconds(60))  // every retry time (1 s ± 20 %) has passed
+  let due = try sampleMicroseconds(sizes.lookups, budget: sizes.timeBudget / 2) {
+    _ = try store.queue.nextRunnable()
+  }
+  let n = percentile(noneDue, 50)
+  let d = percentile(due, 50)
+  return [
+    Figure(
+      workload: "4 next runnable with none due (\(pending) pending)", metric: "p50", ferry: n, sqlite: nil,
+      floor: nil, unit: "µs", target: "(reported: \(failed) waiting, not yet due)", meets: nil),
+    Figure(
+      workload: "4 next runnable with \(failed) due retries", metric: "p50", ferry: d, sqlite: nil, floor: n,
+      unit: "µs", target: "p50 within 2× of none due", meets: d <= 2 * n, baseline: "none due"),
+  ]
+}
