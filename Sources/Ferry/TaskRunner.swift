@@ -460,7 +460,21 @@ public final class TaskRunner: Sendable {
             }
           }
         }
-        defer { listener.cancel() }
+        // Runs of another process that dies are taken over: look for dead owners now and then.
+        let interval = configuration.deadOwnerCheckInterval
+        let watcher = Task { [queue] in
+          while !Task.isCancelled {
+            try? await Task.sleep(for: interval)
+            if Task.isCancelled { return }
+            if let interrupted = try? await queue.interruptRunsOfDeadOwners(), !interrupted.isEmpty {
+              wakeup.signal()
+            }
+          }
+        }
+        defer {
+          listener.cancel()
+          watcher.cancel()
+        }
         while !Task.isCancelled {
           let passStart = queue.clock()
           // Never join a pass started by someone else: it may not have listed what woke us.

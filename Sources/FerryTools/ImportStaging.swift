@@ -54,7 +54,9 @@ struct ImportTarget {
       throw ToolError(.unavailable, "cannot list \(path): \(error.localizedDescription)")
     }
     guard entries.isEmpty else {
-      let what = entries.contains("data.mdb") ? "it holds a store" : "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
+      let what =
+        entries.contains("data.mdb")
+        ? "it holds a store" : "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
       throw ToolError(
         .badInput, "\(path) is not empty (\(what)); import only into a missing or empty directory")
     }
@@ -135,14 +137,7 @@ struct ImportStaging {
   /// The rename fails, and nothing of the target is touched, when another process has put anything
   /// there meanwhile. Releases the lock when it succeeds; call ``discard()`` when it throws.
   func moveIntoPlace(_ target: ImportTarget) throws(ToolError) {
-    let entries: [String]
-    do {
-      entries = try FileManager.default.contentsOfDirectory(atPath: directory)
-    } catch {
-      throw ToolError(.storageError, "cannot list the imported store in \(directory): \(error.localizedDescription)")
-    }
-    for entry in entries { try flush(directory + "/" + entry, directory: false) }
-    try flush(directory, directory: true)
+    try flushTree(directory)
     guard rename(directory, target.path) == 0 else {
       let code = errno
       switch code {
@@ -173,6 +168,31 @@ struct ImportStaging {
   private func release() {
     unlink(lockPath)
     close(lock)
+  }
+
+  /// Flushes every file under `path` (a store: its LMDB files, the runners' token directory),
+  /// then the directories holding them.
+  private func flushTree(_ path: String) throws(ToolError) {
+    var info = stat()
+    guard lstat(path, &info) == 0 else {
+      let code = errno
+      throw ToolError(.storageError, "cannot read \(path) to flush it: \(String(cString: strerror(code)))")
+    }
+    switch info.st_mode & S_IFMT {
+    case S_IFREG:
+      try flush(path, directory: false)
+    case S_IFDIR:
+      let entries: [String]
+      do {
+        entries = try FileManager.default.contentsOfDirectory(atPath: path)
+      } catch {
+        throw ToolError(.storageError, "cannot list \(path) to flush it: \(error.localizedDescription)")
+      }
+      for entry in entries { try flushTree(path + "/" + entry) }
+      try flush(path, directory: true)
+    default:
+      return
+    }
   }
 
   private func flush(_ path: String, directory: Bool) throws(ToolError) {

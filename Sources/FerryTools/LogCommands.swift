@@ -233,7 +233,8 @@ public func importLog(
   }
   let stale = target.removeStaleStagings()
   if stale > 0 {
-    output.line("removed \(stale) temporary directories left beside \(target.path) by imports that did not finish")
+    output.line(
+      "removed \(stale) temporary directories left beside \(target.path) by imports that did not finish")
   }
   let staging = try target.stage()
   do {

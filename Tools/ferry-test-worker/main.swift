@@ -17,7 +17,10 @@ func fail(_ message: String) -> Never {
 }
 
 let arguments = CommandLine.arguments
-guard arguments.count >= 3 else { fail("usage: ferry-test-worker grow-map DIR BYTES | append DIR COUNT") }
+guard arguments.count >= 3 else {
+  fail(
+    "usage: ferry-test-worker grow-map DIR BYTES | append DIR COUNT | add-tasks DIR COUNT | run-and-hang DIR")
+}
 let command = arguments[1]
 let directory = arguments[2]
 
@@ -61,6 +64,31 @@ case "append":
     done.signal()
   }
   done.wait()
+case "add-tasks":
+  // Opens the store (creating it when missing) and adds COUNT tasks one by one, tag "app" and
+  // data id "app-I", printing "ack ID I" once each add has returned. Exits 3 when the open fails.
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("add-tasks DIR COUNT") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    let queue: TaskQueue
+    do {
+      queue = try await TaskQueue.open(at: directory)
+    } catch {
+      FileHandle.standardError.write(Data("open failed: \(error)\n".utf8))
+      exit(3)
+    }
+    do {
+      for i in 0..<count {
+        let id = try await queue.add(tag: "app", payload: ["n": i], dataId: "app-\(i)")
+        say("ack \(id) \(i)")
+      }
+      queue.close()
+    } catch {
+      fail("add-tasks failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "run-and-hang":
   // Adds one task and runs it with a handler that never returns, after saying "running ID".
   // The parent kills this process there: a run started and never finished.
@@ -78,6 +106,42 @@ case "run-and-hang":
       say("unexpected end \(id)")
     } catch {
       fail("run-and-hang failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "run-tasks":
+  // Runs passes over the store's "job" tasks until nothing is runnable, printing "ran ID ATTEMPT"
+  // as each handler starts. A job's payload says what its handler does: "ok" succeeds, "fail"
+  // fails for good, "error" records an error, "crash" kills this process mid-run (SIGKILL) on its first attempt and succeeds after.
+  // Every handler sleeps a millisecond first, so that two runners overlap.
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1
+      let runner = TaskRunner(queue: queue, configuration: configuration)
+      runner.register(tag: "job") { task in
+        say("ran \(task.id) \(task.attempt)")
+        try? await Task.sleep(for: .milliseconds(1))
+        switch try task.payload(as: [String: String].self)["kind"] {
+        case "fail": return .failed("refused", retryable: false)
+        case "error": return .recordError("fix it")
+        case "crash" where task.attempt == 1: kill(getpid(), SIGKILL)
+        default: break
+        }
+        return .succeeded
+      }
+      var idle = 0
+      while idle < 3 {
+        let report = try await runner.run()
+        idle = try report.entries.isEmpty && queue.nextRunnable() == nil ? idle + 1 : 0
+      }
+      queue.close()
+      say("done")
+    } catch {
+      fail("run-tasks failed: \(error)")
     }
     done.signal()
   }
