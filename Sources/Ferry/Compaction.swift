@@ -74,6 +74,8 @@ struct RetentionPlan: Sendable {
   var seenFailure = Set<String>()
   var seenPaging = Set<String>()
   var seenPauseOrResume = false
+  /// Whether each task met so far goes (decided at its newest event).
+  var finishedTaskDecision: [TaskID: Bool] = [:]
 
   init(pending: Set<TaskID>, head: UInt64) {
     self.pending = pending
@@ -96,7 +98,13 @@ struct RetentionPlan: Sendable {
         return seenPauseOrResume
       }
       guard let task, task <= head else { return false }
-      return !pending.contains(task) && event.timestamp < cutoff
+      // A finished task's events go together, judged by its newest one (met first: the log is
+      // walked newest first): timestamps written by different processes need not rise with the
+      // sequence, and removing the middle of a history would leave an outcome without its run.
+      if let decided = finishedTaskDecision[task] { return decided }
+      let removable = !pending.contains(task) && event.timestamp < cutoff
+      finishedTaskDecision[task] = removable
+      return removable
     }
     if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
       switch decoded {

@@ -2,7 +2,7 @@ import FerryLog
 
 /// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, and 2
 /// for `task.runStarted` and `task.errorRecorded`).
-enum TaskEvent: Equatable, Sendable {
+package enum TaskEvent: Equatable, Sendable {
   case added(
     tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy)
   /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
@@ -21,7 +21,7 @@ enum TaskEvent: Equatable, Sendable {
   case paused
   case resumed
 
-  static let types = [
+  package static let types = [
     "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
     "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "queue.cleared",
     "queue.paused", "queue.resumed",
@@ -37,7 +37,7 @@ enum TaskEvent: Equatable, Sendable {
   ]
 
   /// The same types, for membership tests (the store's log also holds the cache ledger's events).
-  static let typeSet = Set(types)
+  package static let typeSet = Set(types)
 
   var type: String {
     switch self {
@@ -129,7 +129,7 @@ enum TaskEvent: Equatable, Sendable {
   }
 
   /// Decodes a logged event of one of the queue's types.
-  init(_ event: LoggedEvent) throws(FerryError) {
+  package init(_ event: LoggedEvent) throws(FerryError) {
     var reader = PayloadReader(event.payload)
     do {
       switch event.type {

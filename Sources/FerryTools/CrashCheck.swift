@@ -120,9 +120,51 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
   return report
 }
 
-/// Each task pending at most once and never after it finished; group order kept.
+/// Each task pending at most once and never after it finished; group order kept; no double run
+/// without a dead owner (`Specs/crash-model.md`): a task is never claimed while a run of it is
+/// under way, every outcome ends a run that was under way, no task succeeds twice, and a run
+/// interrupted as its owner's was never followed by another claim of that owner (which would prove
+/// the owner alive when its run was taken away). Only tasks whose add is still in the log are
+/// judged: compaction removes a finished task's events from its add on.
 private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [String] {
   var violations: [String] = []
+  var open: [TaskID: String] = [:]
+  var succeeded = Set<TaskID>()
+  var interruptedOwners: [String: (task: TaskID, sequence: UInt64)] = [:]
+  var present = Set<TaskID>()
+  try log.forEachEvent(chunkSize: 5000) { event in
+    guard let decoded = try? TaskEvent(event) else { return }
+    switch decoded {
+    case .added:
+      present.insert(event.sequence)
+    case .runStarted(let id, _, let owner, _) where present.contains(id):
+      if let other = open[id] {
+        violations.append("task \(id) claimed at \(event.sequence) by \(owner) while \(other)'s run was under way")
+      }
+      if let interrupted = interruptedOwners[owner] {
+        violations.append(
+          "owner \(owner) claimed task \(id) at \(event.sequence) after its run of task \(interrupted.task) was interrupted at \(interrupted.sequence) as if it were dead"
+        )
+      }
+      open[id] = owner
+    case .runSucceeded(let id) where present.contains(id), .runFailed(let id, _, _, _) where present.contains(id),
+      .errorRecorded(let id, _, true) where present.contains(id):
+      if open.removeValue(forKey: id) == nil {
+        violations.append("task \(id) has an outcome at \(event.sequence) with no run under way")
+      }
+      if case .runSucceeded = decoded, !succeeded.insert(id).inserted {
+        violations.append("task \(id) succeeded twice (again at \(event.sequence))")
+      }
+    case .runInterrupted(let id) where present.contains(id):
+      guard let owner = open.removeValue(forKey: id) else {
+        violations.append("task \(id) interrupted at \(event.sequence) with no run under way")
+        return
+      }
+      interruptedOwners[owner] = (id, event.sequence)
+    default:
+      break
+    }
+  }
   var added: [TaskID: String?] = [:]
   var finished = Set<TaskID>()
   var lastClear: UInt64 = 0

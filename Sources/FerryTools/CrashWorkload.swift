@@ -95,3 +95,48 @@ public func runCrashWorkload(
   let head = try store.log.head()
   while acked.withLock({ $0 }) < head { await Task.yield() }
 }
+
+/// The crash tests' second runner: another process on the same store that only runs passes (with
+/// the workload's handlers) until killed, acknowledging what it sees committed like the workload.
+public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable (String) -> Void) async throws {
+  let clock = TestClock(now: 1_768_467_600_000)
+  var configuration = FerryStore.Configuration()
+  clock.install(in: &configuration)
+  configuration.initialMapSize = 64 << 10
+  let store = try await FerryStore.open(at: path, configuration: configuration)
+  defer { store.close() }
+  if let last = try store.log.event(at: try store.log.head()) {
+    clock.set(max(clock.now, last.timestamp + 1))
+  }
+  let acked = Mutex(try store.log.head())
+  let acker = Task {
+    for try await event in store.log.tail(after: acked.withLock { $0 }, pollInterval: .milliseconds(5)) {
+      guard let record = try store.log.record(at: event.sequence) else { continue }
+      ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
+      acked.withLock { $0 = event.sequence }
+    }
+  }
+  defer { acker.cancel() }
+  let random = Mutex(SeededRandom(seed: seed))
+  let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
+  var runnerConfiguration = TaskRunner.Configuration()
+  runnerConfiguration.random = { roll() }
+  runnerConfiguration.maxConcurrentTasks = 2
+  runnerConfiguration.defaultRetry = RetryPolicy(maxAttempts: 4, initialDelay: 500, multiplier: 2, jitter: 0.2)
+  let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
+  for tag in ["a", "b", "c"] {
+    runner.register(tag: tag) { task in
+      CrashPoint.reach("handler")
+      try? await Task.sleep(for: .milliseconds(Int64(roll() * 3)))
+      let dice = roll()
+      if dice < 0.7 { return .succeeded }
+      if dice < 0.9 { return .failed("flaky") }
+      return .recordError("user must fix \(task.id)")
+    }
+  }
+  while true {
+    clock.advance(by: .milliseconds(Int64(50 + roll() * 400)))
+    let report = try await runner.run()
+    if report.entries.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
+  }
+}

@@ -40,7 +40,12 @@ struct ImportTarget {
     var info = stat()
     guard stat(path, &info) == 0 else {
       let code = errno
-      if code == ENOENT { return }
+      if code == ENOENT {
+        // Nothing there, unless a symbolic link pointing nowhere (rename would replace the link).
+        guard lstat(path, &info) == 0 else { return }
+        throw ToolError(
+          .notAStore, "\(path) is a symbolic link to nothing; import into a missing or empty directory")
+      }
       throw ToolError(.unavailable, "cannot read \(path): \(String(cString: strerror(code)))")
     }
     guard (info.st_mode & S_IFMT) == S_IFDIR else {
@@ -135,7 +140,8 @@ struct ImportStaging {
 
   /// Flushes the built (and closed) store, renames it onto the target and flushes the rename.
   /// The rename fails, and nothing of the target is touched, when another process has put anything
-  /// there meanwhile. Releases the lock when it succeeds; call ``discard()`` when it throws.
+  /// there meanwhile. Releases the lock when it succeeds; when it throws, call ``discard()`` (which
+  /// releases it, once).
   func moveIntoPlace(_ target: ImportTarget) throws(ToolError) {
     try flushTree(directory)
     guard rename(directory, target.path) == 0 else {
@@ -155,8 +161,14 @@ struct ImportStaging {
           "cannot move the imported store to \(target.path): \(String(cString: strerror(code)))")
       }
     }
-    defer { release() }
-    try flush(target.parent, directory: true)
+    do {
+      try flush(target.parent, directory: true)
+    } catch {
+      throw ToolError(
+        error.status,
+        "the store is at \(target.path), but its directory entry may not survive a power loss: \(error)")
+    }
+    release()
   }
 
   /// Removes the temporary directory (whatever it holds) and releases the lock.

@@ -56,6 +56,37 @@ func runWorker(
   return WorkerRun(lines: text.split(separator: "\n").map(String.init), status: status, killed: killed)
 }
 
+/// A second worker running beside the workload (the `runner`: another process on the same store),
+/// killed with SIGKILL when the round ends.
+final class BesideWorker: Sendable {
+  let process = Process()
+  private let collected = Mutex(Data())
+  private let finished = DispatchSemaphore(value: 0)
+
+  init(_ arguments: [String], environment: [String: String]) throws {
+    process.executableURL = productURL("ferry-crash-worker")
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    let out = Pipe()
+    process.standardOutput = out
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    DispatchQueue.global().async { [self] in
+      let data = out.fileHandleForReading.readDataToEndOfFile()
+      collected.withLock { $0 = data }
+      finished.signal()
+    }
+  }
+
+  /// Kills it (if it still runs) and returns its lines.
+  func kill() -> [String] {
+    Foundation.kill(process.processIdentifier, SIGKILL)
+    process.waitUntilExit()
+    finished.wait()
+    return String(decoding: collected.withLock { $0 }, as: UTF8.self).split(separator: "\n").map(String.init)
+  }
+}
+
 /// A small, seeded random source for the harness's own choices.
 struct HarnessRandom {
   var state: UInt64
@@ -84,6 +115,7 @@ struct HarnessRandom {
     let points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
 
     var kills = 0
+    var runners = 0
     var acknowledged = 0
     var lost = 0
     var violations: [String] = []
@@ -111,11 +143,25 @@ struct HarnessRandom {
         workerEnvironment["FERRY_CRASH_POINT"] = points[random.below(points.count)]
         workerEnvironment["FERRY_CRASH_AFTER"] = "\(1 + random.below(25))"
       }
+      // Most rounds have a second process running passes on the same store beside the workload;
+      // it may die at its own crash point, and is killed when the round ends.
+      var beside: BesideWorker?
+      if !acks.isEmpty && random.below(3) != 0 {
+        var besideEnvironment: [String: String] = [:]
+        if random.below(3) == 0 {
+          besideEnvironment["FERRY_CRASH_POINT"] = "handler"
+          besideEnvironment["FERRY_CRASH_AFTER"] = "\(1 + random.below(10))"
+        }
+        beside = try BesideWorker(["runner", store, "\(random.next() % 1_000_000)"], environment: besideEnvironment)
+        runners += 1
+      }
       let run = try await runWorker(
         ["workload", store, "\(workSeed)"], environment: workerEnvironment, killAfter: killAfter,
         limit: .seconds(3))
       if run.killed { kills += 1 }
-      let newAcks = run.lines.filter { $0.hasPrefix("ack ") }
+      let besideLines = beside?.kill() ?? []
+      // Both processes acknowledge what they see committed; an event is acknowledged once.
+      let newAcks = Array(Set(run.lines.filter { $0.hasPrefix("ack ") } + besideLines.filter { $0.hasPrefix("ack ") }))
       acks += newAcks
       acknowledged += newAcks.count
       let ackFile = base + "/acks-\(storeNumber).txt"
@@ -150,6 +196,7 @@ struct HarnessRandom {
     }
     print(
       "crash: \(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
+        + " (\(runners) rounds with a second runner process)"
     )
     for violation in violations.prefix(20) { print("crash: \(violation)") }
     #expect(lost == 0)

@@ -1,7 +1,8 @@
 import FerryTools
 // The crash tests' worker, spawned (never forked) by the harness and killed at random moments or
 // at labelled crash points (FERRY_CRASH_POINT): `workload` runs the seeded workload and prints an
-// `ack` line after each durable event; `check` reopens a store after a kill and checks every
+// `ack` line after each durable event; `runner` is a second process running passes on the same
+// store; `check` reopens a store after a kill and checks every
 // invariant against the acknowledgements read from a file. The work is FerryTools' (tested there).
 import Foundation
 import Synchronization
@@ -15,7 +16,7 @@ func fail(_ message: String) -> Never {
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
-  fail("usage: ferry-crash-worker workload DIR SEED [OPS] | check DIR ACKFILE")
+  fail("usage: ferry-crash-worker workload DIR SEED [OPS] | runner DIR SEED | check DIR ACKFILE")
 }
 let done = DispatchSemaphore(value: 0)
 let status = Mutex<Int32>(0)
@@ -29,6 +30,16 @@ case "workload":
       try await runCrashWorkload(path: arguments[2], seed: seed, operations: operations, ack: say)
     } catch {
       fail("workload failed: \(error)")
+    }
+    done.signal()
+  }
+case "runner":
+  guard arguments.count >= 4, let seed = UInt64(arguments[3]) else { fail("runner DIR SEED") }
+  Task.detached {
+    do {
+      try await runCrashRunner(path: arguments[2], seed: seed, ack: say)
+    } catch {
+      fail("runner failed: \(error)")
     }
     done.signal()
   }

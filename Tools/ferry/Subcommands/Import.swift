@@ -3,9 +3,15 @@ import FerryTools
 
 struct Import: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Read an export from standard input into an empty store (created if missing).",
+    abstract:
+      "Read an export from standard input into a new store (the directory must be missing or empty).",
     discussion:
-      "The store gets the same events under the same sequence numbers.\n\nExample: ferry import /tmp/copy < groceries.jsonl && ferry verify /tmp/copy"
+      "The store gets the same events under the same sequence numbers. It is built beside the directory and "
+      + "renamed onto it once complete, so nothing else writes to it meanwhile and an import that fails or is "
+      + "killed leaves no store there (a killed import's temporary directory is removed by the next import). "
+      + "A file or non-empty directory is refused before anything is written (status 4, 8); if another process "
+      + "creates a store there while the import runs, the import leaves it alone and exits 7."
+      + "\n\nExample: ferry import /tmp/copy < groceries.jsonl && ferry verify /tmp/copy"
   )
 
   @OptionGroup var store: StoreArgument
