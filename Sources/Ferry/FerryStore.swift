@@ -78,6 +78,7 @@ public final class FerryStore: Sendable {
       // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
       // (another process is in a handler right now) are left alone.
       store.queue.setInterruptedAtOpen(try await store.queue.interruptRunsOfDeadOwners())
+      store.queue.sweepDeadTokens()
       if let automatic { store.startAutomaticCompaction(automatic) }
       return store
     } catch {

@@ -61,14 +61,16 @@ final class RunOwner: Sendable {
     return String(repeating: "0", count: 16 - digits.count) + digits
   }
 
-  /// Gives the token up (the process is done running this store's tasks) and removes its file.
-  func release() {
+  /// Gives the token up (the process is done running this store's tasks). With `remove` the file
+  /// goes too; without it the file stays, unlocked, so that claims this owner left (a close while
+  /// a handler ran) are seen as a dead owner's and interrupted — the checker removes it then.
+  func release(remove: Bool = true) {
     let fd = descriptor.withLock { fd -> Int32 in
       defer { fd = -1 }
       return fd
     }
     guard fd >= 0 else { return }
-    unlink(path)
+    if remove { unlink(path) }
     close(fd)
   }
 
@@ -83,16 +85,52 @@ final class RunOwner: Sendable {
     case dead
   }
 
-  /// Whether the owner `id` of a store is alive. A dead owner's token file is removed.
+  /// Whether the owner `id` of a store is alive.
+  ///
+  /// A token whose lock can be taken belongs to a dead owner. A token that is missing (removed by
+  /// hand, or by a checker that found its owner dead) counts as dead only when no process has the
+  /// owner's pid — a live owner whose file someone deleted keeps its runs.
   static func liveness(of id: String, storePath: String) -> Liveness {
     guard isValidId(id) else { return .dead }
     let path = directory(of: storePath) + "/" + id
     let fd = open(path, O_RDWR | O_CLOEXEC)
-    guard fd >= 0 else { return errno == ENOENT ? .dead : .alive }
+    guard fd >= 0 else {
+      guard errno == ENOENT else { return .alive }  // cannot look: never take a run that may be live
+      return processExists(of: id) ? .alive : .dead
+    }
     defer { close(fd) }
-    guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return .alive }
-    // Ours now, and its owner is gone: nobody will lock it again.
-    unlink(path)
-    return .dead
+    return flock(fd, LOCK_EX | LOCK_NB) == 0 ? .dead : .alive
+  }
+
+  /// Whether a process with the pid written in an owner id exists (on this machine).
+  static func processExists(of id: String) -> Bool {
+    guard let hex = id.split(separator: "-").first, let pid = UInt32(hex, radix: 16), pid > 0,
+      pid <= UInt32(Int32.max)
+    else { return false }
+    return kill(Int32(pid), 0) == 0 || errno == EPERM
+  }
+
+  /// Removes the tokens of dead owners that no claim names any more (`claimed`): the files a
+  /// closed or killed process left behind.
+  static func sweep(storePath: String, claimed: Set<String>, except mine: String?) {
+    let directory = directory(of: storePath)
+    guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+    for name in names where name != mine && !claimed.contains(name) && isValidId(name) {
+      let path = directory + "/" + name
+      let fd = open(path, O_RDWR | O_CLOEXEC)
+      guard fd >= 0 else { continue }
+      if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+      close(fd)
+    }
+  }
+
+  /// Removes the token of an owner found dead, once its runs were interrupted.
+  static func forget(_ id: String, storePath: String) {
+    guard isValidId(id) else { return }
+    let path = directory(of: storePath) + "/" + id
+    let fd = open(path, O_RDWR | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+    close(fd)
   }
 }

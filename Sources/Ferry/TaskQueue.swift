@@ -66,10 +66,16 @@ public final class TaskQueue: Sendable {
       tail?.cancel()
       tail = nil
     }
+    // A claim of this owner still logged (a handler ran through the close): keep the token file,
+    // unlocked, so the run is seen as a dead owner's and interrupted.
+    var claimed = false
+    if let mine = ownerId, !log.isClosed {
+      claimed = (try? queueTables { queue in try QueueCommand.claims(queue).contains { $0.1.owner == mine } }) ?? true
+    }
     log.close()
     updateStreams.finish()
     owner.withLock { owner in
-      owner?.release()
+      owner?.release(remove: !claimed)
       owner = nil
     }
   }
@@ -114,6 +120,12 @@ public final class TaskQueue: Sendable {
     }
   }
 
+  /// Removes the tokens of dead owners that no claim names (left by closed or killed processes).
+  func sweepDeadTokens() {
+    guard let claims = try? queueTables({ queue in try QueueCommand.claims(queue) }) else { return }
+    RunOwner.sweep(storePath: log.path, claimed: Set(claims.map(\.1.owner)), except: ownerId)
+  }
+
   /// This process's liveness token, made on first use.
   func runOwner() throws -> RunOwner {
     try owner.withLock { owner in
@@ -151,6 +163,8 @@ public final class TaskQueue: Sendable {
         publish(.interrupted(id))
       }
     }
+    // Their runs are interrupted: the dead owners' tokens can go.
+    for (owner, liveness) in verdicts where liveness == .dead { RunOwner.forget(owner, storePath: log.path) }
     return interrupted
   }
 

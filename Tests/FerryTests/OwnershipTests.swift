@@ -475,4 +475,53 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     let after = try queue.probeNextRunnable(after: ids[150])
     #expect(after.task?.id == ids[151])
   }
+
+  @Test func aLiveOwnerWhoseTokenFileWasDeletedKeepsItsRun() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
+    defer { hanging.kill() }
+    let line = try await hanging.waitForLine(startingWith: "running ")
+    let id = try #require(UInt64(line.dropFirst("running ".count)))
+    let owners = fixture.path + "/owners"
+    for name in try FileManager.default.contentsOfDirectory(atPath: owners) {
+      try FileManager.default.removeItem(atPath: owners + "/" + name)
+    }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    #expect(queue.interruptedAtOpen.isEmpty)
+    #expect(try await queue.interruptRunsOfDeadOwners().isEmpty)
+    #expect(try queue.task(id)?.status == .running)
+    hanging.kill()  // now the pid is gone too: dead
+    #expect(try await queue.interruptRunsOfDeadOwners() == [id])
+  }
+
+  @Test func aQueueClosedWhileItsHandlerRunsHasThatRunInterruptedAtReopen() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let started = Gate()
+    let release = Gate()
+    var id: TaskID = 0
+    do {
+      let queue = try await TaskQueue.open(at: fixture.path)
+      let runner = TaskRunner(queue: queue)
+      runner.register(tag: "slow") { _ in
+        started.open()
+        await release.wait()
+        return .succeeded
+      }
+      id = try await queue.add(tag: "slow", payload: ["n": 1])
+      let pass = Task { try await runner.run() }
+      await started.wait()
+      queue.close()  // the handler still runs; its outcome cannot be logged any more
+      release.open()
+      _ = try? await pass.value
+    }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    #expect(queue.interruptedAtOpen == [id])
+    #expect(try queue.task(id)?.status == .ready)
+    // The token files of owners that are gone and claim nothing are swept.
+    #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.path + "/owners").isEmpty)
+  }
 }
