@@ -386,6 +386,56 @@ def build_upcast_vectors():
     })]
 
 
+def build_task_vectors():
+    """Schema version 2 of task.runStarted and task.errorRecorded (Specs/task-events.md 2.1): a
+    version 1 record of each with the payload its upcaster must produce, and a version 2 record
+    as Ferry must encode it."""
+    event_id = bytes.fromhex("019bbf5a6f0070008000000000000002")
+    ts = 1768467600123
+    task_id = struct.pack(">Q", 42)
+    attempt = struct.pack(">I", 3)
+    owner = payload_string("1f2e-00112233aabbccdd")
+    runner = struct.pack(">I", 7)
+    started_v1 = task_id + attempt
+    started_v2 = task_id + attempt + owner + runner
+    error_v1 = task_id + payload_string("Log in to upload")
+    vectors = [
+        ("upcast-002-task-runStarted-v1", {
+            "description": "task.runStarted at schema version 1 (taskId 42, attempt 3). Version 2 adds the "
+                           "claim's owner and runner; the upcaster appends an empty owner (u32 length 0) "
+                           "and runner 0.",
+            "sequence": 50, "hex": encode("task.runStarted", 1, ts, event_id, started_v1).hex(),
+            "type": "task.runStarted", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "v1PayloadHex": started_v1.hex(), "upcastSchemaVersion": 2,
+            "upcastPayloadHex": (started_v1 + struct.pack(">I", 0) + struct.pack(">I", 0)).hex(),
+        }),
+        ("upcast-003-task-errorRecorded-v1", {
+            "description": "task.errorRecorded at schema version 1 (taskId 42, \"Log in to upload\"), which "
+                           "only a run's outcome ever logged. Version 2 adds endsRun; the upcaster appends "
+                           "true (1).",
+            "sequence": 51, "hex": encode("task.errorRecorded", 1, ts, event_id, error_v1).hex(),
+            "type": "task.errorRecorded", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "v1PayloadHex": error_v1.hex(), "upcastSchemaVersion": 2,
+            "upcastPayloadHex": (error_v1 + b"\x01").hex(),
+        }),
+        ("task-001-runStarted-v2", {
+            "description": "task.runStarted at schema version 2: taskId 42, attempt 3, owner "
+                           "\"1f2e-00112233aabbccdd\", runner 7.",
+            "sequence": 52, "hex": encode("task.runStarted", 2, ts, event_id, started_v2).hex(),
+            "type": "task.runStarted", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": started_v2.hex(),
+        }),
+        ("task-002-errorRecorded-v2", {
+            "description": "task.errorRecorded at schema version 2 recorded by the app (endsRun false): "
+                           "taskId 42, \"Log in to upload\".",
+            "sequence": 53, "hex": encode("task.errorRecorded", 2, ts, event_id, error_v1 + b"\x00").hex(),
+            "type": "task.errorRecorded", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": (error_v1 + b"\x00").hex(),
+        }),
+    ]
+    return vectors
+
+
 def main() -> None:
     repository = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     parser = argparse.ArgumentParser(description="Writes Ferry's record-format golden vectors.")
@@ -399,7 +449,7 @@ def main() -> None:
 
     os.makedirs(arguments.out, exist_ok=True)
     write_json(os.path.join(arguments.out, "crc32c.json"), crc_vectors)
-    for name, vector in record_vectors + build_upcast_vectors():
+    for name, vector in record_vectors + build_upcast_vectors() + build_task_vectors():
         write_json(os.path.join(arguments.out, name + ".json"), vector)
     print(f"{len(record_vectors)} record vectors and {len(crc_vectors)} CRC-32C cases in {arguments.out}")
 

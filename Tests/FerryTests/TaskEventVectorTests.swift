@@ -1,0 +1,69 @@
+import Foundation
+import Testing
+
+@testable import Ferry
+@testable import FerryLog
+
+/// The golden vectors of the queue's schema-2 events (`Specs/task-events.md` §2.1), written by the
+/// independent generator (`Tools/make-vectors.py`): version 1 records upcast to what version 2
+/// says, and version 2 events encode to exactly the generator's bytes.
+@Suite struct TaskEventVectorTests {
+  struct Vector: Decodable {
+    let sequence: UInt64
+    let hex: String
+    let type: String
+    let timestamp: Int64
+    let eventId: String
+    let upcastPayloadHex: String?
+    let upcastSchemaVersion: UInt16?
+    let payloadHex: String?
+  }
+
+  static func load(_ name: String) throws -> Vector {
+    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+      .deletingLastPathComponent()
+    let data = try Data(contentsOf: root.appendingPathComponent("Specs/vectors/\(name).json"))
+    return try JSONDecoder().decode(Vector.self, from: data)
+  }
+
+  static func bytes(_ hex: String) -> [UInt8] {
+    var result: [UInt8] = []
+    var index = hex.startIndex
+    while index < hex.endIndex {
+      let next = hex.index(index, offsetBy: 2)
+      result.append(UInt8(hex[index..<next], radix: 16) ?? 0)
+      index = next
+    }
+    return result
+  }
+
+  @Test(arguments: [
+    ("upcast-002-task-runStarted-v1", TaskEvent.runStarted(42, attempt: 3, owner: "", runner: 0)),
+    ("upcast-003-task-errorRecorded-v1", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: true)),
+  ])
+  func versionOneRecordsUpcastAsSpecified(_ name: String, _ expected: TaskEvent) throws {
+    let vector = try Self.load(name)
+    let stored = try EventRecord.decode(Self.bytes(vector.hex), sequence: vector.sequence)
+    #expect(stored.storedSchemaVersion == 1)
+    let upcast = try FerryStore.catalog.upcast(stored)
+    #expect(upcast.schemaVersion == vector.upcastSchemaVersion)
+    #expect(upcast.payload == Self.bytes(vector.upcastPayloadHex ?? ""))
+    #expect(try TaskEvent(upcast) == expected)
+  }
+
+  @Test(arguments: [
+    ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
+    ("task-002-errorRecorded-v2", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: false)),
+  ])
+  func versionTwoEventsEncodeToTheGeneratorsBytes(_ name: String, _ event: TaskEvent) throws {
+    let vector = try Self.load(name)
+    #expect(event.payload == Self.bytes(vector.payloadHex ?? ""))
+    let id = try #require(EventID(bytes: Self.bytes(vector.eventId)))
+    let record = try EventRecord.encode(
+      type: event.type, schemaVersion: event.schemaVersion, timestamp: vector.timestamp, id: id,
+      payload: event.payload)
+    #expect(record == Self.bytes(vector.hex))
+    let decoded = try EventRecord.decode(record, sequence: vector.sequence)
+    #expect(try TaskEvent(FerryStore.catalog.upcast(decoded)) == event)
+  }
+}
