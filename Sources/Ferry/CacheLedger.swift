@@ -38,9 +38,25 @@ public final class CacheLedger: Sendable {
     self.sleep = sleep
   }
 
+  /// Tells observers of a key what other processes record about it.
+  private let foreignTail = ForeignTail()
+
   func close() {
+    foreignTail.stop()
     log.close()
     changes.finish()
+  }
+
+  /// Starts telling this process's observers about fetches other processes record (an app
+  /// extension refreshing a cache, say).
+  func observeOtherProcesses() {
+    foreignTail.start(log) { [weak self] event in
+      guard let self, CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) else { return }
+      switch decoded {
+      case .fetched(let key, _, _), .forgotten(let key), .paging(let key, _, _):
+        self.changes.publish(.changed, for: key)
+      }
+    }
   }
 
   /// The current time of the store's clock (Unix milliseconds).

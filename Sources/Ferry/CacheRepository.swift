@@ -209,7 +209,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   }
 
   /// The repository's states: the current one first, then one after every change — a refresh
-  /// starting or ending, a fetch recorded, the cache crossing its max age. It never emits an
+  /// starting or ending, a fetch recorded (here or by another process on the store), the cache
+  /// crossing its max age. It never emits an
   /// "unknown" state. With automatic refresh on, a cache that is missing or too old while observed
   /// is refreshed. Ends when the observing task is cancelled; cancelling it does not cancel a
   /// refresh other callers share.
@@ -217,6 +218,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
     let notices = ledger.changes.stream(for: key) { nil }
+    ledger.observeOtherProcesses()
     let observer = Task { [self] in
       var refreshing = ledger.inFlight.withLock { $0[key] != nil }
       // A failure after the last success is the error until a refresh succeeds.

@@ -33,7 +33,7 @@ public final class TaskQueue: Sendable {
   private let owner = Mutex<RunOwner?>(nil)
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
-  private let foreignTail = Mutex<Task<Void, Never>?>(nil)
+  private let foreignTail = ForeignTail()
 
   /// Opens (or creates) the store at `path` and returns its queue (``FerryStore/queue``).
   ///
@@ -62,10 +62,7 @@ public final class TaskQueue: Sendable {
   /// Waits for pending writes, ends the update streams, gives up this process's liveness token
   /// and closes the store.
   public func close() {
-    foreignTail.withLock { tail in
-      tail?.cancel()
-      tail = nil
-    }
+    foreignTail.stop()
     // A claim of this owner still logged (a handler ran through the close): keep the token file,
     // unlocked, so the run is seen as a dead owner's and interrupted.
     var claimed = false
@@ -98,25 +95,10 @@ public final class TaskQueue: Sendable {
     return try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
   }
 
-  /// How often the log is read for other processes' appends while anyone observes.
-  static let foreignPollInterval: Duration = .milliseconds(200)
-
   private func startForeignTail() {
-    foreignTail.withLock { tail in
-      guard tail == nil, !log.isClosed, let head = try? log.head() else { return }
-      let log = self.log
-      tail = Task { [weak self] in
-        do {
-          for try await event in log.tail(after: head, pollInterval: Self.foreignPollInterval) {
-            guard let self else { return }
-            if log.appendedHere(event.sequence) || !TaskEvent.typeSet.contains(event.type) { continue }
-            guard let decoded = try? TaskEvent(event) else { continue }
-            for update in decoded.updates(sequence: event.sequence) { self.publish(update) }
-          }
-        } catch {
-          // The log closed or failed: observers keep what they saw.
-        }
-      }
+    foreignTail.start(log) { [weak self] event in
+      guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
+      for update in decoded.updates(sequence: event.sequence) { self.publish(update) }
     }
   }
 

@@ -524,4 +524,29 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     // The token files of owners that are gone and claim nothing are swept.
     #expect(try FileManager.default.contentsOfDirectory(atPath: fixture.path + "/owners").isEmpty)
   }
+
+  @Test func cacheStatesSeeAFetchAnotherProcessRecords() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600),
+      source: CacheSource(fetch: { "fresh" }, save: { _ in }, load: { "saved" }), automaticRefresh: false)
+    let states = notes.states()
+    var iterator = states.makeAsyncIterator()
+    let first = await iterator.next()
+    guard case .noCache = first?.content else {
+      Issue.record("the first state is not noCache: \(String(describing: first))")
+      return
+    }
+    let child = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
+    #expect(try await child.wait() == 0)
+    let next = await iterator.next()
+    guard case .cache(let value, _, _, let isTooOld) = next?.content else {
+      Issue.record("no cached state after another process's fetch: \(String(describing: next))")
+      return
+    }
+    #expect(value == "saved" && !isTooOld)
+  }
 }

@@ -146,6 +146,22 @@ case "run-tasks":
     done.signal()
   }
   done.wait()
+case "record-fetch":
+  // Records a successful fetch of KEY (now) in the store, as another process refreshing a cache.
+  guard arguments.count == 4 else { fail("record-fetch DIR KEY") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let store = try await FerryStore.open(at: directory)
+      try await store.ledger.recordFetch(key: arguments[3], outcome: .success(isEmpty: false))
+      store.close()
+      say("recorded")
+    } catch {
+      fail("record-fetch failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 default:
   fail("unknown command \(command)")
 }
