@@ -85,51 +85,48 @@ enum ClaimSearch {
       return step
     }
     var examined = 0
+    /// Walks one index in batches from its cursor, considering each task, until one is found, the
+    /// index ends, or the scan limit is reached.
+    func walk(
+      _ batch: () throws -> [(key: [UInt8], id: TaskID)], advance: (_ key: [UInt8], _ id: TaskID) -> Void
+    ) throws -> ClaimStep.Found? {
+      var entries: [(key: [UInt8], id: TaskID)]
+      repeat {
+        entries = try batch()
+        for entry in entries {
+          advance(entry.key, entry.id)
+          examined += 1
+          if let found = try consider(entry.id) { return found }
+          if examined >= scanLimit { return .more }
+        }
+      } while entries.count == 64
+      return nil
+    }
     // Due retries, oldest retry time first: read from the start of the time-ordered index, so
     // they cost what the pass takes from them.
-    var retryKeys: [[UInt8]] = []
-    repeat {
-      retryKeys = []
+    let retry = try walk({
+      var entries: [(key: [UInt8], id: TaskID)] = []
       try queue.tables.scan("waiting", from: step.retryCursor) { key, _ in
         if let cursor = step.retryCursor, key.elementsEqual(cursor) { return true }
-        guard let (at, _) = QueueKey.waitingTime(key), at <= now else { return false }
-        retryKeys.append(Array(key))
-        return retryKeys.count < 64
+        guard let (at, id) = QueueKey.waitingTime(key), at <= now else { return false }
+        entries.append((Array(key), id))
+        return entries.count < 64
       }
-      for key in retryKeys {
-        step.retryCursor = key
-        examined += 1
-        guard key.count >= 8, let id = UInt64(bigEndianBytes: key[(key.count - 8)...]) else { continue }
-        if let found = try consider(id) {
-          step.found = found
-          return step
-        }
-        if examined >= scanLimit {
-          step.found = .more
-          return step
-        }
-      }
-    } while retryKeys.count == 64
-    var readyIds: [TaskID] = []
-    repeat {
-      readyIds = []
+      return entries
+    }, advance: { key, _ in step.retryCursor = key })
+    if let retry {
+      step.found = retry
+      return step
+    }
+    let ready = try walk({
+      var entries: [(key: [UInt8], id: TaskID)] = []
       try queue.tables.scan("ready", from: QueueKey.task(step.readyCursor &+ 1)) { key, _ in
-        if let id = QueueKey.trailingID(key), id > step.readyCursor { readyIds.append(id) }
-        return readyIds.count < 64
+        if let id = QueueKey.trailingID(key), id > step.readyCursor { entries.append(([], id)) }
+        return entries.count < 64
       }
-      for id in readyIds {
-        step.readyCursor = id
-        examined += 1
-        if let found = try consider(id) {
-          step.found = found
-          return step
-        }
-        if examined >= scanLimit {
-          step.found = .more
-          return step
-        }
-      }
-    } while readyIds.count == 64
+      return entries
+    }, advance: { _, id in step.readyCursor = id })
+    if let ready { step.found = ready }
     return step
   }
 

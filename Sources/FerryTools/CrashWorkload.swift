@@ -15,28 +15,10 @@ public func runCrashWorkload(
 )
   async throws
 {
-  // Continue the simulated clock from the last event, so retries keep coming due across restarts.
-  let clock = TestClock(now: 1_768_467_600_000)
-  var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
-  configuration.rebuildChunkSize = 16
-  configuration.initialMapSize = 64 << 10
-  let store = try await FerryStore.open(at: path, configuration: configuration)
+  let (store, clock) = try await openCrashStore(path, rebuildChunkSize: 16)
   defer { store.close() }
-  if let last = try store.log.event(at: try store.log.head()) {
-    clock.set(max(clock.now, last.timestamp + 1))
-  }
-
-  // Acknowledge every event once it is durable: the tail wakes right after each commit.
-  let acked = Mutex(try store.log.head())
-  let acker = Task {
-    for try await event in store.log.tail(after: acked.withLock { $0 }) {
-      guard let record = try store.log.record(at: event.sequence) else { continue }
-      ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
-      acked.withLock { $0 = event.sequence }
-    }
-  }
-  defer { acker.cancel() }
+  let acker = try Acker(store, ack: ack)
+  defer { acker.task?.cancel() }
 
   let random = Mutex(SeededRandom(seed: seed))
   let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
@@ -93,30 +75,17 @@ public func runCrashWorkload(
   }
   // Let the acker catch up before a clean end.
   let head = try store.log.head()
-  while acked.withLock({ $0 }) < head { await Task.yield() }
+  while acker.acked.withLock({ $0 }) < head { await Task.yield() }
 }
 
 /// The crash tests' second runner: another process on the same store that only runs passes (with
 /// the workload's handlers) until killed, acknowledging what it sees committed like the workload.
 public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable (String) -> Void) async throws {
-  let clock = TestClock(now: 1_768_467_600_000)
-  var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
-  configuration.initialMapSize = 64 << 10
-  let store = try await FerryStore.open(at: path, configuration: configuration)
+  let (store, clock) = try await openCrashStore(path, rebuildChunkSize: nil)
   defer { store.close() }
-  if let last = try store.log.event(at: try store.log.head()) {
-    clock.set(max(clock.now, last.timestamp + 1))
-  }
-  let acked = Mutex(try store.log.head())
-  let acker = Task {
-    for try await event in store.log.tail(after: acked.withLock { $0 }, pollInterval: .milliseconds(5)) {
-      guard let record = try store.log.record(at: event.sequence) else { continue }
-      ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
-      acked.withLock { $0 = event.sequence }
-    }
-  }
-  defer { acker.cancel() }
+  // Appends by the workload's process cannot wake this one: poll for them.
+  let acker = try Acker(store, pollInterval: .milliseconds(5), ack: ack)
+  defer { acker.task?.cancel() }
   let random = Mutex(SeededRandom(seed: seed))
   let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
   var runnerConfiguration = TaskRunner.Configuration()
@@ -139,4 +108,46 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
     let report = try await runner.run()
     if report.entries.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
   }
+}
+
+/// Opens a crash-test store on a simulated clock that continues from the last event, so retries
+/// keep coming due across restarts.
+private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws -> (FerryStore, TestClock) {
+  let clock = TestClock(now: 1_768_467_600_000)
+  var configuration = FerryStore.Configuration()
+  clock.install(in: &configuration)
+  if let rebuildChunkSize { configuration.rebuildChunkSize = rebuildChunkSize }
+  configuration.initialMapSize = 64 << 10
+  let store = try await FerryStore.open(at: path, configuration: configuration)
+  do {
+    if let last = try store.log.event(at: try store.log.head()) {
+      clock.set(max(clock.now, last.timestamp + 1))
+    }
+  } catch {
+    store.close()
+    throw error
+  }
+  return (store, clock)
+}
+
+/// Acknowledges every event once it is durable: a tail that wakes right after each commit.
+private final class Acker: Sendable {
+  /// The last sequence acknowledged.
+  let acked: Mutex<UInt64>
+  private let started = Mutex<Task<Void, any Error>?>(nil)
+
+  init(_ store: FerryStore, pollInterval: Duration? = nil, ack: @escaping @Sendable (String) -> Void) throws {
+    let start = try store.log.head()
+    acked = Mutex(start)
+    let task = Task { [self] in
+      for try await event in store.log.tail(after: start, pollInterval: pollInterval) {
+        guard let record = try store.log.record(at: event.sequence) else { continue }
+        ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
+        acked.withLock { $0 = event.sequence }
+      }
+    }
+    started.withLock { $0 = task }
+  }
+
+  var task: Task<Void, any Error>? { started.withLock { $0 } }
 }

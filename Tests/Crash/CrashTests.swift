@@ -17,21 +17,8 @@ func runWorker(
 )
   async throws -> WorkerRun
 {
-  let process = Process()
-  process.executableURL = productURL("ferry-crash-worker")
-  process.arguments = arguments
-  process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-  let out = Pipe()
-  process.standardOutput = out
-  process.standardError = FileHandle.nullDevice
-  let collected = Mutex(Data())
-  let finished = DispatchSemaphore(value: 0)
-  try process.run()
-  DispatchQueue.global().async {
-    let data = out.fileHandleForReading.readDataToEndOfFile()
-    collected.withLock { $0 = data }
-    finished.signal()
-  }
+  let worker = try BesideWorker(arguments, environment: environment)
+  let process = worker.process
   let start = ContinuousClock.now
   var killedByUs = false
   while process.isRunning {
@@ -48,16 +35,15 @@ func runWorker(
     }
     try await Task.sleep(for: .milliseconds(2))
   }
-  process.waitUntilExit()
-  finished.wait()
-  let text = String(decoding: collected.withLock { $0 }, as: UTF8.self)
+  let lines = worker.finish()
   let status = process.terminationStatus
   let killed = killedByUs || (process.terminationReason == .uncaughtSignal && status == SIGKILL)
-  return WorkerRun(lines: text.split(separator: "\n").map(String.init), status: status, killed: killed)
+  return WorkerRun(lines: lines, status: status, killed: killed)
 }
 
-/// A second worker running beside the workload (the `runner`: another process on the same store),
-/// killed with SIGKILL when the round ends.
+/// A worker process (spawned, never forked) whose stdout is collected: the workload, the checker,
+/// or the `runner` beside the workload (another process on the same store), killed when the round
+/// ends.
 final class BesideWorker: Sendable {
   let process = Process()
   private let collected = Mutex(Data())
@@ -81,6 +67,11 @@ final class BesideWorker: Sendable {
   /// Kills it (if it still runs) and returns its lines.
   func kill() -> [String] {
     Foundation.kill(process.processIdentifier, SIGKILL)
+    return finish()
+  }
+
+  /// Waits for it to exit and returns its lines.
+  func finish() -> [String] {
     process.waitUntilExit()
     finished.wait()
     return String(decoding: collected.withLock { $0 }, as: UTF8.self).split(separator: "\n").map(String.init)

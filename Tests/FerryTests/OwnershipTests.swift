@@ -52,6 +52,18 @@ final class Child: Sendable {
     throw FerryError.invalidArgument("no line starting with '\(prefix)' from the child: \(output.suffix(5))")
   }
 
+  /// A worker that adds a task to the store at `path` and hangs in its handler: the live run of
+  /// another process. Returns once the handler runs, with the task's id.
+  static func hangingRun(in path: String) async throws -> (Child, TaskID) {
+    let child = try Child("ferry-test-worker", ["run-and-hang", path])
+    let line = try await child.waitForLine(startingWith: "running ")
+    guard let id = UInt64(line.dropFirst("running ".count)) else {
+      child.kill()
+      throw FerryError.invalidArgument("the worker said '\(line)'")
+    }
+    return (child, id)
+  }
+
   func kill() {
     Foundation.kill(process.processIdentifier, SIGKILL)
     process.waitUntilExit()
@@ -242,10 +254,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
   @Test func opensCompactionAndImportFromOtherProcessesLeaveALiveRunAlone() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
+    let (hanging, id) = try await Child.hangingRun(in: fixture.path)
     defer { hanging.kill() }
-    let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
 
     // Another process opens the store read-write (an app, an extension)...
     do {
@@ -289,9 +299,7 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
   @Test func aSurvivingProcessTakesOverTheRunOfAKilledOne() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
-    let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
+    let (hanging, id) = try await Child.hangingRun(in: fixture.path)
     // This process has the store open while the other runs: nothing of its run is touched...
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
@@ -479,10 +487,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
   @Test func aLiveOwnerWhoseTokenFileWasDeletedKeepsItsRun() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
+    let (hanging, id) = try await Child.hangingRun(in: fixture.path)
     defer { hanging.kill() }
-    let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
     let owners = fixture.path + "/owners"
     for name in try FileManager.default.contentsOfDirectory(atPath: owners) {
       try FileManager.default.removeItem(atPath: owners + "/" + name)
