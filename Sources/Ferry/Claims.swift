@@ -21,8 +21,6 @@ struct ClaimStep: Sendable {
   var readyCursor: TaskID
   /// The last waiting-index key the search passed (due retries, in time order).
   var retryCursor: [UInt8]?
-  /// Whether the outcome of the previous run, logged in the same command, was accepted.
-  var finished: QueueCommand.FinishOutcome?
 }
 
 /// What a claim of one task decided.
@@ -56,11 +54,11 @@ enum ClaimSearch {
   /// worker's claims took the cursor past it), then due retries in time order, then ready tasks in
   /// id order after the cursor. Claims it unless its tag asks `isReadyToRun` first.
   static func next(
-    _ context: CommandContext, pass: PassState, handlers: TaskRunner.HandlerInfo, owner: String,
-    runner: UInt32, now: Int64, successorOf group: String?
+    _ context: CommandContext, pass: PassState, cursors: (TaskID, [UInt8]?), handlers: TaskRunner.HandlerInfo,
+    owner: String, runner: UInt32, now: Int64, successorOf group: String?
   ) throws -> ClaimStep {
     let queue = try QueueCommand.tables(context)
-    let (readyCursor, retryCursor) = pass.cursors()
+    let (readyCursor, retryCursor) = cursors
     var step = ClaimStep(found: .none(head: context.head), readyCursor: readyCursor, retryCursor: retryCursor)
 
     func consider(_ id: TaskID) throws -> ClaimStep.Found? {
@@ -202,13 +200,13 @@ final class PassState: Sendable {
 
   func cursors() -> (TaskID, [UInt8]?) { state.withLock { ($0.readyCursor, $0.retryCursor) } }
 
-  func advance(_ step: ClaimStep) {
+  func advance(readyCursor: TaskID, retryCursor: [UInt8]?, claimed: [ClaimedRun]) {
     state.withLock { s in
-      s.readyCursor = max(s.readyCursor, step.readyCursor)
-      if let key = step.retryCursor, s.retryCursor.map({ $0.lexicographicallyPrecedes(key) }) ?? true {
+      s.readyCursor = max(s.readyCursor, readyCursor)
+      if let key = retryCursor, s.retryCursor.map({ $0.lexicographicallyPrecedes(key) }) ?? true {
         s.retryCursor = key
       }
-      if case .claimed(let run) = step.found { s.touched.insert(run.task.id) }
+      for run in claimed { s.touched.insert(run.task.id) }
     }
   }
 

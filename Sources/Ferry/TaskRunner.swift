@@ -165,16 +165,8 @@ public final class TaskRunner: Sendable {
     var tags: Set<String>?
     if case .collection(let name) = filter { tags = Set(configuration.collections[name] ?? []) }
     let pass = PassState(filter: filter, collectionTags: tags)
-    let width = max(1, configuration.maxConcurrentTasks)
-    control.setWorkers(width)
-    if width == 1 {
-      try await work(pass, control: control, owner: owner)
-    } else {
-      try await withThrowingTaskGroup(of: Void.self) { group in
-        for _ in 0..<width { group.addTask { [self] in try await work(pass, control: control, owner: owner) } }
-        try await group.waitForAll()
-      }
-    }
+    control.setWorkers(1)
+    try await work(pass, control: control, owner: owner, width: max(1, configuration.maxConcurrentTasks))
     return pass.report()
   }
 
@@ -187,50 +179,101 @@ public final class TaskRunner: Sendable {
     HandlerInfo(tags: state.withLock { s in s.handlers.mapValues { $0.isReadyToRun != nil } })
   }
 
-  /// One worker of a pass: claim, run, then log the outcome and claim the next in one commit.
-  private func work(_ pass: PassState, control: PassControl, owner: String) async throws {
-    var finishing: (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome)?
-    while true {
-      if Task.isCancelled {
-        if let finishing { try await finishAlone(finishing.run, finishing.events, finishing.outcome, pass) }
-        return
-      }
-      let handlers = handlerInfo
-      let runner = number
-      let clock = queue.clock
-      let previous = finishing
-      let step = try await queue.log.execute { context -> ClaimStep in
-        var logged: QueueCommand.FinishOutcome?
-        var successorOf: String?
-        if let previous {
-          logged = try QueueCommand.finish(
-            previous.run.task.id, claim: previous.run.claim, outcome: previous.events, context)
-          if previous.outcome == .succeeded, logged == .logged { successorOf = previous.run.task.groupId }
+  /// A run that ended, with the events that log its outcome.
+  typealias Finished = (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome)
+
+  /// What one command of a pass did: the outcomes it logged, the runs it claimed, what it skipped
+  /// and where its search stopped.
+  struct BatchStep: Sendable {
+    var logged: [QueueCommand.FinishOutcome] = []
+    var claims: [ClaimedRun] = []
+    var skips: [(TaskID, SkipReason)] = []
+    var check: PendingTask?
+    var readyCursor: TaskID
+    var retryCursor: [UInt8]?
+    var head: UInt64 = 0
+    /// The search found nothing more to claim (rather than stopping at the width, a check or its limit).
+    var exhausted = false
+  }
+
+  /// The pass's loop: one command logs every run that ended since the last one and claims up to
+  /// `width` minus the runs still under way, so one commit serves every lane; the handlers run
+  /// meanwhile. Serially (width 1) that is one commit per task: the outcome of one run and the
+  /// claim of the next.
+  private func work(_ pass: PassState, control: PassControl, owner: String, width: Int) async throws {
+    let ended = Mailbox<Finished>()
+    var running = 0
+    var finished: [Finished] = []
+    try await withThrowingTaskGroup(of: Void.self) { handlers in
+      while true {
+        if Task.isCancelled {
+          // Stopped: the handlers see cancellation; log every outcome, then end.
+          while running > 0 {
+            let batch = await ended.takeAll()
+            running -= batch.count
+            finished += batch
+          }
+          if !finished.isEmpty { try await finishAlone(finished, pass) }
+          return
         }
-        var step = try ClaimSearch.next(
-          context, pass: pass, handlers: handlers, owner: owner, runner: runner, now: clock(),
-          successorOf: successorOf)
-        step.finished = logged
-        return step
-      }
-      if let previous {
-        record(previous, logged: step.finished ?? .logged, pass: pass)
-        finishing = nil
-      }
-      pass.advance(step)
-      for (id, reason) in step.skips where pass.touch(id) { pass.add(id, skip(id, reason)) }
-      switch step.found {
-      case .claimed(let run):
-        finishing = await runClaimed(run)
-      case .check(let task):
-        guard let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: handlers) else {
+        let info = handlerInfo
+        let runner = number
+        let clock = queue.clock
+        let toFinish = finished
+        let free = width - running
+        let (ready, retry) = pass.cursors()
+        finished = []
+        let step = try await queue.log.execute { context -> BatchStep in
+          var step = BatchStep(readyCursor: ready, retryCursor: retry)
+          var successors: [String] = []
+          for run in toFinish {
+            let logged = try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
+            step.logged.append(logged)
+            if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
+              successors.append(group)
+            }
+          }
+          while step.claims.count < free {
+            let found = try ClaimSearch.next(
+              context, pass: pass, cursors: (step.readyCursor, step.retryCursor), handlers: info,
+              owner: owner, runner: runner, now: clock(), successorOf: successors.popLast())
+            step.readyCursor = found.readyCursor
+            step.retryCursor = found.retryCursor
+            step.skips += found.skips
+            switch found.found {
+            case .claimed(let run):
+              step.claims.append(run)
+              continue
+            case .check(let task): step.check = task
+            case .more: break
+            case .none(let head):
+              step.head = head
+              step.exhausted = true
+            }
+            break
+          }
+          return step
+        }
+        for (run, logged) in zip(toFinish, step.logged) { record(run, logged: logged, pass: pass) }
+        pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
+        for (id, reason) in step.skips where pass.touch(id) { pass.add(id, skip(id, reason)) }
+        var claimed = step.claims
+        if let task = step.check, let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info) {
+          claimed.append(run)
+        }
+        for run in claimed {
+          running += 1
+          handlers.addTask { [self] in ended.put(await runClaimed(run)) }
+        }
+        if running == 0 {
+          if step.exhausted && step.check == nil && control.finish(worker: step.head) { return }
           continue
         }
-        finishing = await runClaimed(run)
-      case .more:
-        continue
-      case .none(let head):
-        if control.finish(worker: head) { return }
+        // Room for more and more to look at: claim again at once; otherwise wait for a run to end.
+        if running < width && !step.exhausted { continue }
+        let batch = await ended.takeAll()
+        running -= batch.count
+        finished = batch
       }
     }
   }
@@ -272,23 +315,18 @@ public final class TaskRunner: Sendable {
     return nil
   }
 
-  /// Logs an outcome on its own (the pass was stopped, or a single task's run).
-  private func finishAlone(
-    _ run: ClaimedRun, _ events: [TaskEvent], _ outcome: TaskOutcome, _ pass: PassState?
-  ) async throws {
+  /// Logs the outcomes of a stopped pass's runs in one command.
+  private func finishAlone(_ runs: [Finished], _ pass: PassState) async throws {
     let logged = try await queue.log.execute { context in
-      try QueueCommand.finish(run.task.id, claim: run.claim, outcome: events, context)
+      try runs.map { run in
+        try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
+      }
     }
-    if let pass { record((run, events, outcome), logged: logged, pass: pass) } else if logged == .logged {
-      for event in events { for update in event.updates(sequence: 0) { queue.publish(update) } }
-    }
+    for (run, result) in zip(runs, logged) { record(run, logged: result, pass: pass) }
   }
 
   /// Puts a finished run in the report and tells observers.
-  private func record(
-    _ finished: (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome), logged: QueueCommand.FinishOutcome,
-    pass: PassState
-  ) {
+  private func record(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
     let id = finished.run.task.id
     if logged == .logged {
       for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
@@ -300,7 +338,7 @@ public final class TaskRunner: Sendable {
   }
 
   /// Calls the handler of a claimed run and turns its result into the events that end the run.
-  private func runClaimed(_ run: ClaimedRun) async -> (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome) {
+  private func runClaimed(_ run: ClaimedRun) async -> Finished {
     let task = run.task
     let attempt = run.claim.attempt
     queue.publish(.running(task.id, attempt: attempt))
@@ -511,6 +549,42 @@ public final class TaskRunner: Sendable {
         return false
       }
       return at
+    }
+  }
+}
+
+/// Where a pass's handlers leave their ended runs: the pass takes everything there, waiting for
+/// the first when there is nothing yet.
+final class Mailbox<Item: Sendable>: Sendable {
+  private struct State {
+    var items: [Item] = []
+    var waiter: CheckedContinuation<[Item], Never>?
+  }
+  private let state = Mutex(State())
+
+  func put(_ item: Item) {
+    let resume = state.withLock { s -> (CheckedContinuation<[Item], Never>, [Item])? in
+      s.items.append(item)
+      guard let waiter = s.waiter else { return nil }
+      s.waiter = nil
+      defer { s.items = [] }
+      return (waiter, s.items)
+    }
+    if let (waiter, items) = resume { waiter.resume(returning: items) }
+  }
+
+  /// Everything left so far; waits for the first item when there is none.
+  func takeAll() async -> [Item] {
+    await withCheckedContinuation { (continuation: CheckedContinuation<[Item], Never>) in
+      let ready = state.withLock { s -> [Item]? in
+        if s.items.isEmpty {
+          s.waiter = continuation
+          return nil
+        }
+        defer { s.items = [] }
+        return s.items
+      }
+      if let ready { continuation.resume(returning: ready) }
     }
   }
 }
