@@ -50,34 +50,54 @@ enum ClaimSearch {
     }
   }
 
-  /// The next task of the pass: the successor of a group whose task just succeeded (when another
-  /// worker's claims took the cursor past it), then due retries in time order, then ready tasks in
-  /// id order after the cursor. Claims it unless its tag asks `isReadyToRun` first.
+  /// Whether a queued task may be claimed by this pass now: returns what to do with it (claim it,
+  /// or ask its `isReadyToRun` first), nil to pass it over; a missing handler is a skip.
+  static func consider(
+    _ id: TaskID, _ context: CommandContext, _ queue: QueueTables<ProjectionReader>, pass: PassState,
+    handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
+    skips: inout [(TaskID, SkipReason)]
+  ) throws -> ClaimStep.Found? {
+    guard !pass.isTouched(id), let row = try queue.row(id), mayStart(row, now: now), pass.matches(row) else {
+      return nil
+    }
+    if let group = row.groupId, pass.isFailed(group) { return nil }
+    guard let needsCheck = handlers.tags[row.tag] else {
+      skips.append((id, .noHandler))
+      return nil
+    }
+    if needsCheck { return .check(row.task(id: id)) }
+    return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+  }
+
+  /// The new head of a group whose task this pass just finished successfully, when the pass's
+  /// cursor has passed it (a later one is met by the scan in its turn).
+  static func successor(
+    of group: String, _ context: CommandContext, pass: PassState, readyCursor: TaskID,
+    handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
+    skips: inout [(TaskID, SkipReason)]
+  ) throws -> ClaimStep.Found? {
+    let queue = try QueueCommand.tables(context)
+    guard let head = try queue.head(of: group), head <= readyCursor else { return nil }
+    return try consider(
+      head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now, skips: &skips)
+  }
+
+  /// The next task of the pass: due retries in time order, then ready tasks in id order after
+  /// the cursor. Claims it unless its tag asks `isReadyToRun` first.
   static func next(
     _ context: CommandContext, pass: PassState, cursors: (TaskID, [UInt8]?), handlers: TaskRunner.HandlerInfo,
-    owner: String, runner: UInt32, now: Int64, successorOf group: String?
+    owner: String, runner: UInt32, now: Int64
   ) throws -> ClaimStep {
     let queue = try QueueCommand.tables(context)
     let (readyCursor, retryCursor) = cursors
     var step = ClaimStep(found: .none(head: context.head), readyCursor: readyCursor, retryCursor: retryCursor)
 
     func consider(_ id: TaskID) throws -> ClaimStep.Found? {
-      guard !pass.isTouched(id), let row = try queue.row(id), mayStart(row, now: now), pass.matches(row) else {
-        return nil
-      }
-      if let group = row.groupId, pass.isFailed(group) { return nil }
-      guard let needsCheck = handlers.tags[row.tag] else {
-        step.skips.append((id, .noHandler))
-        return nil
-      }
-      if needsCheck { return .check(row.task(id: id)) }
-      return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+      try Self.consider(
+        id, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now,
+        skips: &step.skips)
     }
 
-    if let group, let head = try queue.head(of: group), head <= readyCursor, let found = try consider(head) {
-      step.found = found
-      return step
-    }
     if case .group(let group) = pass.filter {
       if let head = try queue.head(of: group), let found = try consider(head) { step.found = found }
       return step

@@ -233,10 +233,21 @@ public final class TaskRunner: Sendable {
               successors.append(group)
             }
           }
-          while step.claims.count < free {
+          // Successors first: every group this command moved on, however the scan ends.
+          for group in successors where step.claims.count < free && step.check == nil {
+            switch try ClaimSearch.successor(
+              of: group, context, pass: pass, readyCursor: step.readyCursor, handlers: info, owner: owner,
+              runner: runner, now: clock(), skips: &step.skips)
+            {
+            case .some(.claimed(let run)): step.claims.append(run)
+            case .some(.check(let task)): step.check = task
+            default: break  // nothing to take from this group now
+            }
+          }
+          while step.claims.count < free && step.check == nil {
             let found = try ClaimSearch.next(
               context, pass: pass, cursors: (step.readyCursor, step.retryCursor), handlers: info,
-              owner: owner, runner: runner, now: clock(), successorOf: successors.popLast())
+              owner: owner, runner: runner, now: clock())
             step.readyCursor = found.readyCursor
             step.retryCursor = found.retryCursor
             step.skips += found.skips
@@ -271,7 +282,12 @@ public final class TaskRunner: Sendable {
         }
         // Room for more and more to look at: claim again at once; otherwise wait for a run to end.
         if running < width && !step.exhausted { continue }
-        let batch = await ended.takeAll()
+        var batch = await ended.takeAll()
+        if batch.count < running {
+          // Runs that end in the same instant share the next commit.
+          await Task.yield()
+          batch += ended.takeAvailable()
+        }
         running -= batch.count
         finished = batch
       }
@@ -571,6 +587,14 @@ final class Mailbox<Item: Sendable>: Sendable {
       return (waiter, s.items)
     }
     if let (waiter, items) = resume { waiter.resume(returning: items) }
+  }
+
+  /// Everything left so far, without waiting.
+  func takeAvailable() -> [Item] {
+    state.withLock { s in
+      defer { s.items = [] }
+      return s.items
+    }
   }
 
   /// Everything left so far; waits for the first item when there is none.
