@@ -283,10 +283,12 @@ public final class TaskRunner: Sendable {
         // Room for more and more to look at: claim again at once; otherwise wait for a run to end.
         if running < width && !step.exhausted { continue }
         var batch = await ended.takeAll()
-        if batch.count < running {
-          // Runs that end in the same instant share the next commit.
+        // Runs that end in the same instant share the next commit: gather while they keep coming.
+        while batch.count < running {
           await Task.yield()
-          batch += ended.takeAvailable()
+          let more = ended.takeAvailable()
+          if more.isEmpty { break }
+          batch += more
         }
         running -= batch.count
         finished = batch
