@@ -30,8 +30,8 @@ enum SingleClaim: Sendable {
   case check(PendingTask)
   /// It is not queued.
   case gone
-  /// Another runner's run of it is under way, as of the log's `head`.
-  case runningElsewhere(head: UInt64)
+  /// Another runner's run of it (this claim) is under way, as of the log's `head`.
+  case runningElsewhere(head: UInt64, claim: TaskRow.Claim)
 }
 
 /// The claim decisions: read the queue's indexes inside the writer's transaction and log a
@@ -57,7 +57,9 @@ enum ClaimSearch {
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
     skips: inout [(TaskID, SkipReason)]
   ) throws -> ClaimStep.Found? {
-    guard !pass.isTouched(id), let row = try queue.row(id), mayStart(row, now: now), pass.matches(row) else {
+    guard !pass.isTouched(id), !handlers.unhandled.contains(id), let row = try queue.row(id),
+      mayStart(row, now: now), pass.matches(row)
+    else {
       return nil
     }
     if let group = row.groupId, pass.isFailed(group) { return nil }
@@ -113,7 +115,8 @@ enum ClaimSearch {
         entries = try batch()
         for entry in entries {
           advance(entry.key, entry.id)
-          examined += 1
+          // Known-unhandled tasks cost only their key: they do not count toward the limit.
+          if !handlers.unhandled.contains(entry.id) { examined += 1 }
           if let found = try consider(entry.id) { return found }
           if examined >= scanLimit { return .more }
         }
@@ -156,7 +159,7 @@ enum ClaimSearch {
   ) throws -> SingleClaim {
     let queue = try QueueCommand.tables(context)
     guard let row = try queue.row(id) else { return .gone }
-    if row.claim != nil { return .runningElsewhere(head: context.head) }
+    if let claim = row.claim { return .runningElsewhere(head: context.head, claim: claim) }
     switch row.status {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)

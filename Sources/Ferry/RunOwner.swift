@@ -39,10 +39,17 @@ final class RunOwner: Sendable {
         "cannot create \(directory) for the runners' liveness tokens: \(String(cString: strerror(errno)))")
     }
     path = directory + "/" + id
-    // Locked under a temporary name, then renamed: a file under an owner's name is always locked
-    // while its owner lives (a checker can never take the lock in between and call it dead).
+    let fd = try Self.createLockedToken(at: path, id: id, directory: directory)
+    descriptor.withLock { $0 = fd }
+  }
+
+  /// Creates the token file locked: locked under a temporary name, then renamed, so a file under
+  /// an owner's name is always locked while its owner lives (a checker can never take the lock in
+  /// between and call it dead).
+  private static func createLockedToken(at path: String, id: String, directory: String) throws -> Int32 {
     let staging = directory + "/." + id + ".new"
-    let fd = open(staging, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+    unlink(staging)
+    let fd = open(staging, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
     guard fd >= 0 else {
       throw FerryError.invalidArgument(
         "cannot create the liveness token \(staging): \(String(cString: strerror(errno)))")
@@ -53,7 +60,29 @@ final class RunOwner: Sendable {
       close(fd)
       throw FerryError.invalidArgument("cannot set up the liveness token \(path): \(reason)")
     }
-    descriptor.withLock { $0 = fd }
+    return fd
+  }
+
+  /// Makes sure the token file is still there under its name (someone may have deleted it, or the
+  /// whole `owners/` directory): a live owner re-creates it, so that a missing token can be read
+  /// as a dead owner's. Called at every look for dead owners.
+  func ensureToken() {
+    let current = descriptor.withLock { $0 }
+    guard current >= 0 else { return }
+    var held = stat()
+    var named = stat()
+    let intact =
+      fstat(current, &held) == 0 && held.st_nlink > 0 && stat(path, &named) == 0 && named.st_ino == held.st_ino
+      && named.st_dev == held.st_dev
+    if intact { return }
+    let ownersDirectory = (path as NSString).deletingLastPathComponent
+    if mkdir(ownersDirectory, 0o700) != 0 && errno != EEXIST { return }
+    guard let fresh = try? Self.createLockedToken(at: path, id: id, directory: ownersDirectory) else { return }
+    let old = descriptor.withLock { fd -> Int32 in
+      defer { fd = fresh }
+      return fd
+    }
+    if old >= 0 { close(old) }
   }
 
   private static func hex16(_ value: UInt64) -> String {
@@ -61,10 +90,11 @@ final class RunOwner: Sendable {
     return String(repeating: "0", count: 16 - digits.count) + digits
   }
 
-  /// Gives the token up (the process is done running this store's tasks). With `remove` the file
-  /// goes too; without it the file stays, unlocked, so that claims this owner left (a close while
-  /// a handler ran) are seen as a dead owner's and interrupted — the checker removes it then.
-  func release(remove: Bool = true) {
+  /// Gives the token up (the process is done running this store's tasks). The file stays,
+  /// unlocked: a claim this owner left (or one still in the writer's queue as it closed) is then
+  /// seen as a dead owner's and interrupted; the sweep at the next open removes the file once no
+  /// claim names it. With `remove` (an owner that never claimed) it goes at once.
+  func release(remove: Bool = false) {
     let fd = descriptor.withLock { fd -> Int32 in
       defer { fd = -1 }
       return fd
@@ -93,12 +123,17 @@ final class RunOwner: Sendable {
   static func liveness(of id: String, storePath: String) -> Liveness {
     guard isValidId(id) else { return .dead }
     let path = directory(of: storePath) + "/" + id
-    let fd = open(path, O_RDWR | O_CLOEXEC)
+    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     guard fd >= 0 else {
-      guard errno == ENOENT else { return .alive }  // cannot look: never take a run that may be live
+      // No token (no file, or no owners/ directory at all): its owner is gone unless its process
+      // lives (a live owner re-creates a deleted token at its next look). Anything else: cannot
+      // look, and a run that may be live is never taken.
+      guard errno == ENOENT || errno == ENOTDIR else { return .alive }
       return processExists(of: id) ? .alive : .dead
     }
     defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return .alive }
     return flock(fd, LOCK_EX | LOCK_NB) == 0 ? .dead : .alive
   }
 
@@ -115,9 +150,13 @@ final class RunOwner: Sendable {
   static func sweep(storePath: String, claimed: Set<String>, except mine: String?) {
     let directory = directory(of: storePath)
     guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-    for name in names where name != mine && !claimed.contains(name) && isValidId(name) {
+    for name in names where name != mine {
+      // A token no claim names, or a staging file of a process killed while it made its token.
+      let staging = name.hasPrefix(".") && name.hasSuffix(".new")
+      guard staging || (isValidId(name) && !claimed.contains(name)) else { continue }
+      if let mine, staging && name == "." + mine + ".new" { continue }
       let path = directory + "/" + name
-      let fd = open(path, O_RDWR | O_CLOEXEC)
+      let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
       guard fd >= 0 else { continue }
       if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
       close(fd)
@@ -128,7 +167,7 @@ final class RunOwner: Sendable {
   static func forget(_ id: String, storePath: String) {
     guard isValidId(id) else { return }
     let path = directory(of: storePath) + "/" + id
-    let fd = open(path, O_RDWR | O_CLOEXEC)
+    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     guard fd >= 0 else { return }
     if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
     close(fd)

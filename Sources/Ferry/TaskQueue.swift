@@ -31,6 +31,9 @@ public final class TaskQueue: Sendable {
   private let interruptedOnOpen = Mutex<[TaskID]>([])
   /// This process's liveness token in the store, made when a runner first claims a run.
   private let owner = Mutex<RunOwner?>(nil)
+  /// Handlers of this queue's runners under way, and a token given up by `close` while they ran:
+  /// it stays locked until the last of them returns (its run is live until then).
+  private let handlers = Mutex<(running: Int, closedOwner: RunOwner?)>((0, nil))
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
   private let foreignTail = ForeignTail()
@@ -63,18 +66,34 @@ public final class TaskQueue: Sendable {
   /// and closes the store.
   public func close() {
     foreignTail.stop()
-    // A claim of this owner still logged (a handler ran through the close): keep the token file,
-    // unlocked, so the run is seen as a dead owner's and interrupted.
-    var claimed = false
-    if let mine = ownerId, !log.isClosed {
-      claimed = (try? queueTables { queue in try QueueCommand.claims(queue).contains { $0.1.owner == mine } }) ?? true
-    }
     log.close()
     updateStreams.finish()
-    owner.withLock { owner in
-      owner?.release(remove: !claimed)
-      owner = nil
+    // The token is given up (unlocked, the file kept for the next open's sweep), so that runs
+    // this queue can no longer finish are taken over — but only once no handler of it still runs.
+    let token = owner.withLock { owner -> RunOwner? in
+      defer { owner = nil }
+      return owner
     }
+    let releaseNow = handlers.withLock { state -> Bool in
+      if state.running == 0 { return true }
+      state.closedOwner = token
+      return false
+    }
+    if releaseNow { token?.release() }
+  }
+
+  /// A handler of this queue starts (its run is live: the token must stay locked).
+  func handlerStarted() { handlers.withLock { $0.running += 1 } }
+
+  /// A handler of this queue returned; the last one after a close gives the token up.
+  func handlerEnded() {
+    let token = handlers.withLock { state -> RunOwner? in
+      state.running -= 1
+      guard state.running == 0 else { return nil }
+      defer { state.closedOwner = nil }
+      return state.closedOwner
+    }
+    token?.release()
   }
 
   /// Tells the streams of the update's task, and those observing everything.
@@ -100,6 +119,18 @@ public final class TaskQueue: Sendable {
       guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
       for update in decoded.updates(sequence: event.sequence) { self.publish(update) }
     }
+  }
+
+  /// Interrupts every run under way, whoever claimed it: for a store that was just built from
+  /// another's log (`ferry import`), where no process can own a run.
+  package func interruptEveryRun() async throws -> [TaskID] {
+    let claims = try queueTables { queue in try QueueCommand.claims(queue) }
+    var interrupted: [TaskID] = []
+    for (id, claim) in claims
+    where try await log.execute({ context in try QueueCommand.interrupt(id, claim: claim, context) }) {
+      interrupted.append(id)
+    }
+    return interrupted
   }
 
   /// Removes the tokens of dead owners that no claim names (left by closed or killed processes).
@@ -129,6 +160,7 @@ public final class TaskQueue: Sendable {
   /// the task is ready again. A live owner's runs are never touched. Returns the tasks interrupted.
   @discardableResult
   public func interruptRunsOfDeadOwners() async throws -> [TaskID] {
+    owner.withLock { $0 }?.ensureToken()
     let claims = try queueTables { queue in try QueueCommand.claims(queue) }
     if claims.isEmpty { return [] }
     let mine = ownerId

@@ -45,9 +45,12 @@ struct TaskQueueProjection: Projection {
     case .runFailed(let id, let message, _, let next):
       try queue.update(id) { row in
         row.lastFailure = message
+        let hadClaim = row.claim != nil
         row.claim = nil
-        // An error recorded during the run keeps the task blocked until it is resolved.
-        guard row.status == .running else { return }
+        // An error recorded during the run keeps the task blocked until it is resolved; one
+        // recorded and resolved during the run leaves it ready, and the run's failure still
+        // applies (its backoff, or death).
+        guard row.status == .running || (hadClaim && row.status == .ready) else { return }
         row.status = next == nil ? .dead : .waiting
         row.eligibleAt = next
       }

@@ -63,6 +63,7 @@ public final class TaskRunner: Sendable {
   let state = Mutex(State())
   /// This runner's number among the queue's runners: its claims name it, with the process's owner id.
   let number: UInt32
+  let unhandled = UnhandledTasks()
 
   /// A runner for `queue`.
   public init(queue: TaskQueue, configuration: Configuration = Configuration()) {
@@ -81,6 +82,7 @@ public final class TaskRunner: Sendable {
       s.handlers[tag] = Registration(retry: retry, isReadyToRun: isReadyToRun, run: handler)
       return s.automatic
     }
+    unhandled.forget()
     loop?.wakeup.signal()
   }
 
@@ -173,10 +175,13 @@ public final class TaskRunner: Sendable {
   /// What a runner's claim command needs to know of its handlers.
   struct HandlerInfo: Sendable {
     let tags: [String: Bool]  // tag → has an isReadyToRun check
+    /// Tasks found to have no handler here, until a handler is registered: a pass passes over
+    /// them reading only their index key, and reports each once.
+    let unhandled: UnhandledTasks
   }
 
   private var handlerInfo: HandlerInfo {
-    HandlerInfo(tags: state.withLock { s in s.handlers.mapValues { $0.isReadyToRun != nil } })
+    HandlerInfo(tags: state.withLock { s in s.handlers.mapValues { $0.isReadyToRun != nil } }, unhandled: unhandled)
   }
 
   /// A run that ended, with the events that log its outcome.
@@ -267,7 +272,10 @@ public final class TaskRunner: Sendable {
         }
         for (run, logged) in zip(toFinish, step.logged) { record(run, logged: logged, pass: pass) }
         pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
-        for (id, reason) in step.skips where pass.touch(id) { pass.add(id, skip(id, reason)) }
+        for (id, reason) in step.skips where pass.touch(id) {
+          if reason == .noHandler && !info.unhandled.insert(id) { continue }  // reported before
+          pass.add(id, skip(id, reason))
+        }
         var claimed = step.claims
         if let task = step.check, let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info) {
           claimed.append(run)
@@ -365,9 +373,12 @@ public final class TaskRunner: Sendable {
       return (run, [.runInterrupted(task.id)], .interrupted)
     }
     let result: TaskResult
+    queue.handlerStarted()
     do {
       result = try await call(registration, run)
+      queue.handlerEnded()
     } catch {
+      queue.handlerEnded()
       return (run, [.runInterrupted(task.id)], .interrupted)
     }
     switch result {
@@ -461,8 +472,8 @@ public final class TaskRunner: Sendable {
         } else {
           outcome = .interrupted
         }
-      case .runningElsewhere(let head):
-        outcome = try await awaitOutcome(of: id, after: head)
+      case .runningElsewhere(let head, let claim):
+        outcome = try await awaitOutcome(of: id, claim: claim, after: head)
       }
       var report = RunReport()
       report.entries = [RunReport.Entry(taskId: id, outcome: outcome)]
@@ -471,8 +482,11 @@ public final class TaskRunner: Sendable {
   }
 
   /// Waits for the end of a run that another runner (maybe in another process) owns, reading the
-  /// log; a run whose owner dies meanwhile is interrupted, and that is its outcome.
-  private func awaitOutcome(of id: TaskID, after head: UInt64) async throws -> TaskOutcome {
+  /// log; a run whose owner dies meanwhile is interrupted, and that is its outcome. While nothing
+  /// comes it looks at the task itself: a task that left the queue (cancelled, cleared — its run's
+  /// outcome may never be logged, or compaction may have removed it) or whose claim changed without
+  /// an outcome in the log ends the wait with what the queue says.
+  private func awaitOutcome(of id: TaskID, claim: TaskRow.Claim, after head: UInt64) async throws -> TaskOutcome {
     var last = head
     var idle = 0
     while true {
@@ -489,11 +503,21 @@ public final class TaskRunner: Sendable {
         default: continue
         }
       }
-      if events.isEmpty {
-        idle += 1
-        if idle % 20 == 0 { try await queue.interruptRunsOfDeadOwners() }
-        try await Task.sleep(for: .milliseconds(50))
+      guard events.isEmpty else { continue }
+      idle += 1
+      if idle % 20 == 0 { try await queue.interruptRunsOfDeadOwners() }
+      if idle % 4 == 0 {
+        // Read after the events above: an outcome logged before this read was seen already.
+        let row = try queue.log.read { view in
+          try QueueTables(view.tables(of: TaskQueueProjection.projectionName)).row(id)
+        }
+        if row?.claim != claim {
+          // The outcome may have come in between the two reads: read it first.
+          if try !queue.log.events(after: last, limit: 1).isEmpty { continue }
+          return row == nil ? skip(id, .noLongerQueued) : .interrupted
+        }
       }
+      try await Task.sleep(for: .milliseconds(50))
     }
   }
 
@@ -569,6 +593,16 @@ public final class TaskRunner: Sendable {
       return at
     }
   }
+}
+
+/// The tasks a runner found no handler for, since its last `register`.
+final class UnhandledTasks: Sendable {
+  private let ids = Mutex<Set<TaskID>>([])
+
+  func contains(_ id: TaskID) -> Bool { ids.withLock { $0.contains(id) } }
+  /// Remembers a task; false when it was known already.
+  func insert(_ id: TaskID) -> Bool { ids.withLock { $0.insert(id).inserted } }
+  func forget() { ids.withLock { $0 = [] } }
 }
 
 /// Where a pass's handlers leave their ended runs: the pass takes everything there, waiting for

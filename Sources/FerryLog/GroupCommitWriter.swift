@@ -226,7 +226,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     _ requests: [AppendRequest], _ txn: Transaction
   ) throws -> (results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int) {
     let start = try core.head(txn)
-    try catchUpInline(to: start, txn)
+    let caughtUp = try catchUpInline(to: start, txn)
     let batch = BatchAppender(core: core, txn: txn, head: start)
     var results: [Result<AppendOutcome, any Error>] = []
     results.reserveCapacity(requests.count)
@@ -265,17 +265,22 @@ final class GroupCommitWriter: @unchecked Sendable {
         throw RequestFailure(index: index, error: error)
       }
     }
-    for target in core.projections {
-      try core.setState(
-        ProjectionState(version: target.projection.version, position: batch.head), of: target.name, txn)
+    // A batch of commands that appended nothing (and no catch-up) leaves the transaction clean:
+    // its commit writes and flushes nothing.
+    if batch.head != start || caughtUp {
+      for target in core.projections {
+        try core.setState(
+          ProjectionState(version: target.projection.version, position: batch.head), of: target.name, txn)
+      }
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
     return (results, batch.head, start + 1, batch.duplicates)
   }
 
   /// Another process may have appended without this process's projections: fold what they missed
-  /// into them first, in the same transaction.
-  private func catchUpInline(to head: UInt64, _ txn: Transaction) throws {
+  /// into them first, in the same transaction. Returns whether it folded anything.
+  private func catchUpInline(to head: UInt64, _ txn: Transaction) throws -> Bool {
+    var folded = false
     for target in core.projections {
       guard let state = try core.state(of: target.name, txn) else {
         throw FerryLogError.projectionNotCurrent(
@@ -294,7 +299,9 @@ final class GroupCommitWriter: @unchecked Sendable {
         _ = try core.replay(
           after: state.position, limit: catchUpChunk, through: head, into: [target], targetTxn: txn,
           logTxn: txn)
+        folded = true
       }
     }
+    return folded
   }
 }

@@ -46,29 +46,55 @@ private func fileSize(_ path: String) -> Int {
   (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?.intValue ?? 0
 }
 
-/// Whether another process has the environment open: LMDB keeps a shared lock on the first byte of
-/// `lock.mdb` while open, so an exclusive lock on it can only be had when nobody else holds it.
-/// (This process must not have it open: closing any descriptor would drop its own locks.)
-private func anotherProcessHasItOpen(_ path: String) -> Bool {
-  let fd = open(path + "/lock.mdb", O_RDWR)
-  guard fd >= 0 else { return false }
-  defer { close(fd) }
+/// Takes the exclusive lock LMDB's openers ask for on the first byte of `lock.mdb` (while a
+/// process has the store open it holds a shared one, so this fails); returns its descriptor, nil
+/// when another process has the store open. Held, it makes an opener wait (LMDB blocks for the
+/// shared lock before it opens `data.mdb`). This process must not have the store open: closing any
+/// descriptor of the file would drop its own locks.
+private func lockOutOtherProcesses(_ path: String) -> Int32? {
+  let fd = open(path + "/lock.mdb", O_RDWR | O_CLOEXEC)
+  guard fd >= 0 else { return -1 }  // no lock file: nobody has it open
   var lock = flock()
   lock.l_type = Int16(F_WRLCK)
   lock.l_whence = Int16(SEEK_SET)
   lock.l_start = 0
   lock.l_len = 1
-  if fcntl(fd, F_SETLK, &lock) != 0 { return true }
+  if fcntl(fd, F_SETLK, &lock) != 0 {
+    close(fd)
+    return nil
+  }
+  return fd
+}
+
+/// A file's modification time (nanoseconds) and size, to tell whether anything wrote to it.
+private func fileState(_ path: String) -> [Int64] {
+  var info = stat()
+  guard stat(path, &info) == 0 else { return [] }
+  #if canImport(Darwin)
+    return [Int64(info.st_mtimespec.tv_sec), Int64(info.st_mtimespec.tv_nsec), Int64(info.st_size)]
+  #else
+    return [Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec), Int64(info.st_size)]
+  #endif
+}
+
+/// Gives the lock of ``lockOutOtherProcesses(_:)`` back.
+private func unlock(_ fd: Int32) {
+  guard fd >= 0 else { return }
+  var lock = flock()
   lock.l_type = Int16(F_UNLCK)
+  lock.l_whence = Int16(SEEK_SET)
+  lock.l_start = 0
+  lock.l_len = 1
   _ = fcntl(fd, F_SETLK, &lock)
-  return false
+  close(fd)
 }
 
 private func copyCompacted(_ path: String) throws {
-  if anotherProcessHasItOpen(path) {
+  guard let probe = lockOutOtherProcesses(path) else {
     throw ToolError(
       .unavailable, "another process has the store open: close it before compacting with --copy")
   }
+  unlock(probe)
   let staging = path + "/.compact-\(getpid())"
   try? FileManager.default.removeItem(atPath: staging)
   try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: false)
@@ -77,8 +103,17 @@ private func copyCompacted(_ path: String) throws {
   let before = try environment.info().lastTransaction
   try environment.copy(to: staging, compact: true)
   let after = try environment.info().lastTransaction
+  let copiedState = fileState(path + "/data.mdb")
   environment.close()
-  guard before == after, !anotherProcessHasItOpen(path) else {
+  // From here to the rename no process may open the store: one that did would write into the
+  // file about to be replaced, and what it wrote would be lost. One that wrote between the close
+  // and the lock changed the file's modification time or size.
+  guard before == after, let held = lockOutOtherProcesses(path) else {
+    throw ToolError(
+      .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
+  }
+  defer { unlock(held) }
+  guard fileState(path + "/data.mdb") == copiedState else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }

@@ -294,6 +294,13 @@ private func importEvents(
     guard UInt64(imported) == header.events else {
       throw ToolError(.badInput, "the header promised \(header.events) events, the input held \(imported)")
     }
+    // Runs under way where the export was made belong to processes of that store, never of this
+    // new one: they are interrupted here, so their tasks run again instead of waiting for owners
+    // that cannot finish them.
+    let interrupted = try await store.queue.interruptEveryRun()
+    if !interrupted.isEmpty {
+      output.line("interrupted \(interrupted.count) runs that were under way in the exported store")
+    }
     return imported
   } catch let error as ToolError {
     throw error

@@ -162,6 +162,92 @@ case "record-fetch":
     done.signal()
   }
   done.wait()
+case "attack-run-gated":
+  // (AttackTests) Adds one "gated" task and runs it; its handler says "running ID ATTEMPT", waits
+  // until the file GATE exists, then succeeds. Says "done OUTCOME" after the pass.
+  guard arguments.count == 4 else { fail("attack-run-gated DIR GATE") }
+  let gate = arguments[3]
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      let id = try await queue.add(tag: "gated", payload: ["n": 1])
+      let runner = TaskRunner(queue: queue)
+      runner.register(tag: "gated") { task in
+        say("running \(task.id) \(task.attempt)")
+        while !FileManager.default.fileExists(atPath: gate) { try? await Task.sleep(for: .milliseconds(10)) }
+        return .succeeded
+      }
+      let report = try await runner.run()
+      say("done \(String(describing: report.outcome(of: id)))")
+      queue.close()
+    } catch {
+      fail("attack-run-gated failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-run-one":
+  // (AttackTests) Runs one task by id (`run(.task(ID))`) with handlers for "gated" and "hang"
+  // that say "ran ID ATTEMPT" and succeed; says "outcome OUTCOME".
+  guard arguments.count == 4, let id = UInt64(arguments[3]) else { fail("attack-run-one DIR ID") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      let runner = TaskRunner(queue: queue)
+      for tag in ["gated", "hang"] {
+        runner.register(tag: tag) { task in
+          say("ran \(task.id) \(task.attempt)")
+          return .succeeded
+        }
+      }
+      say("waiting")
+      let report = try await runner.run(.task(id))
+      say("outcome \(String(describing: report.outcome(of: id)))")
+      queue.close()
+    } catch {
+      fail("attack-run-one failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-run-without-fds":
+  // (AttackTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
+  // gives the descriptors back and runs again (says "second OUTCOME").
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      let id = try await queue.add(tag: "t", payload: ["n": 1])
+      let runner = TaskRunner(queue: queue)
+      runner.register(tag: "t") { _ in .succeeded }
+      var limit = rlimit()
+      getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+      limit.rlim_cur = 256
+      setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+      var hogs: [Int32] = []
+      while true {
+        let fd = open("/dev/null", O_RDONLY)
+        if fd < 0 { break }
+        hogs.append(fd)
+      }
+      do {
+        let report = try await runner.run()
+        say("first ok \(String(describing: report.outcome(of: id)))")
+      } catch {
+        say("first error \(error)")
+      }
+      for fd in hogs { close(fd) }
+      let report = try await runner.run()
+      say("second \(String(describing: report.outcome(of: id)))")
+      queue.close()
+    } catch {
+      fail("attack-run-without-fds failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 default:
   fail("unknown command \(command)")
 }
