@@ -281,10 +281,16 @@ public final class TaskRunner: Sendable {
           claimed.append(run)
         }
         for run in claimed {
+          if width == 1 {
+            // One lane: the handler runs right here, and its outcome goes with the next claim.
+            finished.append(await runClaimed(run))
+            continue
+          }
           running += 1
           handlers.addTask { [self] in ended.put(await runClaimed(run)) }
         }
         if running == 0 {
+          if !finished.isEmpty { continue }
           if step.exhausted && step.check == nil && control.finish(worker: step.head) { return }
           continue
         }

@@ -1,3 +1,4 @@
+import Synchronization
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Darwin)
@@ -32,13 +33,16 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
     self.bytes = bytes
   }
 
+  /// The random bits of new ids: a generator seeded once per process from the system's source
+  /// (which costs a system call each time it is asked).
+  private static let random = Mutex(IDRandom())
+
   /// A new time-ordered random id (UUID version 7 layout).
   public static func make(milliseconds: Int64 = wallClockMilliseconds()) -> EventID {
-    var generator = SystemRandomNumberGenerator()
     var bytes = [UInt8](repeating: 0, count: 16)
     let ms = UInt64(bitPattern: milliseconds)
     for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
-    let random = (generator.next() as UInt64, generator.next() as UInt64)
+    let random = Self.random.withLock { generator in (generator.next(), generator.next()) }
     for i in 6..<16 {
       let source = i < 14 ? random.0 >> (8 * (i - 6)) : random.1 >> (8 * (i - 14))
       bytes[i] = UInt8(truncatingIfNeeded: source)
@@ -79,4 +83,30 @@ public func wallClockMilliseconds() -> Int64 {
   var ts = timespec()
   clock_gettime(CLOCK_REALTIME, &ts)
   return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+}
+
+/// xoshiro256** (Blackman and Vigna), seeded from the system's random source: 80 unpredictable-
+/// enough bits per id, unique across processes by their seeds.
+struct IDRandom {
+  private var state: (UInt64, UInt64, UInt64, UInt64)
+
+  init() {
+    var system = SystemRandomNumberGenerator()
+    state = (system.next(), system.next(), system.next(), system.next())
+    if state == (0, 0, 0, 0) { state.0 = 1 }
+  }
+
+  mutating func next() -> UInt64 {
+    let result = rotate(state.1 &* 5, 7) &* 9
+    let t = state.1 << 17
+    state.2 ^= state.0
+    state.3 ^= state.1
+    state.1 ^= state.2
+    state.0 ^= state.3
+    state.2 ^= t
+    state.3 = rotate(state.3, 45)
+    return result
+  }
+
+  private func rotate(_ x: UInt64, _ k: UInt64) -> UInt64 { (x << k) | (x >> (64 - k)) }
 }

@@ -55,8 +55,10 @@ public struct PayloadWriter: Sendable {
 /// Reads the fields a ``PayloadWriter`` wrote, in the same order, failing with
 /// ``PayloadError`` instead of reading past the end.
 public struct PayloadReader: Sendable {
-  private let bytes: [UInt8]
-  private var offset = 0
+  // Inlinable, so that reads of concrete integer types are specialized in the modules that decode
+  // payloads (unspecialized, each byte went through protocol witnesses).
+  @usableFromInline let bytes: [UInt8]
+  @usableFromInline var offset = 0
 
   /// A reader over `bytes`.
   public init(_ bytes: [UInt8]) { self.bytes = bytes }
@@ -65,6 +67,7 @@ public struct PayloadReader: Sendable {
   public var remaining: Int { bytes.count - offset }
 
   /// Reads a fixed-width big-endian integer.
+  @inlinable
   public mutating func read<T: FixedWidthInteger>(
     _: T.Type = T.self, _ field: String
   ) throws(PayloadError) -> T {
@@ -79,6 +82,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Reads a boolean byte (0 or 1; anything else is an error).
+  @inlinable
   public mutating func readBool(_ field: String) throws(PayloadError) -> Bool {
     let byte: UInt8 = try read(UInt8.self, field)
     guard byte <= 1 else { throw PayloadError("\(field) is \(byte), not a boolean") }
@@ -110,6 +114,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Reads an optional integer.
+  @inlinable
   public mutating func readOptional<T: FixedWidthInteger>(
     _: T.Type = T.self, _ field: String
   ) throws(PayloadError) -> T? {

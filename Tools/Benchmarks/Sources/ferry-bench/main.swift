@@ -2,6 +2,7 @@
 // one run on this machine. `ferry-bench [--quick] [--json] [--runs N]`. Times are reported, never
 // asserted: the targets column says where Ferry stands.
 import Ferry
+import FerryLog
 import Foundation
 
 let arguments = CommandLine.arguments.dropFirst()
@@ -38,6 +39,61 @@ if let index = arguments.firstIndex(of: "--profile-rebuild"),
   }
   finished.wait()
   exit(0)
+}
+
+// `--profile-runloop N [LANES]`: queue N tasks over 8 groups, then only run them in one pass with
+// LANES lanes (8 by default) and a no-op handler (for perf or callgrind).
+if let index = arguments.firstIndex(of: "--profile-runloop"),
+  arguments.index(after: index) < arguments.endIndex,
+  let count = Int(arguments[arguments.index(after: index)])
+{
+  let lanesIndex = arguments.index(index, offsetBy: 2)
+  let lanes = lanesIndex < arguments.endIndex ? Int(arguments[lanesIndex]) ?? 8 : 8
+  let finished = DispatchSemaphore(value: 0)
+  Task.detached {
+    let path = scratchPath("profile")
+    do {
+      let queue = try await TaskQueue.open(at: path)
+      let events = (0..<count).map { i in
+        NewEvent(
+          type: "task.added",
+          payload: profileAddPayload(tag: "noop", payload: Array("{\"i\":\(i)}".utf8), group: "g\(i % 8)"))
+      }
+      for chunk in stride(from: 0, to: events.count, by: 5000) {
+        _ = try await queue.log.append(Array(events[chunk..<min(chunk + 5000, events.count)]))
+      }
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = lanes
+      let runner = TaskRunner(queue: queue, configuration: configuration)
+      runner.register(tag: "noop") { _ in .succeeded }
+      let before = queue.log.statistics.commits
+      let rate = Double(count) / (try await seconds { _ = try await runner.run() })
+      print(
+        String(
+          format: "ran %d tasks in %d lanes at %.0f tasks/s, %d commits", count, lanes, rate,
+          queue.log.statistics.commits - before))
+      queue.close()
+    } catch {
+      print("profile failed: \(error)")
+    }
+    remove(path)
+    finished.signal()
+  }
+  finished.wait()
+  exit(0)
+}
+
+/// A `task.added` payload (`Specs/task-events.md` §2), for building queues fast.
+func profileAddPayload(tag: String, payload: [UInt8], group: String?) -> [UInt8] {
+  func string(_ text: String) -> [UInt8] {
+    let utf8 = Array(text.utf8)
+    return withUnsafeBytes(of: UInt32(utf8.count).bigEndian, Array.init) + utf8
+  }
+  var bytes = string(tag) + withUnsafeBytes(of: UInt32(payload.count).bigEndian, Array.init) + payload
+  bytes += [0]  // no data id
+  if let group { bytes += [1] + string(group) } else { bytes += [0] }
+  bytes += [0, 0]  // not manual, unique append
+  return bytes
 }
 
 func format(_ value: Double, _ unit: String) -> String {
