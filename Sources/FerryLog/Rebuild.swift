@@ -108,7 +108,11 @@ extension EventLog {
   static func prepareProjections(
     _ core: StoreCore, environment: Environment, chunk: Int, reset: Set<String>
   ) throws -> Int {
-    try environment.write { txn in
+    // Projections rebuilt from what a compacted log still holds (no usable snapshot): once they
+    // reach the head, their state there becomes their snapshot, so that verify, time travel and
+    // later rebuilds start from it rather than from events that are gone.
+    let rebuiltWithoutSnapshot = try environment.write { txn -> [String] in
+      var rebuilt: [String] = []
       for target in core.projections {
         let state = try core.state(of: target.name, txn)
         if state == nil || state?.version != target.projection.version || reset.contains(target.name) {
@@ -116,9 +120,20 @@ extension EventLog {
           // covers may have been compacted away); otherwise from nothing, replaying what the log
           // still holds.
           let start = try core.restoreFromSnapshot(target, txn) ?? 0
-          if start == 0 { for database in target.databases.values { try txn.empty(database) } }
+          if start == 0 {
+            for database in target.databases.values { try txn.empty(database) }
+            if try core.compactedThrough(txn) > 0 && !target.snapshotDatabases.isEmpty { rebuilt.append(target.name) }
+          }
           try core.setState(
             ProjectionState(version: target.projection.version, position: start), of: target.name, txn)
+        }
+      }
+      return rebuilt
+    }
+    defer {
+      if !rebuiltWithoutSnapshot.isEmpty {
+        _ = try? environment.write { txn in
+          try core.writeSnapshots(of: core.projections.filter { rebuiltWithoutSnapshot.contains($0.name) }, txn)
         }
       }
     }
@@ -474,18 +489,7 @@ extension EventLog {
           do {
             let report = try environment.write { txn -> CompactionReport in
               let head = try core.head(txn)
-              var rows: UInt64 = 0
-              for target in core.projections where !target.snapshotDatabases.isEmpty {
-                try StoreCore.copyRows(from: target.databases, to: target.snapshotDatabases, txn)
-                let check = try StoreCore.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
-                rows += check.rows
-                try txn.put(
-                  core.meta, key: MetaKey.snapshot(target.name),
-                  value: SnapshotState(
-                    version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows
-                  )
-                  .bytes)
-              }
+              let rows = try core.writeSnapshots(of: core.projections, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []

@@ -189,6 +189,30 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       await #expect(throws: FerryError.self) { try await store.compact(retention: .seconds(-1)) }
     }
   }
+  /// The upgrade this version makes (taskQueue projection 1 → 2) on a store whose newest events
+  /// a compaction removed: the projection is rebuilt at open and covers the log to its head.
+  @Test func aCompactedStoreWhoseNewestEventsAreGoneOpensAfterTheQueueProjectionChanges() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let clock = fixture.clock
+    do {
+      let store = try await fixture.openStore()
+      let kept = try await store.queue.add(tag: "t", payload: ["n": 0])
+      try await logFinishedTasks(store, 20)  // the newest events: finished tasks
+      clock.advance(by: .seconds(1))
+      _ = try await store.compact(retention: .zero)
+      #expect(try store.log.head() > (try store.log.events(after: 0, limit: 1000).last?.sequence ?? 0))
+      #expect(try store.queue.task(kept) != nil)
+      store.close()
+    }
+    // As a store written by the previous version: its taskQueue projection is at version 1.
+    let environment = try LMDBEnvironment.open(fixture.path, "meta")
+    environment.setProjectionVersion("taskQueue", 1)
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    #expect(try store.queue.pendingTasks().count == 1)
+    #expect(try store.log.verify().isHealthy)
+  }
 }
 
 /// Opens a store's environment directly to damage it on purpose.
@@ -199,6 +223,18 @@ struct LMDBEnvironment {
   static func open(_ path: String, _ name: String) throws -> LMDBEnvironment {
     let environment = try Environment.open(path: path, databases: [name])
     return LMDBEnvironment(environment: environment, table: try environment.database(name))
+  }
+
+  /// Stores `version` as the projection's version in `meta` (its position kept) and closes.
+  func setProjectionVersion(_ projection: String, _ version: UInt32) {
+    _ = try? environment.write { txn in
+      let key = Array("projection:\(projection)".utf8)
+      if var value = try txn.get(table, key: key), value.count == 12 {
+        value.replaceSubrange(0..<4, with: withUnsafeBytes(of: version.bigEndian, Array.init))
+        try txn.put(table, key: key, value: value)
+      }
+    }
+    environment.close()
   }
 
   /// Changes one byte of the first row and closes.
@@ -213,4 +249,5 @@ struct LMDBEnvironment {
     }
     environment.close()
   }
+
 }
