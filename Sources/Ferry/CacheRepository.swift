@@ -107,9 +107,11 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     return await sharedRefresh()
   }
 
-  /// Refreshes only when the key has never been fetched successfully.
+  /// Refreshes only when the key has never been fetched successfully. When it has a cache — too
+  /// old or not — there is nothing to do, and that is a success (as in Teller: an app checks for
+  /// `.successful` and moves on).
   public func refreshIfNoCache() async -> RefreshResult {
-    if (try? ledger.state(key: key, maxAge: maxAge)) != CacheAge.noCache { return .skipped(.notTooOld) }
+    if (try? ledger.state(key: key, maxAge: maxAge)) != CacheAge.noCache { return .successful }
     return await sharedRefresh()
   }
 
@@ -187,10 +189,20 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   // MARK: Observing
 
-  /// The state now: the ledger's age of the key and the app's cached value.
+  /// The state now: the ledger's age of the key, the app's cached value, and the error of the
+  /// last refresh when it failed after the last success.
   public func currentState() async throws -> CacheState<Value> {
     try await state(
-      refreshing: ledger.inFlight.withLock { $0[key] != nil }, error: nil, firstFetch: false, success: false)
+      refreshing: ledger.inFlight.withLock { $0[key] != nil }, error: lastError(), firstFetch: false,
+      success: false)
+  }
+
+  /// The message of a failure recorded after the last success: the error until a refresh succeeds.
+  private func lastError() -> String? {
+    (try? ledger.record(key))?.flatMap { record -> String? in
+      guard let failure = record.lastFailure, failure.at >= (record.lastSuccess ?? .min) else { return nil }
+      return failure.message
+    }
   }
 
   private func state(
@@ -222,12 +234,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let observer = Task { [self] in
       var refreshing = ledger.inFlight.withLock { $0[key] != nil }
       // A failure after the last success is the error until a refresh succeeds.
-      var lastError = (try? ledger.record(key))?.flatMap { record -> String? in
-        guard let failure = record.lastFailure, failure.at >= (record.lastSuccess ?? .min) else {
-          return nil
-        }
-        return failure.message
-      }
+      var lastError = lastError()
       var timer: Task<Void, Never>?
       defer { timer?.cancel() }
       // Automatic refresh starts only when observing starts and when the cache crosses its max

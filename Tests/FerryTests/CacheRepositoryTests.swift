@@ -55,11 +55,14 @@ final class NotesBackend: Sendable {
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
       #expect(await notes.refreshIfNoCache() == .successful)
       #expect(backend.state.withLock { $0.saved } == ["milk"])
-      #expect(await notes.refreshIfNoCache() == .skipped(.notTooOld))
+      // A key with a cache needs nothing from refreshIfNoCache: that is a success, and no fetch.
+      #expect(await notes.refreshIfNoCache() == .successful)
       #expect(await notes.refresh() == .skipped(.notTooOld))
       clock.advance(by: .seconds(60))  // exactly max age: not too old
       #expect(await notes.refresh() == .skipped(.notTooOld))
       clock.advance(by: .milliseconds(1))
+      #expect(await notes.refreshIfNoCache() == .successful)  // too old, but it has a cache: no fetch
+      #expect(backend.fetches == 1)
       #expect(await notes.refresh() == .successful)
       #expect(await notes.refresh(force: true) == .successful)
       #expect(backend.fetches == 3)
@@ -293,6 +296,27 @@ final class NotesBackend: Sendable {
           == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
       try await store.ledger.makeNeverFetched("a")
       #expect(try store.ledger.state(key: "a", maxAge: .seconds(30)) == .noCache)
+    }
+  }
+
+  /// Regression: `currentState()` said no error after a failed refresh, while `states()` showed it.
+  @Test func currentStateCarriesTheLastRefreshError() async throws {
+    try await withStore { store, clock, _ in
+      let backend = NotesBackend()
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source, automaticRefresh: false)
+      #expect(await notes.refresh() == .successful)
+      clock.advance(by: .seconds(61))
+      backend.state.withLock { $0.failFetch = "offline" }
+      guard case .failed = await notes.refresh() else {
+        Issue.record("the refresh did not fail")
+        return
+      }
+      #expect(try await notes.currentState().refreshError?.contains("offline") == true)
+      backend.state.withLock { $0.failFetch = nil }
+      clock.advance(by: .milliseconds(1))  // the ledger orders a failure and a success by their times
+      #expect(await notes.refresh() == .successful)
+      #expect(try await notes.currentState().refreshError == nil)
     }
   }
 }
