@@ -76,6 +76,13 @@ struct RetentionPlan: Sendable {
   var seenPauseOrResume = false
   /// Whether each task met so far goes (decided at its newest event).
   var finishedTaskDecision: [TaskID: Bool] = [:]
+  /// Cache keys whose newest `cache.forgotten` has been met: their older events are shadowed.
+  var forgotten = Set<String>()
+  /// The lowest id of a task whose events stay: a `queue.cleared` after it still ends it, so the
+  /// clear stays too (or the task would come back in a rebuild).
+  var lowestKeptTask: TaskID?
+  /// Tasks added before a removed `queue.cleared` were ended by it: their events go too.
+  var clearedBelow: UInt64 = 0
 
   init(pending: Set<TaskID>, head: UInt64) {
     self.pending = pending
@@ -92,7 +99,12 @@ struct RetentionPlan: Sendable {
         .runInterrupted(let id),
         .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
         task = id
-      case .cleared: return event.timestamp < cutoff
+      case .cleared:
+        // A tombstone: it stays while anything it shadows stays.
+        if let lowest = lowestKeptTask, lowest < event.sequence { return false }
+        guard event.timestamp < cutoff else { return false }
+        clearedBelow = max(clearedBelow, event.sequence)
+        return true
       case .paused, .resumed:
         defer { seenPauseOrResume = true }
         return seenPauseOrResume
@@ -102,16 +114,23 @@ struct RetentionPlan: Sendable {
       // walked newest first): timestamps written by different processes need not rise with the
       // sequence, and removing the middle of a history would leave an outcome without its run.
       if let decided = finishedTaskDecision[task] { return decided }
-      let removable = !pending.contains(task) && event.timestamp < cutoff
+      let removable = !pending.contains(task) && (task < clearedBelow || event.timestamp < cutoff)
       finishedTaskDecision[task] = removable
+      if !removable { lowestKeptTask = min(lowestKeptTask ?? task, task) }
       return removable
     }
     if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
       switch decoded {
+      case .fetched(let key, _, _) where forgotten.contains(key), .paging(let key, _, _) where forgotten.contains(key):
+        return true  // older than a forget of its key: shadowed
       case .fetched(let key, _, .success): return !seenSuccess.insert(key).inserted
       case .fetched(let key, _, .failure): return !seenFailure.insert(key).inserted
       case .paging(let key, _, _): return !seenPaging.insert(key).inserted
-      case .forgotten: return event.timestamp < cutoff
+      case .forgotten(let key):
+        // The newest forget of a key stays while it is within the retention window; everything
+        // older of that key goes in any case, so removing the forget later brings nothing back.
+        guard forgotten.insert(key).inserted else { return true }
+        return event.timestamp < cutoff
       }
     }
     return false

@@ -315,11 +315,16 @@ public func stats(path: String, output: Output) throws(ToolError) {
   defer { store.close() }
   do {
     let head = try store.log.head()
+    let compaction = try store.log.compactionState()
     var counts: [String: Int] = [:]
     var done = 0
+    var oldest: LoggedEvent?
+    var newest: LoggedEvent?
     try store.log.forEachRecord(chunkSize: 5000) { event in
       counts[event.type, default: 0] += 1
       done += 1
+      if oldest == nil { oldest = event }
+      newest = event
       if done % 5000 == 0 { output.progress("stats", done, Int(head)) }
     }
     output.progress("stats", Int(head), Int(head))
@@ -327,15 +332,19 @@ public func stats(path: String, output: Output) throws(ToolError) {
     let fileSize =
       (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?.intValue
       ?? 0
-    output.line("events: \(head)")
+    // The events the log holds: after a compaction, fewer than the head's sequence number.
+    output.line("events: \(done)" + (done == Int(head) ? "" : " (head \(head))"))
     for (type, count) in counts.sorted(by: { $0.key < $1.key }) {
       output.line("  \(column(type, 24))\(count)")
+    }
+    if let compaction {
+      output.line("compacted through \(compaction.through): \(compaction.removed) events removed in all")
     }
     output.line("data file: \(fileSize) bytes")
     output.line(
       "map: \(info.mapSize) bytes, \(info.usedBytes) used (\(info.mapSize > 0 ? info.usedBytes * 100 / info.mapSize : 0)%)"
     )
-    if head > 0, let oldest = try store.log.event(at: 1), let newest = try store.log.event(at: head) {
+    if let oldest, let newest {
       output.line("oldest event: \(oldest.sequence) at \(isoTime(oldest.timestamp)) (\(oldest.type))")
       output.line("newest event: \(newest.sequence) at \(isoTime(newest.timestamp)) (\(newest.type))")
     }

@@ -213,6 +213,55 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
     #expect(try store.queue.pendingTasks().count == 1)
     #expect(try store.log.verify().isHealthy)
   }
+
+  /// Regression: retention dropped `cache.forgotten` but kept the key's older success, so a
+  /// rebuild from the log brought the forgotten key back, cached, with its old time.
+  @Test func aForgottenKeyStaysForgottenAfterCompactionAndARebuild() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let clock = fixture.clock
+    var store = try await fixture.openStore()
+    try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false))
+    try await store.ledger.recordFetch(key: "kept", outcome: .success(isEmpty: false))
+    clock.advance(by: .seconds(10))
+    try await store.ledger.forget("notes")
+    clock.advance(by: .seconds(10))
+    _ = try await store.compact(retention: .seconds(5))  // the forget is older than the window
+    store.close()
+    try LMDBEnvironment.open(fixture.path, "meta").removeSnapshot("cacheAges")  // rebuild from the log
+    store = try await fixture.openStore()
+    defer { store.close() }
+    _ = try await store.log.rebuild()
+    #expect(try store.ledger.state(key: "notes", maxAge: .seconds(3600)) == .noCache)
+    #expect(try store.ledger.record("kept")?.lastSuccess != nil)
+  }
+
+  /// Regression: retention dropped a `queue.cleared` older than the window while a task it ended
+  /// stayed (a late outcome, logged after the clear, was within the window): a rebuild brought the
+  /// cleared task back.
+  @Test func aClearStaysWhileATaskItEndedStays() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let clock = fixture.clock
+    var store = try await fixture.openStore()
+    let start = clock.now
+    let id = try await store.queue.add(tag: "t", payload: ["n": 1])
+    _ = try await store.log.append(TaskEvent.runStarted(id, attempt: 1, owner: "", runner: 0).newEvent)
+    try await store.queue.clear()
+    clock.advance(by: .seconds(10))
+    // The run's late outcome: logged after the clear, it does not bring the task back.
+    _ = try await store.log.append(
+      TaskEvent.runFailed(id, message: "late", retryable: true, nextEligibleAt: start + 60_000).newEvent)
+    #expect(try store.queue.task(id) == nil)
+    _ = try await store.compact(retention: .seconds(5))
+    store.close()
+    try LMDBEnvironment.open(fixture.path, "meta").removeSnapshot("taskQueue")  // rebuild from the log
+    store = try await fixture.openStore()
+    defer { store.close() }
+    _ = try await store.log.rebuild()
+    #expect(try store.queue.task(id) == nil)
+    #expect(try store.queue.pendingTasks().isEmpty)
+  }
 }
 
 /// Opens a store's environment directly to damage it on purpose.
@@ -234,6 +283,12 @@ struct LMDBEnvironment {
         try txn.put(table, key: key, value: value)
       }
     }
+    environment.close()
+  }
+
+  /// Removes a projection's snapshot record from `meta` (a rebuild then starts from the log) and closes.
+  func removeSnapshot(_ projection: String) {
+    _ = try? environment.write { txn in _ = try txn.delete(table, key: Array("snapshot:\(projection)".utf8)) }
     environment.close()
   }
 

@@ -208,6 +208,11 @@ struct DemoStore {
     let compacted = try ferry(["compact", demo.path, "--retention", "0", "--copy"])
     #expect(compacted.status == 0)
     #expect(compacted.stdout.contains("removed 30 events"))
+    // Regression: stats printed the head as the event count and lost its "oldest event" line.
+    let stats = try ferry(["stats", demo.path])
+    #expect(stats.stdout.contains("events: 3 (head 33)"), "\(stats.stdout)")
+    #expect(stats.stdout.contains("compacted through 33: 30 events removed in all"))
+    #expect(stats.stdout.contains("oldest event: "))
     #expect(compacted.stdout.contains("compacted copy swapped in"))
     #expect(try ferry(["verify", demo.path]).status == 0)
     let after = try JSONDecoder().decode(
