@@ -25,6 +25,32 @@ public final class CacheLedger: Sendable {
   let clock: @Sendable () -> Int64
   /// Refreshes under way, by key: every caller and repository of a key shares one.
   let inFlight = Mutex<[String: Task<RefreshResult, Never>]>([:])
+  /// The error of each key's last refresh in this process, while it failed (with the underlying
+  /// error the source threw); nil after a success.
+  private let refreshErrors = Mutex<[String: RefreshError]>([:])
+
+  func rememberRefresh(_ result: RefreshResult, for key: String) {
+    refreshErrors.withLock { errors in
+      switch result {
+      case .failed(let error): errors[key] = error
+      case .successful: errors[key] = nil
+      case .skipped: break
+      }
+    }
+  }
+
+  /// The error of `key`'s last refresh in this process, if it failed and no fetch succeeded since.
+  func lastRefreshError(_ key: String) -> RefreshError? {
+    guard let error = refreshErrors.withLock({ $0[key] }) else { return nil }
+    // A success recorded since (by another repository or process) ends it.
+    if let record = try? record(key), let success = record.lastSuccess, let failure = record.lastFailure,
+      success > failure.at
+    {
+      return nil
+    }
+    return error
+  }
+
   /// Changes per key, for the repositories observing them.
   let changes = Broadcaster<CacheNotice, String>(buffer: 64)
 

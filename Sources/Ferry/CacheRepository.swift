@@ -40,8 +40,8 @@ public struct CacheState<Value: Sendable>: Sendable {
   public var content: Content
   /// Whether a refresh of the key is under way (by this or another repository of the key).
   public var isRefreshing: Bool
-  /// The message of the last refresh that failed, until one succeeds.
-  public var refreshError: String?
+  /// The error of the last refresh that failed, until one succeeds (its `message` for display).
+  public var refreshError: RefreshError?
   /// True in the state right after the first successful fetch of a key that had no cache.
   public var justFinishedFirstFetch: Bool
   /// True in the state right after a successful refresh.
@@ -137,6 +137,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     // arrives in between would otherwise see a refresh under way whose end it never hears of.
     ledger.inFlight.withLock { inFlight in
       inFlight[key] = nil
+      ledger.rememberRefresh(result, for: key)
       ledger.changes.publish(
         .refreshFinished(result, firstFetch: !hadCache && result == .successful), for: key)
     }
@@ -155,7 +156,9 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           return .skipped(.pendingTasks)
         }
       } catch {
-        return .failed("the pending tasks could not be run: \(error)")
+        return .failed(
+          RefreshError(
+            stage: .pendingTasks, message: "the pending tasks could not be run: \(error)", underlying: error))
       }
     }
     if Task.isCancelled { return .skipped(.cancelled) }
@@ -163,28 +166,32 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     do {
       value = try await source.fetch()
     } catch {
-      return await recordFailure("fetch failed: \(error)")
+      return await recordFailure(RefreshError(stage: .fetch, message: "fetch failed: \(error)", underlying: error))
     }
     do {
       try await source.save(value)
     } catch {
-      return await recordFailure("save failed: \(error)")
+      return await recordFailure(RefreshError(stage: .save, message: "save failed: \(error)", underlying: error))
     }
     do {
       try await ledger.recordFetch(key: key, outcome: .success(isEmpty: source.isEmpty(value)))
       return .successful
     } catch {
-      return .failed("the fetch could not be recorded: \(error)")
+      return .failed(
+        RefreshError(stage: .recording, message: "the fetch could not be recorded: \(error)", underlying: error))
     }
   }
 
-  private func recordFailure(_ message: String) async -> RefreshResult {
+  private func recordFailure(_ failure: RefreshError) async -> RefreshResult {
     do {
-      try await ledger.recordFetch(key: key, outcome: .failure(message))
+      try await ledger.recordFetch(key: key, outcome: .failure(failure.message))
     } catch {
-      return .failed(message + " (and it could not be recorded: \(error))")
+      return .failed(
+        RefreshError(
+          stage: failure.stage, message: failure.message + " (and it could not be recorded: \(error))",
+          underlying: failure.underlying))
     }
-    return .failed(message)
+    return .failed(failure)
   }
 
   // MARK: Observing
@@ -197,16 +204,19 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       success: false)
   }
 
-  /// The message of a failure recorded after the last success: the error until a refresh succeeds.
-  private func lastError() -> String? {
-    (try? ledger.record(key))?.flatMap { record -> String? in
+  /// A failure recorded after the last success: the error until a refresh succeeds. Errors seen
+  /// thrown in this process keep their underlying error; one read back from the ledger has its
+  /// message only.
+  private func lastError() -> RefreshError? {
+    if let seen = ledger.lastRefreshError(key) { return seen }
+    return (try? ledger.record(key))?.flatMap { record -> RefreshError? in
       guard let failure = record.lastFailure, failure.at >= (record.lastSuccess ?? .min) else { return nil }
-      return failure.message
+      return RefreshError(stage: .recorded, message: failure.message)
     }
   }
 
   private func state(
-    refreshing: Bool, error: String?, firstFetch: Bool, success: Bool
+    refreshing: Bool, error: RefreshError?, firstFetch: Bool, success: Bool
   ) async throws -> CacheState<Value> {
     let content: CacheState<Value>.Content
     switch try ledger.state(key: key, maxAge: maxAge) {
@@ -268,7 +278,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           await emit()
         case .refreshFinished(let result, let firstFetch):
           refreshing = false
-          if case .failed(let message) = result { lastError = message }
+          if case .failed(let error) = result { lastError = error }
           if result == .successful { lastError = nil }
           await emit(firstFetch: firstFetch, success: result == .successful)
         }

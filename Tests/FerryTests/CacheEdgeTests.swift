@@ -131,7 +131,9 @@ import Testing
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: source, automaticRefresh: false)
       var states = notes.states().makeAsyncIterator()
       let first = try #require(await states.next())
-      #expect(first.refreshError == "503 from the server")
+      // Read back from the ledger (recorded by whoever fetched): its message, no underlying error.
+      #expect(first.refreshError == RefreshError(stage: .recorded, message: "503 from the server"))
+      #expect(first.refreshError?.underlying == nil)
       guard case .cache(let value, _, _, isTooOld: false) = first.content else {
         Issue.record("expected a fresh cache")
         return

@@ -80,20 +80,25 @@ final class NotesBackend: Sendable {
       let fetchedAt = try #require(try store.ledger.record("notes")?.lastSuccess)
 
       backend.state.withLock { $0.failFetch = "offline" }
-      guard case .failed(let fetchMessage) = await notes.refresh() else {
+      guard case .failed(let fetchError) = await notes.refresh() else {
         Issue.record("the fetch did not fail")
         return
       }
-      #expect(fetchMessage.contains("offline"))
+      // The source's own error comes through, typed: no parsing of text to tell failures apart.
+      #expect(fetchError.stage == .fetch)
+      #expect((fetchError.underlying as? NSError)?.domain == "offline")
+      #expect(fetchError.message.contains("offline"))
       backend.state.withLock {
         $0.failFetch = nil
         $0.failSave = true
       }
-      guard case .failed(let saveMessage) = await notes.refresh() else {
+      guard case .failed(let saveError) = await notes.refresh() else {
         Issue.record("the save did not fail")
         return
       }
-      #expect(saveMessage.contains("save failed"))
+      #expect(saveError.stage == .save)
+      #expect(saveError.underlying.map { "\(type(of: $0))" } == "DiskFull")
+      #expect(saveError.message.contains("save failed"))
       let record = try #require(try store.ledger.record("notes"))
       #expect(record.lastSuccess == fetchedAt)
       #expect(record.lastFailure?.message.contains("save failed") == true)
@@ -213,7 +218,7 @@ final class NotesBackend: Sendable {
       var failed = false
       while let state = await states.next() {
         if let error = state.refreshError {
-          #expect(error.contains("503"))
+          #expect(error.message.contains("503"))
           failed = true
           break
         }
@@ -312,7 +317,9 @@ final class NotesBackend: Sendable {
         Issue.record("the refresh did not fail")
         return
       }
-      #expect(try await notes.currentState().refreshError?.contains("offline") == true)
+      let error = try #require(try await notes.currentState().refreshError)
+      #expect(error.message.contains("offline"))
+      #expect(error.stage == .fetch && error.underlying != nil)  // seen thrown here: kept whole
       backend.state.withLock { $0.failFetch = nil }
       clock.advance(by: .milliseconds(1))  // the ledger orders a failure and a success by their times
       #expect(await notes.refresh() == .successful)
