@@ -142,7 +142,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     let id = try #require(UInt64(line.dropFirst("running ".count)))
     let exportPath = fixture.path + ".jsonl"
     defer { try? FileManager.default.removeItem(atPath: exportPath) }
-    FileManager.default.createFile(atPath: exportPath, contents: nil)
+    _ = FileManager.default.createFile(atPath: exportPath, contents: nil)
     let export = Process()
     export.executableURL = productURL("ferry")
     export.arguments = ["export", fixture.path]
@@ -217,7 +217,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     _ = try await waiter.waitForLine(startingWith: "waiting")
     try await Task.sleep(for: .milliseconds(500))  // in its wait loop
     kill(waiter.pid, SIGSTOP)
-    FileManager.default.createFile(atPath: gate, contents: nil)
+    _ = FileManager.default.createFile(atPath: gate, contents: nil)
     _ = try await owner.waitForLine(startingWith: "done ")
     try await Task.sleep(for: .milliseconds(20))
     let compact = try Child("ferry", ["compact", fixture.path, "--retention", "0"])
@@ -406,7 +406,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    FileManager.default.createFile(atPath: fixture.path + "/owners", contents: Data("x".utf8))
+    _ = FileManager.default.createFile(atPath: fixture.path + "/owners", contents: Data("x".utf8))
     let id = try await queue.add(tag: "t", payload: ["n": 1])
     let runner = TaskRunner(queue: queue)
     runner.register(tag: "t") { _ in .succeeded }
@@ -432,8 +432,8 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     #expect(mkfifo(fixture.path + ".fifo", 0o600) == 0)
     defer { unlink(fixture.path + ".fifo") }
     #expect(symlink(fixture.path + ".fifo", owners + "/abe-0000000000000003") == 0)
-    FileManager.default.createFile(atPath: owners + "/.abf-0000000000000004.new", contents: nil)
-    FileManager.default.createFile(atPath: owners + "/not an owner", contents: nil)
+    _ = FileManager.default.createFile(atPath: owners + "/.abf-0000000000000004.new", contents: nil)
+    _ = FileManager.default.createFile(atPath: owners + "/not an owner", contents: nil)
     let result = try await attackWithin(10) { () -> RunReport in
       let queue = try await TaskQueue.open(at: fixture.path)
       defer { queue.close() }

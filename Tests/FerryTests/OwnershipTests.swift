@@ -272,7 +272,7 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     #expect(try await inspect.wait() == 0)
     let export = FileManager.default.temporaryDirectory.path + "/ferry-export-\(UUID().uuidString.prefix(8)).jsonl"
     defer { try? FileManager.default.removeItem(atPath: export) }
-    FileManager.default.createFile(atPath: export, contents: Data("{\"ferry\":\"export\",\"format\":1,\"events\":0}\n".utf8))
+    _ = FileManager.default.createFile(atPath: export, contents: Data("{\"ferry\":\"export\",\"format\":1,\"events\":0}\n".utf8))
     let importing = try Child("ferry", ["import", fixture.path], stdin: FileHandle(forReadingAtPath: export))
     #expect(try await importing.wait() != 0)
 
