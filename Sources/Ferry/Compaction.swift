@@ -83,6 +83,8 @@ struct RetentionPlan: Sendable {
   var lowestKeptTask: TaskID?
   /// Tasks added before a removed `queue.cleared` were ended by it: their events go too.
   var clearedBelow: UInt64 = 0
+  /// The oldest timestamp of the events met so far (all newer than the one being judged).
+  var oldestNewer: Int64 = .max
 
   init(pending: Set<TaskID>, head: UInt64) {
     self.pending = pending
@@ -91,6 +93,14 @@ struct RetentionPlan: Sendable {
 
   mutating func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
     guard event.sequence <= head else { return false }
+    // An event is judged as old as the oldest event logged at or after it: the sequence is the
+    // true order, timestamps written by two processes need not rise with it. Judged by its own
+    // timestamp, a replaced task could be newer than the add that replaced it (that add's task
+    // finished, both before the cutoff by its clock): the add would go, the replaced task stay,
+    // and a rebuild would bring it back. With ages that never fall along the log, whatever goes
+    // takes everything it shadows with it.
+    let time = min(event.timestamp, oldestNewer)
+    oldestNewer = time
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
       let task: TaskID?
       switch decoded {
@@ -102,7 +112,7 @@ struct RetentionPlan: Sendable {
       case .cleared:
         // A tombstone: it stays while anything it shadows stays.
         if let lowest = lowestKeptTask, lowest < event.sequence { return false }
-        guard event.timestamp < cutoff else { return false }
+        guard time < cutoff else { return false }
         clearedBelow = max(clearedBelow, event.sequence)
         return true
       case .paused, .resumed:
@@ -114,7 +124,7 @@ struct RetentionPlan: Sendable {
       // walked newest first): timestamps written by different processes need not rise with the
       // sequence, and removing the middle of a history would leave an outcome without its run.
       if let decided = finishedTaskDecision[task] { return decided }
-      let removable = !pending.contains(task) && (task < clearedBelow || event.timestamp < cutoff)
+      let removable = !pending.contains(task) && (task < clearedBelow || time < cutoff)
       finishedTaskDecision[task] = removable
       if !removable { lowestKeptTask = min(lowestKeptTask ?? task, task) }
       return removable
@@ -130,7 +140,7 @@ struct RetentionPlan: Sendable {
         // The newest forget of a key stays while it is within the retention window; everything
         // older of that key goes in any case, so removing the forget later brings nothing back.
         guard forgotten.insert(key).inserted else { return true }
-        return event.timestamp < cutoff
+        return time < cutoff
       }
     }
     return false

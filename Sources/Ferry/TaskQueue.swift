@@ -31,8 +31,8 @@ public final class TaskQueue: Sendable {
   private let interruptedOnOpen = Mutex<[TaskID]>([])
   /// This process's liveness token in the store, made when a runner first claims a run.
   private let owner = Mutex<RunOwner?>(nil)
-  /// Handlers of this queue's runners under way, and a token given up by `close` while they ran:
-  /// it stays locked until the last of them returns (its run is live until then).
+  /// Runs of this queue's runners that may be live (``reserveRuns(_:)``), and a token given up by
+  /// `close` while they ran: it stays locked until the last of them ends.
   private let handlers = Mutex<(running: Int, closedOwner: RunOwner?)>((0, nil))
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
@@ -82,14 +82,20 @@ public final class TaskQueue: Sendable {
     if releaseNow { token?.release() }
   }
 
-  /// A handler of this queue starts (its run is live: the token must stay locked).
-  func handlerStarted() { handlers.withLock { $0.running += 1 } }
+  /// Runs of this queue that may be live: reserved before a claim command is sent (it may claim
+  /// that many), and ended for each slot the command did not use and each run whose handler
+  /// returned. While any is reserved the token stays locked, even after `close`.
+  func reserveRuns(_ count: Int) {
+    guard count > 0 else { return }
+    handlers.withLock { $0.running += count }
+  }
 
-  /// A handler of this queue returned; the last one after a close gives the token up.
-  func handlerEnded() {
+  /// Ends `count` reserved runs; the last one after a close gives the token up.
+  func endRuns(_ count: Int) {
+    guard count > 0 else { return }
     let token = handlers.withLock { state -> RunOwner? in
-      state.running -= 1
-      guard state.running == 0 else { return nil }
+      state.running -= count
+      guard state.running <= 0 else { return nil }
       defer { state.closedOwner = nil }
       return state.closedOwner
     }

@@ -80,9 +80,9 @@ public final class TaskRunner: Sendable {
   ) {
     let loop = state.withLock { s in
       s.handlers[tag] = Registration(retry: retry, isReadyToRun: isReadyToRun, run: handler)
+      unhandled.forget()
       return s.automatic
     }
-    unhandled.forget()
     loop?.wakeup.signal()
   }
 
@@ -178,10 +178,17 @@ public final class TaskRunner: Sendable {
     /// Tasks found to have no handler here, until a handler is registered: a pass passes over
     /// them reading only their index key, and reports each once.
     let unhandled: UnhandledTasks
+    /// The generation of `unhandled` these tags belong to.
+    let generation: Int
   }
 
   private var handlerInfo: HandlerInfo {
-    HandlerInfo(tags: state.withLock { s in s.handlers.mapValues { $0.isReadyToRun != nil } }, unhandled: unhandled)
+    // The generation is read with the handlers, under the same lock `register` takes.
+    state.withLock { s in
+      HandlerInfo(
+        tags: s.handlers.mapValues { $0.isReadyToRun != nil }, unhandled: unhandled,
+        generation: unhandled.generation)
+    }
   }
 
   /// A run that ended, with the events that log its outcome.
@@ -228,7 +235,12 @@ public final class TaskRunner: Sendable {
         let free = width - running
         let (ready, retry) = pass.cursors()
         finished = []
-        let step = try await queue.log.execute { context -> BatchStep in
+        // The runs this command may claim count as live from before it commits: a close meanwhile
+        // keeps the token locked until they end.
+        queue.reserveRuns(free)
+        let step: BatchStep
+        do {
+          step = try await queue.log.execute { context -> BatchStep in
           var step = BatchStep(readyCursor: ready, retryCursor: retry)
           var successors: [String] = []
           for run in toFinish {
@@ -269,11 +281,16 @@ public final class TaskRunner: Sendable {
             break
           }
           return step
+          }
+        } catch {
+          queue.endRuns(free)
+          throw error
         }
+        queue.endRuns(free - step.claims.count)
         for (run, logged) in zip(toFinish, step.logged) { record(run, logged: logged, pass: pass) }
         pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
         for (id, reason) in step.skips where pass.touch(id) {
-          if reason == .noHandler && !info.unhandled.insert(id) { continue }  // reported before
+          if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
           pass.add(id, skip(id, reason))
         }
         var claimed = step.claims
@@ -327,10 +344,19 @@ public final class TaskRunner: Sendable {
     }
     let runner = number
     let clock = queue.clock
-    switch try await queue.log.execute({ context in
-      try ClaimSearch.claim(
-        task.id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: true)
-    }) {
+    queue.reserveRuns(1)
+    let decision: SingleClaim
+    do {
+      decision = try await queue.log.execute { context in
+        try ClaimSearch.claim(
+          task.id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: true)
+      }
+    } catch {
+      queue.endRuns(1)
+      throw error
+    }
+    if case .claimed = decision {} else { queue.endRuns(1) }
+    switch decision {
     case .claimed(let run):
       return run
     case .gone:
@@ -373,18 +399,18 @@ public final class TaskRunner: Sendable {
   private func runClaimed(_ run: ClaimedRun) async -> Finished {
     let task = run.task
     let attempt = run.claim.attempt
+    // The run was reserved before its claim committed (``TaskQueue/reserveRuns(_:)``); it ends here.
+    defer { queue.endRuns(1) }
     queue.publish(.running(task.id, attempt: attempt))
-    guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
-      // Unregistered between the claim and now: the run ends at once, ready again.
+    guard let registration = state.withLock({ $0.handlers[task.tag] }), !queue.log.isClosed else {
+      // Unregistered between the claim and now, or the queue was closed (its outcome could not
+      // be logged): the handler is not called, and the run ends at once, ready again.
       return (run, [.runInterrupted(task.id)], .interrupted)
     }
     let result: TaskResult
-    queue.handlerStarted()
     do {
       result = try await call(registration, run)
-      queue.handlerEnded()
     } catch {
-      queue.handlerEnded()
       return (run, [.runInterrupted(task.id)], .interrupted)
     }
     switch result {
@@ -446,10 +472,18 @@ public final class TaskRunner: Sendable {
     while true {
       let handlers = handlerInfo
       let isChecked = checked
-      let decision = try await queue.log.execute { context in
-        try ClaimSearch.claim(
-          id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: isChecked)
+      queue.reserveRuns(1)
+      let decision: SingleClaim
+      do {
+        decision = try await queue.log.execute { context in
+          try ClaimSearch.claim(
+            id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: isChecked)
+        }
+      } catch {
+        queue.endRuns(1)
+        throw error
       }
+      if case .claimed = decision {} else { queue.endRuns(1) }
       let outcome: TaskOutcome
       switch decision {
       case .gone:
@@ -601,14 +635,28 @@ public final class TaskRunner: Sendable {
   }
 }
 
-/// The tasks a runner found no handler for, since its last `register`.
+/// The tasks a runner found no handler for, since its last `register`. A pass remembers what it
+/// found under the generation it started with: a `register` in between starts a new generation,
+/// and what an older pass found then is not remembered (it may have a handler now).
 final class UnhandledTasks: Sendable {
-  private let ids = Mutex<Set<TaskID>>([])
+  private let state = Mutex<(generation: Int, ids: Set<TaskID>)>((0, []))
 
-  func contains(_ id: TaskID) -> Bool { ids.withLock { $0.contains(id) } }
-  /// Remembers a task; false when it was known already.
-  func insert(_ id: TaskID) -> Bool { ids.withLock { $0.insert(id).inserted } }
-  func forget() { ids.withLock { $0 = [] } }
+  var generation: Int { state.withLock { $0.generation } }
+  func contains(_ id: TaskID) -> Bool { state.withLock { $0.ids.contains(id) } }
+  /// Remembers a task found without a handler under `generation`; false when it was known already
+  /// (or the generation is over: then nothing is remembered, and the skip is reported).
+  func insert(_ id: TaskID, generation: Int) -> Bool {
+    state.withLock { s in
+      guard s.generation == generation else { return true }
+      return s.ids.insert(id).inserted
+    }
+  }
+  func forget() {
+    state.withLock { s in
+      s.generation += 1
+      s.ids = []
+    }
+  }
 }
 
 /// Where a pass's handlers leave their ended runs: the pass takes everything there, waiting for

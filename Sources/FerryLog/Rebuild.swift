@@ -257,14 +257,19 @@ extension EventLog {
     }
   }
 
-  /// Replays the snapshot's log into the scratch area; records problems; returns the last sequence applied.
   /// Seeds a scratch area with the store's snapshots when the log was compacted (the events they
-  /// cover may be gone), checking each snapshot's version and CRC; returns the sequence to replay
-  /// from (0 when the log was never compacted).
-  func seedFromSnapshots(_ scratch: ScratchArea, from txn: Transaction) throws -> UInt64 {
+  /// cover may be gone), checking each snapshot's version and CRC; returns, for each of the
+  /// scratch area's projections, the sequence to replay it from (0 when the log was never
+  /// compacted). Snapshots need not share a sequence: a projection rebuilt at open from what a
+  /// compacted log holds gets a snapshot at that open's head, the others keep theirs. A snapshot
+  /// newer than `until` (time travel to a point before it) is not used: that projection was
+  /// rebuilt from what the log holds, so it is replayed from nothing, as that rebuild did.
+  func seedFromSnapshots(
+    _ scratch: ScratchArea, from txn: Transaction, until: UInt64
+  ) throws -> [UInt64] {
     let compacted = try core.compactedThrough(txn)
-    guard compacted > 0 else { return 0 }
-    var covered = compacted
+    guard compacted > 0 else { return scratch.projections.map { _ in 0 } }
+    var positions: [UInt64] = []
     for rebuilt in scratch.projections {
       let projection = rebuilt.projection
       guard let snapshot = try core.snapshot(of: projection.name, txn) else {
@@ -276,6 +281,10 @@ extension EventLog {
           projection: projection.name,
           reason: "its snapshot is of version \(snapshot.version), the code has version \(projection.version)"
         )
+      }
+      if snapshot.sequence > until {
+        positions.append(0)
+        continue
       }
       var sources: [String: Database] = [:]
       for table in projection.tables {
@@ -299,20 +308,42 @@ extension EventLog {
           }
         }
       }
-      covered = snapshot.sequence
+      positions.append(snapshot.sequence)
     }
-    return covered
+    return positions
   }
 
+  /// Replays one chunk of the log into the scratch projections furthest behind (`positions`, one
+  /// per projection, moved on), after `floor`, the lowest of them, and up to `until`: the
+  /// projections behind catch up first and the others join them as they are reached, as
+  /// ``prepareProjections(_:environment:chunk:reset:)`` does. Returns the new floor.
+  func replayChunk(
+    into scratch: ScratchArea, positions: inout [UInt64], floor: UInt64, through until: UInt64,
+    from txn: Transaction
+  ) throws -> UInt64 {
+    let behind = scratch.projections.indices.filter { positions[$0] <= floor }
+    let last = try scratch.environment.write { scratchTxn in
+      try core.replay(
+        after: floor, limit: max(1, configuration.rebuildChunkSize), through: until,
+        into: behind.map { scratch.projections[$0] }, targetTxn: scratchTxn, logTxn: txn)
+    }
+    for index in behind { positions[index] = last }
+    return positions.min() ?? last
+  }
+
+  /// Rebuilds the projections into the scratch area from the snapshots plus the log up to `head`;
+  /// records problems; returns the sequence every projection reached.
   private func rebuild(
     into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport
   )
     -> UInt64
   {
+    var positions: [UInt64]
     var position: UInt64 = 0
     do {
-      position = try seedFromSnapshots(scratch, from: txn)
-      // The records the snapshot covers are not replayed, but every one still there is checked.
+      positions = try seedFromSnapshots(scratch, from: txn, until: head)
+      position = positions.min() ?? 0
+      // The records the snapshots cover are not replayed, but every one still there is checked.
       if position > 0 {
         try txn.withCursor(core.events) { cursor in
           try cursor.scan(from: nil) { key, value in
@@ -334,14 +365,9 @@ extension EventLog {
       report.problems.append(.projectionState(projection: "(snapshot)", reason: "\(error)"))
       return 0
     }
-    let chunk = max(1, configuration.rebuildChunkSize)
     while position < head {
       do {
-        let last = try scratch.environment.write { scratchTxn in
-          try core.replay(
-            after: position, limit: chunk, through: head, into: scratch.projections, targetTxn: scratchTxn,
-            logTxn: txn)
-        }
+        let last = try replayChunk(into: scratch, positions: &positions, floor: position, through: head, from: txn)
         report.recordsChecked += Int(last - position)
         position = last
       } catch let error as FerryLogError {
@@ -429,14 +455,10 @@ extension EventLog {
         let until = min(sequence ?? head, head)
         let compacted = try core.compactedThrough(txn)
         if until < compacted { throw FerryLogError.historyCompacted(through: compacted) }
-        var position = try seedFromSnapshots(scratch, from: txn)
+        var positions = try seedFromSnapshots(scratch, from: txn, until: until)
+        var position = positions.min() ?? 0
         while position < until {
-          position = try scratch.environment.write { scratchTxn in
-            try core.replay(
-              after: position, limit: max(1, configuration.rebuildChunkSize), through: until,
-              into: scratch.projections,
-              targetTxn: scratchTxn, logTxn: txn)
-          }
+          position = try replayChunk(into: scratch, positions: &positions, floor: position, through: until, from: txn)
         }
         return until
       }

@@ -133,4 +133,11 @@ private func copyCompacted(_ path: String) throws {
     fsync(directory)
     close(directory)
   }
+  // `lock.mdb` still holds the old file's transaction counters, and a process that waited for our
+  // lock comes up as a later user of it, trusting them (its writes then land where later readers
+  // do not look). Opened here, by the holder of the exclusive lock, LMDB takes this process for the
+  // first user and sets the lock file from the new file. Closing it drops this process's locks on
+  // the file (they are per process); the waiting opener then finds the lock file current.
+  let fresh = try Environment.open(path: path, options: Environment.Options())
+  fresh.close()
 }

@@ -248,6 +248,30 @@ case "attack-run-without-fds":
     done.signal()
   }
   done.wait()
+case "attack2-open-add-close-loop":
+  // (AttackTests2) For MS milliseconds: opens the store, adds one "app" task with data id
+  // "app-I", says "ack ID I" once the add returned, closes, pauses 0-3 ms; again and again. Opens that fail are
+  // retried.
+  guard arguments.count == 4, let ms = Int(arguments[3]) else { fail("attack2-open-add-close-loop DIR MS") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    let deadline = Date().addingTimeInterval(Double(ms) / 1000)
+    var i = 0
+    while Date() < deadline {
+      guard let queue = try? await TaskQueue.open(at: directory) else { continue }
+      do {
+        let id = try await queue.add(tag: "app", payload: ["n": i], dataId: "app-\(i)")
+        say("ack \(id) \(i)")
+        i += 1
+      } catch {
+        say("error \(error)")
+      }
+      queue.close()
+      usleep(UInt32.random(in: 0...3000))
+    }
+    done.signal()
+  }
+  done.wait()
 default:
   fail("unknown command \(command)")
 }
