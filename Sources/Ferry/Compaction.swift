@@ -97,7 +97,7 @@ struct RetentionPlan: Sendable {
     // true order, timestamps written by two processes need not rise with it. Judged by its own
     // timestamp, a replaced task could be newer than the add that replaced it (that add's task
     // finished, both before the cutoff by its clock): the add would go, the replaced task stay,
-    // and a rebuild would bring it back. With ages that never fall along the log, whatever goes
+    // and a rebuild would bring it back. With times that never fall along the log, whatever goes
     // takes everything it shadows with it.
     let time = min(event.timestamp, oldestNewer)
     oldestNewer = time
