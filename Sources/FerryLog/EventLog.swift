@@ -192,6 +192,13 @@ public final class EventLog: Sendable {
         try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
         try txn.put(meta, key: MetaKey.createdAt, value: clock().bigEndianBytes)
         try txn.put(meta, key: MetaKey.storeId, value: EventID.make(milliseconds: clock()).bytes)
+        // An empty log's projections are current: their state goes in with the store's creation,
+        // so a crash right after it never leaves a store whose projections were "never built".
+        for projection in projections {
+          try txn.put(
+            meta, key: MetaKey.projection(projection.name),
+            value: ProjectionState(version: projection.version, position: 0).bytes)
+        }
       }
     }
 

@@ -66,15 +66,30 @@ private func lockOutOtherProcesses(_ path: String) -> Int32? {
   return fd
 }
 
-/// A file's modification time (nanoseconds) and size, to tell whether anything wrote to it.
-private func fileState(_ path: String) -> [Int64] {
-  var info = stat()
-  guard stat(path, &info) == 0 else { return [] }
-  #if canImport(Darwin)
-    return [Int64(info.st_mtimespec.tv_sec), Int64(info.st_mtimespec.tv_nsec), Int64(info.st_size)]
-  #else
-    return [Int64(info.st_mtim.tv_sec), Int64(info.st_mtim.tv_nsec), Int64(info.st_size)]
-  #endif
+/// The newest transaction id committed to an LMDB data file, read from its two meta pages (every
+/// commit writes a higher one), or nil when the file cannot be read as LMDB's. Read with the file
+/// closed by LMDB: this process's environment on it is closed first.
+///
+/// LMDB's meta page (mdb.c, 64-bit): a 16-byte page header, then `mm_magic` (u32, 0xBEEFC0DE),
+/// `mm_version` (u32), `mm_address`, `mm_mapsize`, two 48-byte `MDB_db` (the first's `md_pad`
+/// holds the page size), `mm_last_pg`, `mm_txnid` — at byte 144. Meta page 1 starts one page in.
+private func lastCommittedTransaction(_ file: String) -> UInt64? {
+  guard let handle = FileHandle(forReadingAtPath: file) else { return nil }
+  defer { try? handle.close() }
+  guard let first = try? handle.read(upToCount: 152), first.count == 152 else { return nil }
+  func u32(_ data: Data, _ at: Int) -> UInt32 {
+    data.subdata(in: at..<(at + 4)).withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) }
+  }
+  func u64(_ data: Data, _ at: Int) -> UInt64 {
+    data.subdata(in: at..<(at + 8)).withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
+  }
+  guard u32(first, 16) == 0xBEEF_C0DE else { return nil }
+  let pageSize = Int(u32(first, 40))
+  guard (512...65536).contains(pageSize) else { return nil }
+  guard (try? handle.seek(toOffset: UInt64(pageSize))) != nil,
+    let second = try? handle.read(upToCount: 152), second.count == 152, u32(second, 16) == 0xBEEF_C0DE
+  else { return nil }
+  return max(u64(first, 144), u64(second, 144))
 }
 
 /// Gives the lock of ``lockOutOtherProcesses(_:)`` back.
@@ -103,28 +118,28 @@ private func copyCompacted(_ path: String) throws {
   let before = try environment.info().lastTransaction
   try environment.copy(to: staging, compact: true)
   let after = try environment.info().lastTransaction
-  let copiedState = fileState(path + "/data.mdb")
   environment.close()
+  let copied = lastCommittedTransaction(path + "/data.mdb")
   // From here to the rename no process may open the store: one that did would write into the
   // file about to be replaced, and what it wrote would be lost. One that wrote between the close
-  // and the lock changed the file's modification time or size.
-  guard before == after, let held = lockOutOtherProcesses(path) else {
+  // and the lock committed a newer transaction.
+  guard before == after, copied == UInt64(exactly: after), let held = lockOutOtherProcesses(path) else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
   defer { unlock(held) }
-  guard fileState(path + "/data.mdb") == copiedState else {
+  guard lastCommittedTransaction(path + "/data.mdb") == copied else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
   // The copy is complete and flushed by LMDB; one rename makes it the store, atomically.
-  let copied = staging + "/data.mdb"
-  let fd = open(copied, O_RDONLY)
+  let copy = staging + "/data.mdb"
+  let fd = open(copy, O_RDONLY)
   if fd >= 0 {
     fsync(fd)
     close(fd)
   }
-  guard rename(copied, path + "/data.mdb") == 0 else {
+  guard rename(copy, path + "/data.mdb") == 0 else {
     throw ToolError(
       .storageError, "could not move the compacted copy into place: \(String(cString: strerror(errno)))")
   }

@@ -75,17 +75,20 @@ func repositoryRoot(_ file: String = #filePath) -> URL {
 
 /// Flips the bits of one byte of a file where `needle` first occurs; returns the offset.
 func flipByte(in file: String, after needle: [UInt8], offset extra: Int = 0) throws -> Int? {
+  // LMDB copies a page on write, so the file may also hold older copies of a record (freed pages):
+  // every copy is damaged, so that the live one surely is. Returns the first offset changed.
   var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
   guard needle.count <= bytes.count else { return nil }
+  var first: Int?
   for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] {
     if Array(bytes[start..<(start + needle.count)]) == needle {
       let target = start + extra
       bytes[target] ^= 0xFF
-      try Data(bytes).write(to: URL(fileURLWithPath: file))
-      return target
+      first = first ?? target
     }
   }
-  return nil
+  if first != nil { try Data(bytes).write(to: URL(fileURLWithPath: file)) }
+  return first
 }
 
 /// Runs one of this package's executables with a time limit (a hung child is killed, never waited
