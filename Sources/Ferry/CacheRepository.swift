@@ -10,18 +10,24 @@ public struct CacheSource<Value: Sendable>: Sendable {
   public var load: @Sendable () async throws -> Value?
   /// Whether fetched data is empty (recorded with the fetch).
   public var isEmpty: @Sendable (Value) -> Bool
+  /// The app's cache as a stream (Teller's `observeCache`), when the app's database can tell when
+  /// it changes: every value it yields — the app's own edits included — is a new state, and the
+  /// states show its latest value instead of calling `load` after each change.
+  public var observe: (@Sendable () -> AsyncStream<Value?>)?
 
   /// Describes the source.
   public init(
     fetch: @escaping @Sendable () async throws -> Value,
     save: @escaping @Sendable (Value) async throws -> Void,
     load: @escaping @Sendable () async throws -> Value?,
-    isEmpty: @escaping @Sendable (Value) -> Bool = { _ in false }
+    isEmpty: @escaping @Sendable (Value) -> Bool = { _ in false },
+    observe: (@Sendable () -> AsyncStream<Value?>)? = nil
   ) {
     self.fetch = fetch
     self.save = save
     self.load = load
     self.isEmpty = isEmpty
+    self.observe = observe
   }
 }
 
@@ -46,6 +52,12 @@ public struct CacheState<Value: Sendable>: Sendable {
   public var justFinishedFirstFetch: Bool
   /// True in the state right after a successful refresh.
   public var justFinishedSuccessfulRefresh: Bool
+}
+
+/// What a repository's observer reacts to: the ledger's notices and the app's observed cache.
+enum RepositoryEvent<Value: Sendable>: Sendable {
+  case notice(CacheNotice)
+  case observed(Value?)
 }
 
 /// A refresh may first require a collection of pending tasks to run successfully, so that fetched
@@ -216,14 +228,17 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   }
 
   private func state(
-    refreshing: Bool, error: RefreshError?, firstFetch: Bool, success: Bool
+    refreshing: Bool, error: RefreshError?, firstFetch: Bool, success: Bool, observed: Value?? = nil
   ) async throws -> CacheState<Value> {
     let content: CacheState<Value>.Content
     switch try ledger.state(key: key, maxAge: maxAge) {
     case .noCache: content = .noCache
     case .cache(let lastFetched, let age, let isTooOld):
-      // A load that fails shows as an empty cache rather than no state at all.
-      content = .cache(try? await source.load(), lastFetched: lastFetched, age: age, isTooOld: isTooOld)
+      // The observed value when the app's cache is a stream; else a load (one that fails shows as
+      // an empty cache rather than no state at all).
+      let value: Value?
+      if let observed { value = observed } else { value = try? await source.load() }
+      content = .cache(value, lastFetched: lastFetched, age: age, isTooOld: isTooOld)
     }
     return CacheState(
       content: content, isRefreshing: refreshing, refreshError: error, justFinishedFirstFetch: firstFetch,
@@ -241,7 +256,24 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       bufferingPolicy: .bufferingNewest(16))
     let notices = ledger.changes.stream(for: key) { nil }
     ledger.observeOtherProcesses()
+    // The app's cache as a stream: its values arrive as notices too, merged in order.
+    let (events, eventSink) = AsyncStream<RepositoryEvent<Value>>.makeStream()
+    let noticeFeed = Task {
+      for await notice in notices { eventSink.yield(.notice(notice)) }
+      eventSink.finish()
+    }
+    let observedFeed = source.observe.map { observe in
+      Task {
+        for await value in observe() { eventSink.yield(.observed(value)) }
+      }
+    }
     let observer = Task { [self] in
+      defer {
+        noticeFeed.cancel()
+        observedFeed?.cancel()
+      }
+      // The latest value of an observed cache (nil: nothing observed yet, so `load` is asked).
+      var observed: Value??
       var refreshing = ledger.inFlight.withLock { $0[key] != nil }
       // A failure after the last success is the error until a refresh succeeds.
       var lastError = lastError()
@@ -253,7 +285,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       func emit(firstFetch: Bool = false, success: Bool = false, mayRefresh: Bool = false) async {
         guard
           let current = try? await state(
-            refreshing: refreshing, error: lastError, firstFetch: firstFetch, success: success)
+            refreshing: refreshing, error: lastError, firstFetch: firstFetch, success: success,
+            observed: observed)
         else { return }
         continuation.yield(current)
         timer?.cancel()
@@ -265,7 +298,15 @@ public final class CacheRepository<Value: Sendable>: Sendable {
         }
       }
       await emit(mayRefresh: true)
-      for await notice in notices {
+      for await event in events {
+        let notice: CacheNotice
+        switch event {
+        case .observed(let value):
+          observed = .some(value)
+          await emit()
+          continue
+        case .notice(let received): notice = received
+        }
         switch notice {
         case .changed:
           // A key forgotten while observed has no cache: fetch it (a failed fetch is recorded
