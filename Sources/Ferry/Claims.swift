@@ -252,17 +252,14 @@ final class PassState: Sendable {
   }
 }
 
-/// When a pass may end: every worker found nothing to run, as of a head no older than the head
-/// any joined caller needs (its add is then among what the pass looked at).
+/// When a pass may end: it found nothing to run as of a head no older than the head any joined
+/// caller needs (its add is then among what the pass looked at).
 final class PassControl: Sendable {
   private struct State {
     var required: UInt64 = 0
-    var active = 0
     var finished = false
   }
   private let state = Mutex(State())
-
-  func setWorkers(_ count: Int) { state.withLock { $0.active = count } }
 
   /// Joins the pass unless it has ended; the pass then looks at the queue as of `head` at least.
   func join(requiring head: UInt64) -> Bool {
@@ -273,12 +270,11 @@ final class PassControl: Sendable {
     }
   }
 
-  /// A worker found nothing as of `head`; true when it may stop.
-  func finish(worker head: UInt64) -> Bool {
+  /// The pass found nothing as of `head`; true when it may end (no joined caller needs more).
+  func finish(at head: UInt64) -> Bool {
     state.withLock { s in
       if s.required > head { return false }
-      s.active -= 1
-      if s.active <= 0 { s.finished = true }
+      s.finished = true
       return true
     }
   }

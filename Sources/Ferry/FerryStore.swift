@@ -77,8 +77,7 @@ public final class FerryStore: Sendable {
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
       // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
       // (another process is in a handler right now) are left alone.
-      store.queue.setInterruptedAtOpen(try await store.queue.interruptRunsOfDeadOwners())
-      store.queue.sweepDeadTokens()
+      store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true))
       if let automatic { store.startAutomaticCompaction(automatic) }
       return store
     } catch {

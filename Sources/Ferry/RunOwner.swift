@@ -155,21 +155,21 @@ final class RunOwner: Sendable {
       let staging = name.hasPrefix(".") && name.hasSuffix(".new")
       guard staging || (isValidId(name) && !claimed.contains(name)) else { continue }
       if let mine, staging && name == "." + mine + ".new" { continue }
-      let path = directory + "/" + name
-      let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-      guard fd >= 0 else { continue }
-      if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
-      close(fd)
+      removeIfUnlocked(directory + "/" + name)
     }
+  }
+
+  /// Removes a token file whose lock can be taken (its owner is gone).
+  private static func removeIfUnlocked(_ path: String) {
+    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+    guard fd >= 0 else { return }
+    if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+    close(fd)
   }
 
   /// Removes the token of an owner found dead, once its runs were interrupted.
   static func forget(_ id: String, storePath: String) {
     guard isValidId(id) else { return }
-    let path = directory(of: storePath) + "/" + id
-    let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-    guard fd >= 0 else { return }
-    if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
-    close(fd)
+    removeIfUnlocked(directory(of: storePath) + "/" + id)
   }
 }

@@ -90,7 +90,12 @@ package enum TaskEvent: Equatable, Sendable {
   }
 
   /// The schema version this code writes for the event's type.
-  var schemaVersion: UInt16 { Self.upcasters[type] == nil ? 1 : 2 }
+  var schemaVersion: UInt16 {
+    switch self {
+    case .runStarted, .errorRecorded: return 2  // the types in `upcasters`
+    default: return 1
+    }
+  }
 
   var newEvent: NewEvent { NewEvent(type: type, schemaVersion: schemaVersion, payload: payload) }
 

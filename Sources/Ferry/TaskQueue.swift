@@ -33,7 +33,7 @@ public final class TaskQueue: Sendable {
   private let owner = Mutex<RunOwner?>(nil)
   /// Runs of this queue's runners that may be live (``reserveRuns(_:)``), and a token given up by
   /// `close` while they ran: it stays locked until the last of them ends.
-  private let handlers = Mutex<(running: Int, closedOwner: RunOwner?)>((0, nil))
+  private let liveRuns = Mutex<(running: Int, closedOwner: RunOwner?)>((0, nil))
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
   private let foreignTail = ForeignTail()
@@ -74,7 +74,7 @@ public final class TaskQueue: Sendable {
       defer { owner = nil }
       return owner
     }
-    let releaseNow = handlers.withLock { state -> Bool in
+    let releaseNow = liveRuns.withLock { state -> Bool in
       if state.running == 0 { return true }
       state.closedOwner = token
       return false
@@ -87,13 +87,13 @@ public final class TaskQueue: Sendable {
   /// returned. While any is reserved the token stays locked, even after `close`.
   func reserveRuns(_ count: Int) {
     guard count > 0 else { return }
-    handlers.withLock { $0.running += count }
+    liveRuns.withLock { $0.running += count }
   }
 
   /// Ends `count` reserved runs; the last one after a close gives the token up.
   func endRuns(_ count: Int) {
     guard count > 0 else { return }
-    let token = handlers.withLock { state -> RunOwner? in
+    let token = liveRuns.withLock { state -> RunOwner? in
       state.running -= count
       guard state.running <= 0 else { return nil }
       defer { state.closedOwner = nil }
@@ -127,24 +127,6 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// Interrupts every run under way, whoever claimed it: for a store that was just built from
-  /// another's log (`ferry import`), where no process can own a run.
-  package func interruptEveryRun() async throws -> [TaskID] {
-    let claims = try queueTables { queue in try QueueCommand.claims(queue) }
-    var interrupted: [TaskID] = []
-    for (id, claim) in claims
-    where try await log.execute({ context in try QueueCommand.interrupt(id, claim: claim, context) }) {
-      interrupted.append(id)
-    }
-    return interrupted
-  }
-
-  /// Removes the tokens of dead owners that no claim names (left by closed or killed processes).
-  func sweepDeadTokens() {
-    guard let claims = try? queueTables({ queue in try QueueCommand.claims(queue) }) else { return }
-    RunOwner.sweep(storePath: log.path, claimed: Set(claims.map(\.1.owner)), except: ownerId)
-  }
-
   /// This process's liveness token, made on first use.
   func runOwner() throws -> RunOwner {
     try owner.withLock { owner in
@@ -166,25 +148,44 @@ public final class TaskQueue: Sendable {
   /// the task is ready again. A live owner's runs are never touched. Returns the tasks interrupted.
   @discardableResult
   public func interruptRunsOfDeadOwners() async throws -> [TaskID] {
+    try await recover(sweepingTokens: false)
+  }
+
+  /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
+  /// that no claim names any more (the files closed or killed processes left): reads the claims once.
+  func recover(sweepingTokens: Bool) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
     let claims = try queueTables { queue in try QueueCommand.claims(queue) }
-    if claims.isEmpty { return [] }
     let mine = ownerId
-    var interrupted: [TaskID] = []
     var verdicts: [String: RunOwner.Liveness] = [:]
-    for (id, claim) in claims where claim.owner != mine {
-      let liveness =
-        verdicts[claim.owner] ?? RunOwner.liveness(of: claim.owner, storePath: log.path)
-      verdicts[claim.owner] = liveness
-      guard liveness == .dead else { continue }
-      CrashPoint.reach(CrashPoint.recovery)
-      if try await log.execute({ context in try QueueCommand.interrupt(id, claim: claim, context) }) {
-        interrupted.append(id)
-        publish(.interrupted(id))
-      }
+    for (_, claim) in claims where claim.owner != mine && verdicts[claim.owner] == nil {
+      verdicts[claim.owner] = RunOwner.liveness(of: claim.owner, storePath: log.path)
     }
+    let dead = claims.filter { verdicts[$0.1.owner] == .dead }
+    let interrupted = try await interrupt(dead)
     // Their runs are interrupted: the dead owners' tokens can go.
     for (owner, liveness) in verdicts where liveness == .dead { RunOwner.forget(owner, storePath: log.path) }
+    if sweepingTokens {
+      let stillClaimed = Set(claims.filter { verdicts[$0.1.owner] != .dead }.map(\.1.owner))
+      RunOwner.sweep(storePath: log.path, claimed: stillClaimed, except: mine)
+    }
+    return interrupted
+  }
+
+  /// Interrupts every run under way, whoever claimed it: for a store that was just built from
+  /// another's log (`ferry import`), where no process can own a run.
+  package func interruptEveryRun() async throws -> [TaskID] {
+    try await interrupt(try queueTables { queue in try QueueCommand.claims(queue) })
+  }
+
+  /// Interrupts these runs, each only if its claim is unchanged, in one command (one commit).
+  private func interrupt(_ claims: [(TaskID, TaskRow.Claim)]) async throws -> [TaskID] {
+    if claims.isEmpty { return [] }
+    CrashPoint.reach(CrashPoint.recovery)
+    let interrupted = try await log.execute { context in
+      try claims.filter { id, claim in try QueueCommand.interrupt(id, claim: claim, context) }.map(\.0)
+    }
+    for id in interrupted { publish(.interrupted(id)) }
     return interrupted
   }
 

@@ -167,7 +167,6 @@ public final class TaskRunner: Sendable {
     var tags: Set<String>?
     if case .collection(let name) = filter { tags = Set(configuration.collections[name] ?? []) }
     let pass = PassState(filter: filter, collectionTags: tags)
-    control.setWorkers(1)
     try await work(pass, control: control, owner: owner, width: max(1, configuration.maxConcurrentTasks))
     return pass.report()
   }
@@ -287,7 +286,10 @@ public final class TaskRunner: Sendable {
           throw error
         }
         queue.endRuns(free - step.claims.count)
-        for (run, logged) in zip(toFinish, step.logged) { record(run, logged: logged, pass: pass) }
+        for (run, logged) in zip(toFinish, step.logged) {
+          if logged == .logged { publish(run) }
+          report(run, logged: logged, pass: pass)
+        }
         pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
         for (id, reason) in step.skips where pass.touch(id) {
           if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
@@ -308,7 +310,7 @@ public final class TaskRunner: Sendable {
         }
         if running == 0 {
           if !finished.isEmpty { continue }
-          if step.exhausted && step.check == nil && control.finish(worker: step.head) { return }
+          if step.exhausted && step.check == nil && control.finish(at: step.head) { return }
           continue
         }
         // Room for more and more to look at: claim again at once; otherwise wait for a run to end.
@@ -373,25 +375,32 @@ public final class TaskRunner: Sendable {
     return nil
   }
 
-  /// Logs the outcomes of a stopped pass's runs in one command.
-  private func finishAlone(_ runs: [Finished], _ pass: PassState) async throws {
+  /// Logs runs' outcomes in one command (each only if the run is still the runner's) and tells
+  /// observers of those logged.
+  private func logOutcomes(_ runs: [Finished]) async throws -> [QueueCommand.FinishOutcome] {
     let logged = try await queue.log.execute { context in
       try runs.map { run in
         try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
       }
     }
-    for (run, result) in zip(runs, logged) { record(run, logged: result, pass: pass) }
+    for (run, result) in zip(runs, logged) where result == .logged { publish(run) }
+    return logged
   }
 
-  /// Puts a finished run in the report and tells observers.
-  private func record(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
+  /// Logs the outcomes of a stopped pass's runs and puts them in its report.
+  private func finishAlone(_ runs: [Finished], _ pass: PassState) async throws {
+    for (run, logged) in zip(runs, try await logOutcomes(runs)) { report(run, logged: logged, pass: pass) }
+  }
+
+  /// Tells observers of a run's logged outcome.
+  private func publish(_ finished: Finished) {
+    for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
+  }
+
+  /// Puts a run whose outcome a command logged (or refused) in the pass's report.
+  private func report(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
     let id = finished.run.task.id
-    if logged == .logged {
-      for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
-      pass.add(id, finished.outcome)
-    } else {
-      pass.add(id, .interrupted)
-    }
+    pass.add(id, logged == .logged ? finished.outcome : .interrupted)
     if finished.outcome != .succeeded { pass.failGroup(finished.run.task.groupId) }
   }
 
@@ -503,15 +512,8 @@ public final class TaskRunner: Sendable {
         continue
       case .claimed(let run):
         let finished = await runClaimed(run)
-        let logged = try await queue.log.execute { context in
-          try QueueCommand.finish(id, claim: run.claim, outcome: finished.events, context)
-        }
-        if logged == .logged {
-          for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
-          outcome = finished.outcome
-        } else {
-          outcome = .interrupted
-        }
+        let logged = try await logOutcomes([finished])
+        outcome = logged.first == .logged ? finished.outcome : .interrupted
       case .runningElsewhere(let head, let claim):
         outcome = try await awaitOutcome(of: id, claim: claim, after: head)
       }

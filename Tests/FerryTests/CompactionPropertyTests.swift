@@ -97,27 +97,6 @@ final class OutcomeSalt: Sendable {
   let value = Mutex(0)
 }
 
-/// A runner whose handlers answer by `Model.outcome`: succeeded, failed (retried with backoff),
-/// recorded an error, or failed for good.
-func makeHistoryRunner(_ store: FerryStore, _ salt: OutcomeSalt) -> TaskRunner {
-  var configuration = TaskRunner.Configuration()
-  configuration.random = { 0.5 }
-  configuration.defaultRetry = RetryPolicy(
-    maxAttempts: Model.maxAttempts, initialDelay: 1000, multiplier: 2, jitter: 0)
-  let runner = TaskRunner(queue: store.queue, configuration: configuration)
-  for tag in ["t0", "t1", "t2"] {
-    runner.register(tag: tag) { task in
-      switch Model.outcome(id: task.id, attempt: task.attempt, salt: salt.value.withLock { $0 }) {
-      case 0, 1: return .succeeded
-      case 2: return .failed("flaky")
-      case 3: return .recordError("fix \(task.id)")
-      default: return .failed("rejected", retryable: false)
-      }
-    }
-  }
-  return runner
-}
-
 /// Two stores fed the same history on one clock: `compacted` is compacted and has projections
 /// rebuilt along the way, `reference` never.
 struct StorePair {
@@ -139,20 +118,20 @@ struct StorePair {
     clock.install(in: &configuration)
     compacted = try await FerryStore.open(at: compactedFixture.path, configuration: configuration)
     reference = try await FerryStore.open(at: referenceFixture.path, configuration: configuration)
-    compactedRunner = makeHistoryRunner(compacted, salt)
-    referenceRunner = makeHistoryRunner(reference, salt)
+    compactedRunner = makeRunner(compacted) { [salt] in salt.value.withLock { $0 } }
+    referenceRunner = makeRunner(reference) { [salt] in salt.value.withLock { $0 } }
   }
 
   mutating func reopenCompacted() async throws {
     compacted.close()
     compacted = try await FerryStore.open(at: compactedFixture.path, configuration: configuration)
-    compactedRunner = makeHistoryRunner(compacted, salt)
+    compactedRunner = makeRunner(compacted) { [salt] in salt.value.withLock { $0 } }
   }
 
   mutating func reopenReference() async throws {
     reference.close()
     reference = try await FerryStore.open(at: referenceFixture.path, configuration: configuration)
-    referenceRunner = makeHistoryRunner(reference, salt)
+    referenceRunner = makeRunner(reference) { [salt] in salt.value.withLock { $0 } }
   }
 
   func close() {

@@ -344,7 +344,11 @@ func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunRepor
   #expect(reported.count == runs.values.reduce(0, +), "reports and log disagree in \(commands)")
 }
 
-func makeRunner(_ store: FerryStore) -> TaskRunner {
+/// A runner whose handlers answer by `Model.outcome` for the salt `salt()` gives: succeeded, failed
+/// (retried with backoff), recorded an error, or failed for good.
+func makeRunner(
+  _ store: FerryStore, salt: @escaping @Sendable () -> Int = { currentSalt.withLock { $0 } }
+) -> TaskRunner {
   var configuration = TaskRunner.Configuration()
   configuration.random = { 0.5 }
   configuration.defaultRetry = RetryPolicy(
@@ -352,7 +356,7 @@ func makeRunner(_ store: FerryStore) -> TaskRunner {
   let runner = TaskRunner(queue: store.queue, configuration: configuration)
   for tag in ["t0", "t1", "t2"] {
     runner.register(tag: tag) { task in
-      switch Model.outcome(id: task.id, attempt: task.attempt, salt: currentSalt.withLock { $0 }) {
+      switch Model.outcome(id: task.id, attempt: task.attempt, salt: salt()) {
       case 0, 1: return .succeeded
       case 2: return .failed("flaky")
       case 3: return .recordError("fix \(task.id)")
