@@ -34,9 +34,11 @@ public struct EventCatalog: Sendable {
   /// The types, by name.
   public let types: [String: EventType]
 
-  /// A catalog of the given types.
+  /// A catalog of the given types, plus ``EventLog/lostEventType`` (which every log accepts).
   public init(_ types: [EventType]) {
-    self.types = Dictionary(types.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+    var byName = Dictionary(types.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
+    byName[EventLog.lostEventType] = EventType(EventLog.lostEventType)
+    self.types = byName
   }
 
   /// Checks an event about to be appended.

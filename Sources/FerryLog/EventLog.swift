@@ -16,6 +16,10 @@ import Synchronization
 public final class EventLog: Sendable {
   /// The store format this code writes and the newest it opens.
   public static let storeFormatVersion: UInt32 = 1
+  /// The type of the marker `ferry salvage` writes where a damaged store's event could not be
+  /// recovered: one per lost sequence number, empty payload, schema version 1. It keeps the log
+  /// gap-free and says, in the log itself, what was lost; projections ignore it.
+  public static let lostEventType = "ferry.lost"
 
   /// How a log is opened.
   public struct Configuration: Sendable {

@@ -46,6 +46,20 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case snapshotUnusable(projection: String, reason: String)
   /// The log was closed; no more appends are taken.
   case closed
+  /// The store's files are damaged in a way that makes reading them unsafe or untrustworthy (a
+  /// data file shorter than its meta page says, meta pages that disagree, a read that crashed).
+  /// `ferry salvage` builds a new store from what is left.
+  case damagedStore(path: String, reason: String)
+  /// The store holds fewer events than it acknowledged before: its newest commits were lost (an
+  /// LMDB meta page rolled back, or a data file restored from an older copy). Nothing is written
+  /// to such a store; `ferry salvage` recovers what is left into a new one.
+  case lostCommits(path: String, acknowledged: UInt64, found: UInt64)
+  /// The disk is full (`ENOSPC`). Nothing acknowledged was lost: the failed write was not acknowledged.
+  case diskFull(path: String)
+  /// The user's disk quota is used up (`EDQUOT`). Nothing acknowledged was lost.
+  case quotaExceeded(path: String)
+  /// The device reported an input/output error (`EIO`): the disk or file system is failing.
+  case ioError(path: String, detail: String)
   /// LMDB (or the operating system beneath it) failed.
   case storage(LMDBError)
 
@@ -87,6 +101,24 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .snapshotUnusable(let projection, let reason):
       return "the snapshot of '\(projection)' cannot be used: \(reason)"
     case .closed: return "the event log is closed"
+    case .damagedStore(let path, let reason):
+      return
+        "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"
+    case .lostCommits(let path, let acknowledged, let found):
+      return
+        "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "
+        + "its log now ends at \(found) (a meta page rolled back or the data file was replaced by an older copy); "
+        + "nothing was written to it — `ferry salvage \(path) NEW_DIR` recovers what is left"
+    case .diskFull(let path):
+      return
+        "the disk holding \(path) is full: free some space and try again; nothing acknowledged was lost"
+    case .quotaExceeded(let path):
+      return
+        "the disk quota for \(path) is used up: free some space or raise the quota and try again; nothing acknowledged was lost"
+    case .ioError(let path, let detail):
+      return
+        "the disk holding \(path) reported an input/output error (\(detail)): the device or file system is failing; "
+        + "copy the store elsewhere (`ferry export`) and check the disk"
     case .storage(let error): return "storage error: \(error)"
     }
   }

@@ -14,7 +14,8 @@ public enum ExitStatus: Int32, Sendable {
   case notAStore = 4
   /// The store was written by a newer Ferry.
   case newerFormat = 5
-  /// A record failed its CRC or did not decode.
+  /// The store is damaged: a record failed its CRC or did not decode, a sequence is missing, the
+  /// files disagree with themselves, commits were lost, or reading it crashed.
   case corruptRecord = 6
   /// The store is open elsewhere in a way that prevents this command (already open, permission).
   case unavailable = 7
@@ -53,6 +54,8 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
       case .corruptRecord, .unsupportedRecordFormat, .unknownEventType, .unsupportedSchemaVersion,
         .sequenceGap:
         return ToolError(.corruptRecord, log.description)
+      case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
+      case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
       case .projectionFailed(_, _, let underlying):
