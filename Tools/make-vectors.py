@@ -82,17 +82,20 @@ def check_crc_implementation() -> None:
 
 # --- The record format ----------------------------------------------------------------------------
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MAX_TYPE_LENGTH = 64
 TYPE_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
-OVERHEAD = 1 + 1 + 2 + 8 + 16 + 4 + 4  # 36 bytes around the type and the payload
+OVERHEAD = 1 + 1 + 2 + 8 + 16 + 4 + 8 + 4  # 44 bytes around the type and the payload (format 2)
+MINIMUM_LENGTH = 37  # the shortest record of any format: format 1, 1-byte type, empty payload
 
 
 def record_body(type_bytes: bytes, schema_version: int, timestamp: int, event_id: bytes, payload: bytes,
                 format_version: int = FORMAT_VERSION, type_length: int = None,
-                payload_length: int = None) -> bytes:
-    """Every byte of a record before its CRC. The overrides exist to build invalid records."""
+                payload_length: int = None, sequence: int = None) -> bytes:
+    """Every byte of a record before its CRC: format 2 ends with the sequence it is stored under,
+    format 1 has none (pass sequence=None). The overrides exist to build invalid records."""
     assert len(event_id) == 16
+    tail = b"" if sequence is None else struct.pack(">Q", sequence)
     return (
         struct.pack(">B", format_version)
         + struct.pack(">B", len(type_bytes) if type_length is None else type_length)
@@ -102,6 +105,7 @@ def record_body(type_bytes: bytes, schema_version: int, timestamp: int, event_id
         + event_id
         + struct.pack(">I", len(payload) if payload_length is None else payload_length)
         + payload
+        + tail
     )
 
 
@@ -110,14 +114,20 @@ def seal(body: bytes) -> bytes:
     return body + struct.pack(">I", crc32c(body))
 
 
-def encode(type_name: str, schema_version: int, timestamp: int, event_id: bytes, payload: bytes) -> bytes:
-    """A valid record; refuses inputs the format does not allow."""
+def encode(type_name: str, schema_version: int, timestamp: int, event_id: bytes, payload: bytes,
+           sequence: int = None, format_version: int = FORMAT_VERSION) -> bytes:
+    """A valid record (format 2 stored under `sequence`, or format 1 without one); refuses inputs
+    the format does not allow."""
+    assert (format_version == 2) == (sequence is not None) and format_version in (1, 2)
     type_bytes = type_name.encode("ascii")
     assert 1 <= len(type_bytes) <= MAX_TYPE_LENGTH and set(type_bytes) <= TYPE_ALPHABET, type_name
     assert 1 <= schema_version <= 0xFFFF
     assert -(1 << 63) <= timestamp < (1 << 63)
     assert len(payload) <= 0xFFFFFFFF
-    return seal(record_body(type_bytes, schema_version, timestamp, event_id, payload))
+    if sequence is not None:
+        assert 0 <= sequence < (1 << 64)
+    return seal(record_body(type_bytes, schema_version, timestamp, event_id, payload,
+                            format_version=format_version, sequence=sequence))
 
 
 def uuid7(unix_ms: int, tail: bytes) -> bytes:
@@ -144,13 +154,16 @@ assert len(TYPE_64) == 64
 PAYLOAD_300 = bytes(range(256)) + bytes(range(44))
 
 
-def valid(name, description, sequence, type_name, schema_version, timestamp, event_id, payload):
-    record = encode(type_name, schema_version, timestamp, event_id, payload)
+def valid(name, description, sequence, type_name, schema_version, timestamp, event_id, payload,
+          format_version=FORMAT_VERSION):
+    record = encode(type_name, schema_version, timestamp, event_id, payload,
+                    sequence=sequence if format_version == 2 else None, format_version=format_version)
     return name, {
         "description": description,
         "sequence": sequence,
         "hex": record.hex(),
         "expect": {
+            "formatVersion": format_version,
             "type": type_name,
             "schemaVersion": schema_version,
             "timestamp": timestamp,
@@ -181,7 +194,7 @@ def build_record_vectors():
     vectors.append(valid(
         "record-001-minimal",
         "Smallest valid record: 1-byte type, schema version 1, timestamp 0, all-zero id, empty payload "
-        "(37 bytes, the minimum length).",
+        "(45 bytes, the shortest record of format 2).",
         1, "a", 1, 0, ID_ZERO, b""))
     vectors.append(valid(
         "record-002-typical",
@@ -207,10 +220,23 @@ def build_record_vectors():
         "Timestamp -1 (all 64 bits set, 1969-12-31T23:59:59.999Z); a 4-byte payload e3069283 that "
         "looks like a CRC trailer but is payload.",
         3, "x-y_z.w:v", 2, -1, ID_TYPICAL, bytes.fromhex("e3069283")))
+    vectors.append(valid(
+        "record-007-format1-typical",
+        "record-002's event in the old format 1 (no sequence inside, 37-byte minimum): still read, "
+        "never written. Format 1 cannot tell which key it is stored under.",
+        2, "task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=1))
+    vectors.append(valid(
+        "record-008-format1-minimal-any-key",
+        "The shortest format 1 record (37 bytes), stored under sequence 99: format 1 decodes under any key.",
+        99, "a", 1, 0, ID_ZERO, b"", format_version=1))
+    vectors.append(valid(
+        "record-009-sequence-max",
+        "A format 2 record stored under the largest sequence number, 2^64 - 1.",
+        (1 << 64) - 1, "a", 1, 0, ID_ZERO, b""))
 
-    typical = encode("task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD)
+    typical = encode("task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, sequence=2)
     type_offset = 2
-    payload_offset = len(typical) - 4 - len(TYPICAL_PAYLOAD)
+    payload_offset = len(typical) - 12 - len(TYPICAL_PAYLOAD)
 
     # Invalid records. Each is checked below to fail at the step its description names.
     flipped_payload = flip(typical, payload_offset + 5)
@@ -235,23 +261,25 @@ def build_record_vectors():
         "4 bytes are not the CRC of the rest.",
         2, truncated, "corruptRecord"))
 
-    v2 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=2))
-    assert crc_matches(v2)
+    v3 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=3,
+                          sequence=2))
+    assert crc_matches(v3)
     vectors.append(invalid(
-        "record-104-format-version-2",
-        "record-002 written with format version 2 (CRC recomputed, so only the version is wrong): a "
+        "record-104-format-version-3",
+        "record-002 written with format version 3 (CRC recomputed, so only the version is wrong): a "
         "newer format than the decoder reads.",
-        2, v2, "unsupportedRecordFormat"))
+        2, v3, "unsupportedRecordFormat"))
 
-    trailing = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD) + b"\x00")
+    trailing = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, sequence=2)
+                    + b"\x00")
     assert crc_matches(trailing)
     vectors.append(invalid(
         "record-105-trailing-byte",
-        "record-002 with one extra byte (0x00) after the payload, inside the CRC coverage (CRC "
-        "recomputed): the CRC passes, parsing finds 1 byte after the payload.",
+        "record-002 with one extra byte (0x00) after the sequence, inside the CRC coverage (CRC "
+        "recomputed): the CRC passes, parsing finds 1 byte after the sequence.",
         2, trailing, "corruptRecord"))
 
-    empty_type = seal(record_body(b"", 1, TS_TYPICAL, ID_TYPICAL, b"abc"))
+    empty_type = seal(record_body(b"", 1, TS_TYPICAL, ID_TYPICAL, b"abc", sequence=7))
     assert crc_matches(empty_type) and len(empty_type) >= OVERHEAD + 1
     vectors.append(invalid(
         "record-106-type-length-0",
@@ -260,43 +288,44 @@ def build_record_vectors():
         7, empty_type, "corruptRecord"))
 
     # Extra cases, one per remaining decoding rule.
-    too_short = encode("a", 1, 0, ID_ZERO, b"")[:-1]
-    assert len(too_short) == OVERHEAD
+    too_short = encode("a", 1, 0, ID_ZERO, b"", sequence=1)[:MINIMUM_LENGTH - 1]
+    assert len(too_short) == 36
     vectors.append(invalid(
         "record-107-shorter-than-minimum",
-        "36 bytes (record-001 without its last byte): shorter than the 37-byte minimum.",
+        "36 bytes (the first 36 of record-001): shorter than the 37-byte minimum of any format.",
         1, too_short, "corruptRecord"))
 
-    v2_bad_crc = flip(v2, payload_offset + 5)
-    assert not crc_matches(v2_bad_crc)
+    v3_bad_crc = flip(v3, payload_offset + 5)
+    assert not crc_matches(v3_bad_crc)
     vectors.append(invalid(
-        "record-108-format-version-2-bad-crc",
-        "record-104 (format version 2) with a payload bit flipped as well: the CRC is checked "
+        "record-108-format-version-3-bad-crc",
+        "record-104 (format version 3) with a payload bit flipped as well: the CRC is checked "
         "before the version, so damage reads as damage: corruptRecord.",
-        2, v2_bad_crc, "corruptRecord"))
+        2, v3_bad_crc, "corruptRecord"))
 
-    v0 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=0))
+    v0 = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, format_version=0,
+                          sequence=2))
     assert crc_matches(v0)
     vectors.append(invalid(
         "record-109-format-version-0",
         "record-002 with format version 0 (CRC recomputed): version 0 was never valid.",
         2, v0, "corruptRecord"))
 
-    bad_char = seal(record_body(b"task added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    bad_char = seal(record_body(b"task added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, sequence=2))
     assert crc_matches(bad_char)
     vectors.append(invalid(
         "record-110-type-with-space",
         "A type containing a space (\"task added\"), valid CRC: the type is not a valid name.",
         2, bad_char, "corruptRecord"))
 
-    long_type = seal(record_body(("a" * 65).encode(), 1, TS_TYPICAL, ID_TYPICAL, b""))
+    long_type = seal(record_body(("a" * 65).encode(), 1, TS_TYPICAL, ID_TYPICAL, b"", sequence=2))
     assert crc_matches(long_type)
     vectors.append(invalid(
         "record-111-type-65-bytes",
         "A 65-byte type (one over the maximum), valid CRC.",
         2, long_type, "corruptRecord"))
 
-    non_ascii = seal(record_body("tâsk".encode("utf-8"), 1, TS_TYPICAL, ID_TYPICAL, b""))
+    non_ascii = seal(record_body("tâsk".encode("utf-8"), 1, TS_TYPICAL, ID_TYPICAL, b"", sequence=2))
     assert crc_matches(non_ascii)
     vectors.append(invalid(
         "record-112-type-non-ascii",
@@ -304,14 +333,14 @@ def build_record_vectors():
         2, non_ascii, "corruptRecord"))
 
     long_payload_length = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD,
-                                           payload_length=len(TYPICAL_PAYLOAD) + 1))
+                                           payload_length=len(TYPICAL_PAYLOAD) + 1, sequence=2))
     assert crc_matches(long_payload_length)
     vectors.append(invalid(
         "record-113-payload-length-too-large",
         "payloadLength one more than the payload bytes present, valid CRC: truncated at the payload.",
         2, long_payload_length, "corruptRecord"))
 
-    long_type_length = seal(record_body(b"a", 1, 0, ID_ZERO, b"", type_length=255))
+    long_type_length = seal(record_body(b"a", 1, 0, ID_ZERO, b"", type_length=255, sequence=1))
     assert crc_matches(long_type_length)
     vectors.append(invalid(
         "record-114-type-length-past-end",
@@ -319,20 +348,34 @@ def build_record_vectors():
         "truncated at the type.",
         1, long_type_length, "corruptRecord"))
 
-    schema0 = seal(record_body(b"task.added", 0, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    schema0 = seal(record_body(b"task.added", 0, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD, sequence=2))
     assert crc_matches(schema0)
     vectors.append(invalid(
         "record-115-schema-version-0",
         "record-002 with schema version 0 (CRC recomputed): schema versions start at 1.",
         2, schema0, "corruptRecord"))
 
-    first_byte_flipped = flip(typical, 0, 0x02)
+    first_byte_flipped = flip(typical, 0, 0x01)
     assert not crc_matches(first_byte_flipped)
     vectors.append(invalid(
         "record-116-format-byte-damaged",
-        "record-002 with its format-version byte damaged (0x01 -> 0x03), CRC not recomputed: "
+        "record-002 with its format-version byte damaged (0x02 -> 0x03), CRC not recomputed: "
         "corruptRecord, not a newer format.",
         2, first_byte_flipped, "corruptRecord"))
+
+    vectors.append(invalid(
+        "record-117-stored-under-another-key",
+        "record-002 (written as sequence 2) found under key 3, as a record copied or misplaced by "
+        "damage would be: the CRC passes, the sequence inside it disagrees with its key.",
+        3, typical, "corruptRecord"))
+
+    no_sequence = seal(record_body(b"task.added", 1, TS_TYPICAL, ID_TYPICAL, TYPICAL_PAYLOAD))
+    assert crc_matches(no_sequence)
+    vectors.append(invalid(
+        "record-118-format2-without-sequence",
+        "record-002's fields under format version 2 but without the sequence (CRC recomputed): "
+        "truncated at the sequence.",
+        2, no_sequence, "corruptRecord"))
 
     valid_crc_sanity = [v for v in vectors if "expect" in v[1]]
     for _, vector in valid_crc_sanity:
@@ -368,7 +411,7 @@ def build_upcast_vectors():
     schema version 1 (text), and the payload its upcaster 1 -> 2 must produce (text, pinned=false)."""
     event_id = bytes.fromhex("019bbf5a6f0070008000000000000001")
     v1_payload = payload_string("buy milk")
-    record = encode("note.saved", 1, 1768467600000, event_id, v1_payload)
+    record = encode("note.saved", 1, 1768467600000, event_id, v1_payload, format_version=1)
     v2_payload = v1_payload + b"\x00"
     return [("upcast-001-note-v1", {
         "description": "A note.saved record at schema version 1 (payload: text). Version 2 adds a pinned "
@@ -404,7 +447,7 @@ def build_task_vectors():
             "description": "task.runStarted at schema version 1 (taskId 42, attempt 3). Version 2 adds the "
                            "claim's owner and runner; the upcaster appends an empty owner (u32 length 0) "
                            "and runner 0.",
-            "sequence": 50, "hex": encode("task.runStarted", 1, ts, event_id, started_v1).hex(),
+            "sequence": 50, "hex": encode("task.runStarted", 1, ts, event_id, started_v1, format_version=1).hex(),
             "type": "task.runStarted", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
             "v1PayloadHex": started_v1.hex(), "upcastSchemaVersion": 2,
             "upcastPayloadHex": (started_v1 + struct.pack(">I", 0) + struct.pack(">I", 0)).hex(),
@@ -413,7 +456,7 @@ def build_task_vectors():
             "description": "task.errorRecorded at schema version 1 (taskId 42, \"Log in to upload\"), which "
                            "only a run's outcome ever logged. Version 2 adds endsRun; the upcaster appends "
                            "true (1).",
-            "sequence": 51, "hex": encode("task.errorRecorded", 1, ts, event_id, error_v1).hex(),
+            "sequence": 51, "hex": encode("task.errorRecorded", 1, ts, event_id, error_v1, format_version=1).hex(),
             "type": "task.errorRecorded", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
             "v1PayloadHex": error_v1.hex(), "upcastSchemaVersion": 2,
             "upcastPayloadHex": (error_v1 + b"\x01").hex(),
@@ -421,14 +464,15 @@ def build_task_vectors():
         ("task-001-runStarted-v2", {
             "description": "task.runStarted at schema version 2: taskId 42, attempt 3, owner "
                            "\"1f2e-00112233aabbccdd\", runner 7.",
-            "sequence": 52, "hex": encode("task.runStarted", 2, ts, event_id, started_v2).hex(),
+            "sequence": 52, "hex": encode("task.runStarted", 2, ts, event_id, started_v2, sequence=52).hex(),
             "type": "task.runStarted", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
             "payloadHex": started_v2.hex(),
         }),
         ("task-002-errorRecorded-v2", {
             "description": "task.errorRecorded at schema version 2 recorded by the app (endsRun false): "
                            "taskId 42, \"Log in to upload\".",
-            "sequence": 53, "hex": encode("task.errorRecorded", 2, ts, event_id, error_v1 + b"\x00").hex(),
+            "sequence": 53,
+            "hex": encode("task.errorRecorded", 2, ts, event_id, error_v1 + b"\x00", sequence=53).hex(),
             "type": "task.errorRecorded", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
             "payloadHex": (error_v1 + b"\x00").hex(),
         }),

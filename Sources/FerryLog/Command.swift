@@ -32,7 +32,7 @@ final class BatchAppender {
         sequence: head, reason: "the log's last sequence number is the largest possible")
     }
     let sequence = head + 1
-    try txn.put(core.events, key: sequence.bigEndianBytes, value: event.record, flags: .append)
+    try txn.put(core.events, key: sequence.bigEndianBytes, value: event.record.sealed(at: sequence), flags: .append)
     head = sequence
     let logged = LoggedEvent(
       sequence: sequence, type: event.type, schemaVersion: event.currentSchemaVersion,

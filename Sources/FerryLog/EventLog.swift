@@ -438,7 +438,7 @@ public final class EventLog: Sendable {
       try configuration.catalog?.validate(event)
       let timestamp = event.timestamp ?? now
       let id = event.id ?? EventID.make(milliseconds: timestamp)
-      let record = try EventRecord.encode(
+      let record = try EventRecord.encodeUnsealed(
         type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
         payload: event.payload)
       var current = (version: event.schemaVersion, payload: event.payload)

@@ -1,7 +1,7 @@
-/// The on-disk record of one event, as specified in `Specs/event-format.md`:
+/// The on-disk record of one event, as specified in `Specs/event-format.md`. Format 2 (written):
 ///
 /// ```
-/// u8   formatVersion      (1)
+/// u8   formatVersion      (2)
 /// u8   typeLength         (1...64)
 /// [..] type               (ASCII: A-Z a-z 0-9 . _ : -)
 /// u16  schemaVersion
@@ -9,20 +9,25 @@
 /// [16] eventId
 /// u32  payloadLength
 /// [..] payload
+/// u64  sequence           (the key it is stored under; format 2 only)
 /// u32  crc32c             (of every byte before it)
 /// ```
 ///
-/// Every integer is big-endian. Decoding checks, in order: the minimum length, the CRC, the
-/// format version, then each field.
+/// Format 1 (still read, never written) is the same without `sequence`: a record of format 1
+/// cannot tell whether it is stored under the right key. Every integer is big-endian. Decoding
+/// checks, in order: the minimum length, the CRC, the format version, each field, then (format 2)
+/// that the sequence inside the record is the one it is stored under.
 public enum EventRecord {
   /// The record format this code writes and the newest it reads.
-  public static let formatVersion: UInt8 = 1
+  public static let formatVersion: UInt8 = 2
   /// The longest event type, in bytes.
   public static let maxTypeLength = 64
   /// The largest payload the format can hold (its length is a u32), less the record's own bytes.
   public static let maxPayloadSize = Int(UInt32.max) - overhead - maxTypeLength
-  /// Bytes a record adds around its type and payload.
-  public static let overhead = 1 + 1 + 2 + 8 + 16 + 4 + 4
+  /// Bytes a format 2 record adds around its type and payload.
+  public static let overhead = 1 + 1 + 2 + 8 + 16 + 4 + 8 + 4
+  /// Bytes a format 1 record added around its type and payload (no sequence).
+  public static let format1Overhead = overhead - 8
 
   /// Whether `type` is a valid event type name.
   public static func isValidType(_ type: String) -> Bool {
@@ -35,10 +40,67 @@ public enum EventRecord {
     }
   }
 
-  /// Encodes one record; ``FerryLogError/invalidEvent(reason:)`` for a type that is not a valid
-  /// name, schema version 0, or a payload larger than ``maxPayloadSize``.
-  public static func encode(
+  /// A format 2 record without its sequence and CRC yet: everything the appending caller can
+  /// encode (and checksum) before the writer gives it a sequence number. ``sealed(at:)`` finishes it
+  /// with 12 bytes of work on the writer thread.
+  public struct Unsealed: Sendable {
+    /// Every byte before the sequence.
+    public let body: [UInt8]
+    /// CRC-32C of `body`.
+    public let bodyCRC: UInt32
+
+    /// The complete record, stored under `sequence`.
+    public func sealed(at sequence: UInt64) -> [UInt8] {
+      var bytes = [UInt8]()
+      bytes.reserveCapacity(body.count + 12)
+      bytes.append(contentsOf: body)
+      var big = sequence.bigEndian
+      let crc = withUnsafeBytes(of: &big) { raw in
+        bytes.append(contentsOf: raw)
+        return CRC32C.update(bodyCRC, raw)
+      }
+      var crcBig = crc.bigEndian
+      withUnsafeBytes(of: &crcBig) { bytes.append(contentsOf: $0) }
+      return bytes
+    }
+  }
+
+  /// Encodes the part of a format 2 record that precedes its sequence number;
+  /// ``FerryLogError/invalidEvent(reason:)`` for a type that is not a valid name, schema version 0,
+  /// or a payload larger than ``maxPayloadSize``.
+  public static func encodeUnsealed(
     type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8]
+  ) throws(FerryLogError) -> Unsealed {
+    let body = try encodeBody(
+      format: formatVersion, type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id,
+      payload: payload, spare: 12)
+    return Unsealed(body: body, bodyCRC: body.withUnsafeBytes { CRC32C.checksum($0) })
+  }
+
+  /// Encodes one complete format 2 record stored under `sequence`.
+  public static func encode(
+    type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8], sequence: UInt64
+  ) throws(FerryLogError) -> [UInt8] {
+    try encodeUnsealed(type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload)
+      .sealed(at: sequence)
+  }
+
+  /// Encodes a record of the old format 1 (no sequence inside): never written by Ferry any more;
+  /// for tests and tools that reproduce stores written before format 2.
+  public static func encodeFormat1(
+    type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8]
+  ) throws(FerryLogError) -> [UInt8] {
+    var bytes = try encodeBody(
+      format: 1, type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload,
+      spare: 4)
+    var crc = bytes.withUnsafeBytes { CRC32C.checksum($0) }.bigEndian
+    withUnsafeBytes(of: &crc) { bytes.append(contentsOf: $0) }
+    return bytes
+  }
+
+  private static func encodeBody(
+    format: UInt8, type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8],
+    spare: Int
   ) throws(FerryLogError) -> [UInt8] {
     guard isValidType(type) else {
       throw .invalidEvent(
@@ -50,8 +112,8 @@ public enum EventRecord {
         reason: "a payload of \(payload.count) bytes exceeds the format's maximum of \(maxPayloadSize)")
     }
     let typeBytes = Array(type.utf8)
-    var writer = ByteWriter(capacity: overhead + typeBytes.count + payload.count)
-    writer.write(formatVersion)
+    var writer = ByteWriter(capacity: overhead - 12 + typeBytes.count + payload.count + spare)
+    writer.write(format)
     writer.write(UInt8(typeBytes.count))
     writer.write(typeBytes)
     writer.write(schemaVersion)
@@ -59,23 +121,22 @@ public enum EventRecord {
     writer.write(id.bytes)
     writer.write(UInt32(payload.count))
     writer.write(payload)
-    let crc = writer.bytes.withUnsafeBytes { CRC32C.checksum($0) }
-    writer.write(crc)
     return writer.bytes
   }
 
   /// Decodes the record stored at `sequence`, checking its CRC first.
   ///
-  /// Throws ``FerryLogError/corruptRecord(sequence:reason:)`` (naming `sequence`) for a CRC mismatch or
-  /// malformed bytes, and ``FerryLogError/unsupportedRecordFormat(sequence:version:supported:)`` for a
-  /// record written by a newer format.
+  /// Throws ``FerryLogError/corruptRecord(sequence:reason:)`` (naming `sequence`) for a CRC mismatch,
+  /// malformed bytes, or a format 2 record that holds another sequence than the one it is stored
+  /// under; ``FerryLogError/unsupportedRecordFormat(sequence:version:supported:)`` for a record
+  /// written by a newer format.
   public static func decode(
     _ bytes: UnsafeRawBufferPointer, sequence: UInt64
   ) throws(FerryLogError) -> LoggedEvent {
-    guard bytes.count >= overhead + 1 else {
+    guard bytes.count >= format1Overhead + 1 else {
       throw .corruptRecord(
         sequence: sequence,
-        reason: "record of \(bytes.count) bytes is shorter than the minimum \(overhead + 1)")
+        reason: "record of \(bytes.count) bytes is shorter than the minimum \(format1Overhead + 1)")
     }
     let version = bytes[0]
     let body = UnsafeRawBufferPointer(rebasing: bytes[0..<(bytes.count - 4)])
@@ -92,7 +153,7 @@ public enum EventRecord {
     if version > formatVersion {
       throw .unsupportedRecordFormat(sequence: sequence, version: version, supported: formatVersion)
     }
-    guard version == formatVersion else {
+    guard version >= 1 else {
       throw .corruptRecord(sequence: sequence, reason: "format version \(version) is not valid")
     }
     do {
@@ -108,6 +169,16 @@ public enum EventRecord {
       let id = EventID(uncheckedBytes: try reader.read(count: 16, "eventId"))
       let payloadLength = Int(try reader.read(UInt32.self, "payloadLength"))
       let payload = try reader.read(count: payloadLength, "payload")
+      if version >= 2 {
+        let recorded = try reader.read(UInt64.self, "sequence")
+        guard reader.remaining == 0 else {
+          throw RecordDecodingFailure("\(reader.remaining) bytes follow the sequence")
+        }
+        guard recorded == sequence else {
+          throw RecordDecodingFailure(
+            "it is stored under sequence \(sequence) but was written as sequence \(recorded)")
+        }
+      }
       guard reader.remaining == 0 else {
         throw RecordDecodingFailure("\(reader.remaining) bytes follow the payload")
       }

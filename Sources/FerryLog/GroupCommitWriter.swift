@@ -14,7 +14,8 @@ struct PreparedEvent: Sendable {
   let timestamp: Int64
   let id: EventID
   let payload: [UInt8]
-  let record: [UInt8]
+  /// The record without its sequence number (given, and the CRC finished, by the writer).
+  let record: EventRecord.Unsealed
 }
 
 /// The one thread that writes to the store. Every append waiting when it wakes goes into one

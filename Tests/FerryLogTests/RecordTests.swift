@@ -7,6 +7,7 @@ import Testing
 /// One golden vector from `Specs/vectors/record-*.json`.
 struct RecordVector: Decodable {
   struct Expected: Decodable {
+    let formatVersion: UInt8
     let type: String
     let schemaVersion: UInt16
     let timestamp: Int64
@@ -82,10 +83,17 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
         #expect(event.id.hex == expected.eventId, "\(name)")
         #expect(event.payload == (try bytes(hex: expected.payloadHex)), "\(name)")
         #expect(hex32(CRC32C.checksum(raw.dropLast(4))) == expected.crc32c, "\(name)")
-        // The Swift encoder writes exactly the bytes the independent generator wrote.
-        let encoded = try EventRecord.encode(
-          type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
-          payload: event.payload)
+        #expect(raw.first == expected.formatVersion, "\(name)")
+        // The Swift encoder writes exactly the bytes the independent generator wrote (format 1 only
+        // through the encoder kept for reproducing old stores).
+        let encoded =
+          expected.formatVersion == 1
+          ? try EventRecord.encodeFormat1(
+            type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
+            payload: event.payload)
+          : try EventRecord.encode(
+            type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
+            payload: event.payload, sequence: vector.sequence)
         #expect(encoded == raw, "\(name)")
       } else {
         invalid += 1
@@ -122,9 +130,11 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       let id = EventID.make(milliseconds: timestamp)
       let record = try #require(
         try? EventRecord.encode(
-          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload))
+          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload, sequence: sequence))
       #expect(record.count == EventRecord.overhead + type.utf8.count + payload.count)
       let event = try #require(try? EventRecord.decode(record, sequence: sequence))
+      // Stored under any other key, the record says so.
+      #expect((try? EventRecord.decode(record, sequence: sequence &+ 1)) == nil)
       #expect(event.sequence == sequence)
       #expect(event.type == type)
       #expect(event.schemaVersion == schema)
@@ -142,7 +152,7 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       var record = try #require(
         try? EventRecord.encode(
           type: "bit.flip", schemaVersion: 1, timestamp: 1, id: EventID.make(milliseconds: 1),
-          payload: payload))
+          payload: payload, sequence: 7))
       let index = position % record.count
       record[index] ^= UInt8(1 << bit)
       let decoded = try? EventRecord.decode(record, sequence: 7)
@@ -164,10 +174,10 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     let id = EventID.make()
     #expect(throws: FerryLogError.self) {
       try EventRecord.encode(
-        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [])
+        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [], sequence: 1)
     }
     #expect(throws: FerryLogError.self) {
-      try EventRecord.encode(type: "t", schemaVersion: 0, timestamp: 0, id: id, payload: [])
+      try EventRecord.encode(type: "t", schemaVersion: 0, timestamp: 0, id: id, payload: [], sequence: 1)
     }
   }
 

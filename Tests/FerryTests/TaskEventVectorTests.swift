@@ -61,7 +61,7 @@ import Testing
     let id = try #require(EventID(bytes: Self.bytes(vector.eventId)))
     let record = try EventRecord.encode(
       type: event.type, schemaVersion: event.schemaVersion, timestamp: vector.timestamp, id: id,
-      payload: event.payload)
+      payload: event.payload, sequence: vector.sequence)
     #expect(record == Self.bytes(vector.hex))
     let decoded = try EventRecord.decode(record, sequence: vector.sequence)
     #expect(try TaskEvent(FerryStore.catalog.upcast(decoded)) == event)
