@@ -15,7 +15,10 @@ import Synchronization
 /// callers at once share one transaction and one flush (group commit).
 public final class EventLog: Sendable {
   /// The store format this code writes and the newest it opens.
-  public static let storeFormatVersion: UInt32 = 1
+  /// The store format this code writes: 2 since records carry their sequence (record format 2).
+  /// A read-write open of a format 1 store raises it to 2 before writing any format 2 record, so
+  /// that an older Ferry refuses the store (`newerFormat`) instead of failing on its new records.
+  public static let storeFormatVersion: UInt32 = 2
   /// The type of the marker `ferry salvage` writes where a damaged store's event could not be
   /// recovered: one per lost sequence number, empty payload, schema version 1. It keeps the log
   /// gap-free and says, in the log itself, what was lost; projections ignore it.
@@ -47,6 +50,11 @@ public final class EventLog: Sendable {
     public var rebuildChunkSize: Int = 20_000
     /// The wall clock, in Unix milliseconds, stamped on new events.
     public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+    /// Open a damaged store anyway, read-only only, to read what is left (salvage, inspection):
+    /// skips the data file's meta-page checks and the lost-commit check that otherwise refuse it
+    /// with ``FerryLogError/damagedStore(path:reason:)`` or ``FerryLogError/lostCommits(path:acknowledged:found:)``.
+    /// Reads may still fail, or crash the process inside LMDB: read such a store from a child process.
+    public var allowDamage: Bool = false
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -120,10 +128,15 @@ public final class EventLog: Sendable {
       )
     }
 
-    try checkDirectory(path, configuration: configuration)
+    if configuration.allowDamage && !configuration.readOnly {
+      throw FerryLogError.invalidConfiguration(reason: "a damaged store may only be opened read-only")
+    }
+    let place = try checkDirectory(path, configuration: configuration)
     var options = Environment.Options()
     options.readOnly = configuration.readOnly
     options.createIfMissing = configuration.createIfMissing
+    options.checkDataFile = !configuration.allowDamage
+    options.acceptEmptyDataFile = place == .interruptedCreation
     options.initialMapSize = configuration.initialMapSize
     options.maxMapSize = configuration.maxMapSize
     let environment = try Environment.open(path: path, options: options)
@@ -140,7 +153,8 @@ public final class EventLog: Sendable {
     _ environment: Environment, path: String, configuration: Configuration, projections: [any Projection]
   ) throws -> EventLog {
     let existing = Set(try environment.namedDatabases())
-    let isNew: Bool
+    var isNew: Bool
+    var storedFormat = storeFormatVersion
     if existing.contains("meta") {
       try environment.openDatabases(["meta"], create: false)
       let meta = try environment.database("meta")
@@ -151,6 +165,7 @@ public final class EventLog: Sendable {
       if version > storeFormatVersion {
         throw FerryLogError.newerFormat(path: path, found: version, supported: storeFormatVersion)
       }
+      storedFormat = version
       guard existing.contains("events") else {
         throw FerryLogError.notAStore(path: path, reason: "it has no events database")
       }
@@ -191,8 +206,20 @@ public final class EventLog: Sendable {
       }
     } else {
       let clock = configuration.clock
+      var createdHere = false
       try environment.openDatabases(names, create: true) { txn, databases in
-        guard isNew, let meta = databases["meta"] else { return }
+        guard let meta = databases["meta"] else { return }
+        createdHere = false
+        if !isNew {
+          if storedFormat < storeFormatVersion {
+            try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
+          }
+          return
+        }
+        // Another process creating the same store at the same moment may have committed first:
+        // then this is its store, and its metadata stays.
+        if try txn.get(meta, key: MetaKey.format) != nil { return }
+        createdHere = true
         try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
         try txn.put(meta, key: MetaKey.createdAt, value: clock().bigEndianBytes)
         try txn.put(meta, key: MetaKey.storeId, value: EventID.make(milliseconds: clock()).bytes)
@@ -204,6 +231,7 @@ public final class EventLog: Sendable {
             value: ProjectionState(version: projection.version, position: 0).bytes)
         }
       }
+      isNew = isNew && createdHere
     }
 
     let bound = try projections.filter { stale[$0.name] == nil }.map {
@@ -214,6 +242,30 @@ public final class EventLog: Sendable {
       eventIndex: configuration.idempotentAppends && stale[EventIDIndex.projectionName] == nil
         ? bound.first { $0.name == EventIDIndex.projectionName }?.databases[EventIDIndex.table] : nil,
       catalog: configuration.catalog)
+
+    // The head mark: the log must reach the highest sequence this store ever acknowledged.
+    let (logHead, storeId) = try environment.read { txn in
+      (try core.head(txn), try txn.get(core.meta, key: MetaKey.storeId))
+    }
+    let markId = storeId ?? HeadMark.creatingId
+    if !configuration.allowDamage, case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating {
+      if mark.storeId != markId {
+        throw FerryLogError.damagedStore(
+          path: path,
+          reason:
+            "its data file belongs to another store (id \(hexString(markId))) than the one this directory held (id \(hexString(mark.storeId)))"
+        )
+      }
+      if mark.head > logHead {
+        throw FerryLogError.lostCommits(path: path, acknowledged: mark.head, found: logHead)
+      }
+    }
+    var headMark: HeadMark?
+    if !configuration.readOnly {
+      let opened = HeadMark(directory: path, storeId: markId)
+      opened.advance(to: logHead)
+      headMark = opened
+    }
 
     var replayed = 0
     if configuration.readOnly {
@@ -233,12 +285,12 @@ public final class EventLog: Sendable {
       eventIndex: stale[EventIDIndex.projectionName] == nil ? core.eventIndex : nil, catalog: core.catalog)
     return EventLog(
       path: path, configuration: configuration, environment: environment, core: liveCore, stale: stale,
-      created: isNew, replayed: replayed)
+      created: isNew, replayed: replayed, headMark: headMark)
   }
 
   private init(
     path: String, configuration: Configuration, environment: Environment, core: StoreCore,
-    stale: [String: String], created: Bool, replayed: Int
+    stale: [String: String], created: Bool, replayed: Int, headMark: HeadMark?
   ) {
     self.path = path
     self.configuration = configuration
@@ -274,6 +326,7 @@ public final class EventLog: Sendable {
             }
           }
         },
+        onDurable: { head in headMark?.advance(to: head) },
         onCommit: { head in notifier.publish(head) })
       writer.start()
       self.writer = writer
@@ -339,25 +392,75 @@ public final class EventLog: Sendable {
   }
 
   /// Refuses a path that is a file, or a non-empty directory that holds no store.
-  private static func checkDirectory(_ path: String, configuration: Configuration) throws {
-    var isDirectory: ObjCBool = false
-    guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else {
-      if configuration.readOnly || !configuration.createIfMissing {
-        throw FerryLogError.noSuchStore(path: path)
+  /// What the directory holds, as far as opening it is concerned.
+  enum Place: Equatable {
+    /// A store (a data file of some length).
+    case existing
+    /// A store is to be created here (the directory now exists, with the creation mark in it).
+    case new
+    /// A zero-length data file that no acknowledged commit ever reached: a creation killed
+    /// before LMDB wrote its meta pages. LMDB initializes it.
+    case interruptedCreation
+  }
+
+  /// Decides whether `path` holds a store or may get a new one — never creating one where a store
+  /// was (its head mark says so) or where something else is — and, for a new store, makes the
+  /// directory and writes the creation mark before LMDB creates its files. Safe against another
+  /// process creating the same store at the same moment: both end up opening one store.
+  private static func checkDirectory(_ path: String, configuration: Configuration) throws -> Place {
+    let creating = !configuration.readOnly && configuration.createIfMissing
+    var info = stat()
+    if stat(path, &info) != 0 {
+      let code = errno
+      guard code == ENOENT else {
+        if code == EACCES { throw FerryLogError.permissionDenied(path: path, detail: "cannot read \(path)") }
+        throw FerryLogError(LMDBError(code: code, operation: "reading \(path)"), path: path)
       }
-      return
+      guard creating else { throw FerryLogError.noSuchStore(path: path) }
+      if mkdir(path, 0o700) != 0 && errno != EEXIST {
+        let code = errno
+        if code == ENOENT { throw FerryLogError.noSuchStore(path: path) }
+        throw FerryLogError(LMDBError(code: code, operation: "creating directory \(path)"), path: path)
+      }
+      guard stat(path, &info) == 0 else { throw FerryLogError.noSuchStore(path: path) }
     }
-    guard isDirectory.boolValue else {
+    guard (info.st_mode & S_IFMT) == S_IFDIR else {
       throw FerryLogError.notAStore(path: path, reason: "it is a file, not a directory")
     }
-    if FileManager.default.fileExists(atPath: path + "/data.mdb") { return }
-    // lock.mdb alone is what a first open that died before creating data.mdb leaves behind.
+    guard access(path, R_OK | X_OK) == 0 else {
+      throw FerryLogError.permissionDenied(path: path, detail: "this user may not read the directory \(path)")
+    }
+    let mark = HeadMark.read(in: path)
+    let heldAStore: UInt64? = {
+      if case .mark(let contents) = mark, !contents.isCreating { return contents.head }
+      return nil
+    }()
+    var dataFile = stat()
+    if stat(path + "/data.mdb", &dataFile) == 0 {
+      guard dataFile.st_size == 0 else { return .existing }
+      if configuration.allowDamage { return .existing }
+      if let held = heldAStore {
+        throw FerryLogError.damagedStore(
+          path: path,
+          reason: "data.mdb is empty (0 bytes) but this directory held a store with events up to sequence \(held)")
+      }
+      guard creating else {
+        throw FerryLogError.damagedStore(path: path, reason: "data.mdb is empty (0 bytes)")
+      }
+      return .interruptedCreation
+    }
+    if let held = heldAStore {
+      throw FerryLogError.damagedStore(
+        path: path, reason: "data.mdb is missing but this directory held a store with events up to sequence \(held)")
+    }
+    // lock.mdb alone is what a first open that died before creating data.mdb leaves behind; the
+    // creation mark is written just before it. Another process creating the store right now may
+    // have added data.mdb since it was looked for: then it is a store.
     let entries = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter {
-      $0 != "lock.mdb"
+      $0 != "lock.mdb" && $0 != HeadMark.fileName
     }
-    if configuration.readOnly || !configuration.createIfMissing {
-      throw FerryLogError.notAStore(path: path, reason: "it has no data.mdb")
-    }
+    if entries.contains("data.mdb") { return .existing }
+    guard creating else { throw FerryLogError.notAStore(path: path, reason: "it has no data.mdb") }
     if !entries.isEmpty {
       throw FerryLogError.notAStore(
         path: path,
@@ -365,6 +468,10 @@ public final class EventLog: Sendable {
           "the directory is not empty and has no data.mdb (found \(entries.sorted().prefix(3).joined(separator: ", ")))"
       )
     }
+    if mark == .missing || mark == .unreadable {
+      HeadMark.write(HeadMark.Contents(storeId: HeadMark.creatingId, head: 0), in: path)
+    }
+    return .new
   }
 
   private static func translateOpenError(_ error: LMDBError, path: String) -> FerryLogError {
@@ -377,7 +484,7 @@ public final class EventLog: Sendable {
     case .invalid, .versionMismatch:
       return .notAStore(
         path: path, reason: "data.mdb is not an LMDB file this version can read (\(error.message))")
-    default: return .storage(error)
+    default: return FerryLogError(error, path: path)
     }
   }
 
@@ -493,13 +600,20 @@ public final class EventLog: Sendable {
       var result: [LoggedEvent] = []
       if limit <= 0 || sequence == .max { return result }
       try environment.read { txn in
+        // Gaps are allowed only where compaction removed events on purpose.
+        let compacted = try core.compactedThrough(txn)
+        var expected = sequence + 1
         try txn.withCursor(core.events) { cursor in
           try cursor.scan(from: (sequence + 1).bigEndianBytes) { key, value in
             guard let current = UInt64(bigEndianBytes: key) else {
               throw FerryLogError.corruptRecord(
-                sequence: sequence + UInt64(result.count) + 1, reason: "its key has \(key.count) bytes, not 8"
+                sequence: expected, reason: "its key has \(key.count) bytes, not 8"
               )
             }
+            guard current == expected || current - 1 <= compacted else {
+              throw FerryLogError.sequenceGap(expected: expected, found: current)
+            }
+            expected = current &+ 1
             result.append(
               upcast
                 ? try core.decode(value, sequence: current) : try EventRecord.decode(value, sequence: current)
@@ -535,10 +649,18 @@ public final class EventLog: Sendable {
     _ body: (LoggedEvent) throws -> Void
   ) throws {
     var after = first > 0 ? first - 1 : 0
-    let end = try last ?? head()
+    let head = try head()
+    let end = min(last ?? head, head)
     while after < end {
       let chunk = try events(after: after, limit: max(1, chunkSize), upcast: upcast)
-      guard !chunk.isEmpty else { break }
+      guard !chunk.isEmpty else {
+        // Nothing after `after` up to the head: only compaction may have removed that (the head
+        // is then its point); anything else is a log that ends before its head.
+        guard try compactionState().map({ $0.through >= end }) ?? false else {
+          throw FerryLogError.sequenceGap(expected: after + 1, found: nil)
+        }
+        break
+      }
       for event in chunk {
         if event.sequence > end { return }
         try body(event)
@@ -577,7 +699,7 @@ public final class EventLog: Sendable {
       return try body()
     } catch let error as LMDBError {
       if isClosed { throw FerryLogError.closed }
-      throw FerryLogError.storage(error)
+      throw FerryLogError(error, path: path)
     }
   }
 }
@@ -613,3 +735,4 @@ public struct LogView {
 final class OwnRanges: Sendable {
   let ranges = Mutex<[ClosedRange<UInt64>]>([])
 }
+

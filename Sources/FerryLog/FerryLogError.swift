@@ -1,4 +1,11 @@
+import CLMDB
 import LMDB
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
 
 /// Everything that can go wrong with an event log, each case with what a person needs to act on it.
 ///
@@ -126,8 +133,22 @@ public enum FerryLogError: Error, CustomStringConvertible {
 
 extension FerryLogError {
   /// Wraps any error from the storage layer, passing Ferry's own errors through.
-  static func wrap(_ error: any Error) -> any Error {
-    if let lmdb = error as? LMDBError { return FerryLogError.storage(lmdb) }
+  static func wrap(_ error: any Error, path: String) -> any Error {
+    if let lmdb = error as? LMDBError { return FerryLogError(lmdb, path: path) }
     return error
+  }
+
+  /// The typed error for a storage failure: damage, a full disk, a used-up quota and I/O errors
+  /// get their own cases (with advice); anything else stays ``storage(_:)``.
+  public init(_ error: LMDBError, path: String) {
+    switch error.code {
+    case MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_CURSOR_FULL:
+      self = .damagedStore(path: path, reason: error.message)
+    case ENOSPC: self = .diskFull(path: path)
+    case EDQUOT: self = .quotaExceeded(path: path)
+    case EIO: self = .ioError(path: path, detail: error.message)
+    case EACCES, EPERM, EROFS: self = .permissionDenied(path: path, detail: error.message)
+    default: self = .storage(error)
+    }
   }
 }

@@ -68,6 +68,8 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// more are replayed first in chunked transactions of their own.
   let catchUpChunk: Int
   let onCommit: @Sendable (UInt64) -> Void
+  /// Called with the new head after a durable commit, before any of its callers is acknowledged.
+  let onDurable: @Sendable (UInt64) -> Void
   /// Validates and encodes the events a command appends (on this thread).
   let prepare: @Sendable ([NewEvent]) throws -> [PreparedEvent]
   /// Called with the sequences a transaction is about to commit, and again (false) when it did not.
@@ -86,8 +88,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     environment: Environment, core: StoreCore, maxEventsPerCommit: Int, catchUpChunk: Int,
     prepare: @escaping @Sendable ([NewEvent]) throws -> [PreparedEvent],
     onOwnRange: @escaping @Sendable (ClosedRange<UInt64>, Bool) -> Void = { _, _ in },
+    onDurable: @escaping @Sendable (UInt64) -> Void = { _ in },
     onCommit: @escaping @Sendable (UInt64) -> Void
   ) {
+    self.onDurable = onDurable
     self.prepare = prepare
     self.onOwnRange = onOwnRange
     self.environment = environment
@@ -193,6 +197,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           s.duplicatesSkipped += duplicates
           s.largestBatch = max(s.largestBatch, live.count)
         }
+        onDurable(head)
         for (request, result) in zip(live, results) { request.continuation.resume(with: result) }
         onCommit(head)
         return
@@ -201,7 +206,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         do {
           _ = try EventLog.prepareProjections(core, environment: environment, chunk: catchUpChunk, reset: [])
         } catch {
-          for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error)) }
+          for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
           return
         }
       } catch let failure as RequestFailure {
@@ -213,11 +218,11 @@ final class GroupCommitWriter: @unchecked Sendable {
           commit(Array(live[half...]))
           return
         }
-        live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error))
+        live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error, path: environment.path))
         live.remove(at: failure.index)
       } catch {
         if let pending { onOwnRange(pending, false) }
-        for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error)) }
+        for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
         return
       }
     }
@@ -251,7 +256,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           } catch {
             // Nothing appended: the command alone fails, and the batch goes on in this transaction.
             guard batch.head != before || txn.firstFailure != nil else {
-              results.append(.failure(FerryLogError.wrap(error)))
+              results.append(.failure(FerryLogError.wrap(error, path: environment.path)))
               continue
             }
             throw error

@@ -197,7 +197,7 @@ extension EventLog {
                 projections: subset.projections.map(\.name), eventsReplayed: replayed, head: head,
                 seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18))
           } catch {
-            continuation.resume(throwing: FerryLogError.wrap(error))
+            continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
           }
         })
       if !accepted { continuation.resume(throwing: FerryLogError.closed) }
@@ -540,7 +540,7 @@ extension EventLog {
             }
             continuation.resume(returning: report)
           } catch {
-            continuation.resume(throwing: FerryLogError.wrap(error))
+            continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
           }
         })
       if !accepted { continuation.resume(throwing: FerryLogError.closed) }

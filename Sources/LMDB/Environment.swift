@@ -47,6 +47,13 @@ public final class Environment: @unchecked Sendable {
     public var maxReaders: UInt32 = 126
     /// Whether commits are flushed to disk before they return.
     public var durability: Durability = .durable
+    /// Check the data file's meta pages and length before LMDB maps it (``DataFileCheck``), and
+    /// refuse a damaged one with `MDB_CORRUPTED` naming the problem. Turn off only to read a
+    /// damaged store for salvage, read-only.
+    public var checkDataFile: Bool = true
+    /// Accept an existing zero-length data file as a new environment (what a creation killed
+    /// before LMDB wrote its meta pages leaves). Off: an empty data file is damage.
+    public var acceptEmptyDataFile: Bool = false
 
     /// The default options: read-write, create if missing, a 1 MiB map that grows, durable commits.
     public init() {}
@@ -165,6 +172,18 @@ public final class Environment: @unchecked Sendable {
       try check(mdb_env_set_maxdbs(env, MDB_dbi(options.maxDatabases)), "mdb_env_set_maxdbs")
       try check(mdb_env_set_maxreaders(env, options.maxReaders), "mdb_env_set_maxreaders")
       let dataFileExists = access(path + "/data.mdb", F_OK) == 0
+      if dataFileExists && options.checkDataFile {
+        let check = try DataFileCheck.read(path + "/data.mdb")
+        if check.fileSize > 0 && !check.isLMDB && check.metas[0] != nil {
+          throw LMDBError(code: MDB_INVALID, message: "data.mdb does not start with LMDB's meta page")
+        }
+        if !(check.fileSize == 0 && options.acceptEmptyDataFile && !options.readOnly), let problem = check.problem {
+          throw LMDBError(code: MDB_CORRUPTED, message: problem)
+        }
+      }
+      if !options.checkDataFile && !options.readOnly {
+        throw LMDBError(code: EINVAL, message: "a data file is opened without its checks only read-only")
+      }
       if !dataFileExists {
         // An existing environment keeps the size stored in its file; a new one starts small.
         try check(mdb_env_set_mapsize(env, options.initialMapSize), "mdb_env_set_mapsize")
@@ -332,6 +351,7 @@ public final class Environment: @unchecked Sendable {
         message: "a write transaction was begun inside another on the same thread (it would wait forever)")
     }
     try growAheadIfNeeded()
+    var adoptions = 0
     while true {
       resizeLock.lockShared()
       do { try ensureOpen() } catch {
@@ -342,7 +362,7 @@ public final class Environment: @unchecked Sendable {
       let rc = mdb_txn_begin(env, nil, 0, &txnPointer)
       if rc == MDB_MAP_RESIZED {
         resizeLock.unlockShared()
-        try adoptMapSize()
+        try adoptMapSize(attempt: &adoptions)
         continue
       }
       guard rc == MDB_SUCCESS, let pointer = txnPointer else {
@@ -411,6 +431,7 @@ public final class Environment: @unchecked Sendable {
 
   @discardableResult
   private func read<R>(commitWhenDone: Bool, _ body: (Transaction) throws -> R) throws -> R {
+    var adoptions = 0
     while true {
       resizeLock.lockShared()
       do { try ensureOpen() } catch {
@@ -421,7 +442,7 @@ public final class Environment: @unchecked Sendable {
       let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnPointer)
       if rc == MDB_MAP_RESIZED {
         resizeLock.unlockShared()
-        try adoptMapSize()
+        try adoptMapSize(attempt: &adoptions)
         continue
       }
       guard rc == MDB_SUCCESS, let pointer = txnPointer else {
@@ -537,6 +558,24 @@ public final class Environment: @unchecked Sendable {
   }
 
   /// Adopts the larger map size another process has set (`mdb_env_set_mapsize(env, 0)`).
+  /// Bounded: a map that still does not hold the newest meta page's pages after
+  /// ``maxMapAdoptions`` tries is a damaged meta page (its last page lies beyond any map LMDB can
+  /// set), not another process growing the file.
+  private func adoptMapSize(attempt: inout Int) throws {
+    attempt += 1
+    if attempt > Self.maxMapAdoptions {
+      throw LMDBError(
+        code: MDB_CORRUPTED,
+        message:
+          "its newest meta page names pages beyond the map even after adopting the map size \(Self.maxMapAdoptions) times"
+      )
+    }
+    try adoptMapSize()
+  }
+
+  /// How many times in a row a transaction adopts a map size before the file is judged damaged.
+  static let maxMapAdoptions = 8
+
   private func adoptMapSize() throws {
     if resizeLock.sharedDepth > 0 {
       throw LMDBError(

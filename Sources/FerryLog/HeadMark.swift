@@ -1,0 +1,123 @@
+import Synchronization
+
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// The highest sequence number a store has acknowledged, kept *outside* LMDB's snapshot in the
+/// small file `ferry-head` beside `data.mdb`, so that a commit LMDB loses — a damaged meta page
+/// that makes LMDB pick an older state, a data file replaced by an older copy — is noticed at the
+/// next open instead of silently giving its sequence numbers out again (`storage-layout.md` §9).
+///
+/// Layout, 36 bytes: ASCII `FERRYHD1`, the store id (16 bytes; all zero while the store is being
+/// created), the head (u64 big-endian), CRC-32C of the 32 bytes before it (u32 big-endian).
+///
+/// It costs no extra flush: it is rewritten (one `pwrite` within one disk sector) after each
+/// durable commit that raised the head, before the callers are acknowledged, and never `fsync`ed.
+/// After a power cut it may therefore hold an older head than the log, never a newer one than
+/// the log durably holds — so a log below the mark has lost commits, and a mark below the log
+/// means nothing. Two processes writing the same store each raise it to their own heads; a
+/// stale, lower value written late only weakens the check, and is raised by the next commit.
+final class HeadMark: Sendable {
+  static let fileName = "ferry-head"
+  static let magic: [UInt8] = Array("FERRYHD1".utf8)
+  static let length = 36
+  static let creatingId = [UInt8](repeating: 0, count: 16)
+
+  struct Contents: Equatable {
+    var storeId: [UInt8]
+    var head: UInt64
+
+    var isCreating: Bool { storeId == HeadMark.creatingId }
+
+    var bytes: [UInt8] {
+      var bytes = HeadMark.magic + storeId + head.bigEndianBytes
+      bytes += CRC32C.checksum(bytes).bigEndianBytes
+      return bytes
+    }
+
+    init(storeId: [UInt8], head: UInt64) {
+      self.storeId = storeId
+      self.head = head
+    }
+
+    init?(bytes: [UInt8]) {
+      guard bytes.count == HeadMark.length, Array(bytes[0..<8]) == HeadMark.magic,
+        let stored = UInt32(bigEndianBytes: bytes[32..<36]), stored == CRC32C.checksum(bytes[0..<32]),
+        let head = UInt64(bigEndianBytes: bytes[24..<32])
+      else { return nil }
+      self.init(storeId: Array(bytes[8..<24]), head: head)
+    }
+  }
+
+  enum Found: Equatable {
+    case missing
+    /// Present but torn or damaged: it says nothing.
+    case unreadable
+    case mark(Contents)
+  }
+
+  static func path(in directory: String) -> String { directory + "/" + fileName }
+
+  /// Reads the mark in `directory`.
+  static func read(in directory: String) -> Found {
+    let fd = open(path(in: directory), O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else { return errno == ENOENT ? .missing : .unreadable }
+    defer { close(fd) }
+    var buffer = [UInt8](repeating: 0, count: length + 1)
+    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length + 1, 0) }
+    guard got == length, let contents = Contents(bytes: Array(buffer[0..<length])) else { return .unreadable }
+    return .mark(contents)
+  }
+
+  /// Writes `contents` into the mark in `directory` (created with mode 0600 when missing), without
+  /// a flush. Best effort: a failure to write the mark never fails the caller's commit.
+  @discardableResult
+  static func write(_ contents: Contents, in directory: String) -> Bool {
+    let fd = open(path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    return write(contents, to: fd)
+  }
+
+  private static func write(_ contents: Contents, to fd: Int32) -> Bool {
+    let bytes = contents.bytes
+    let wrote = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, length, 0) }
+    return wrote == length
+  }
+
+  let storeId: [UInt8]
+  /// The mark file, open for the log's lifetime (-1 when it could not be opened).
+  private let fd: Int32
+  /// The highest head this process has written (so a commit that did not raise it writes nothing).
+  private let written = Mutex<UInt64>(0)
+
+  init(directory: String, storeId: [UInt8]) {
+    self.storeId = storeId
+    fd = open(Self.path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+  }
+
+  deinit {
+    if fd >= 0 { close(fd) }
+  }
+
+  /// Raises the mark to `head` unless it already says as much (another process may have raised
+  /// it further).
+  func advance(to head: UInt64) {
+    guard fd >= 0 else { return }
+    written.withLock { written in
+      guard head > written else { return }
+      var buffer = [UInt8](repeating: 0, count: Self.length)
+      let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Self.length, 0) }
+      if got == Self.length, let current = Contents(bytes: buffer), current.storeId == storeId,
+        current.head >= head
+      {
+        written = current.head
+        return
+      }
+      if Self.write(Contents(storeId: storeId, head: head), to: fd) { written = head }
+    }
+  }
+}

@@ -1,0 +1,155 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
+/// What the two meta pages of an LMDB data file say, read with plain file reads before LMDB maps
+/// the file — so that a file LMDB would crash on (a truncated one faults when a mapped page past
+/// its end is touched) or silently misread (a meta page damaged into looking newest) is refused
+/// with a reason instead.
+///
+/// LMDB's meta page (mdb.c, 64-bit builds): a 16-byte page header, then `mm_magic` (u32
+/// 0xBEEFC0DE) at byte 16, `mm_version` (u32, 1) at 20, `mm_address` at 24, `mm_mapsize` (u64) at
+/// 32, two 48-byte `MDB_db` records from 40 (the first's `md_pad`, at 40, holds the page size),
+/// `mm_last_pg` (u64) at 136 and `mm_txnid` (u64) at 144 — all in the host's byte order. Meta page
+/// 0 starts at byte 0, meta page 1 one page in. Transaction t writes its meta into page t & 1,
+/// so in a healthy file the two transaction ids differ by one and each matches its page's parity
+/// (a new file has 0 in both; a compacted copy has 0 and 1).
+public struct DataFileCheck: Sendable, Equatable {
+  /// One meta page.
+  public struct Meta: Sendable, Equatable {
+    public var magic: UInt32
+    public var version: UInt32
+    public var pageSize: UInt32
+    public var mapSize: UInt64
+    public var lastPage: UInt64
+    public var transaction: UInt64
+  }
+
+  /// The data file's length in bytes.
+  public let fileSize: Int
+  /// The two meta pages, as read (nil when the file is too short to hold one).
+  public let metas: [Meta?]
+
+  public static let magic: UInt32 = 0xBEEF_C0DE
+  public static let dataVersion: UInt32 = 1
+
+  /// Reads the meta pages of the data file at `file`. Throws ``LMDBError`` with the OS error when
+  /// the file cannot be opened or read (`EACCES` for permission, for example).
+  public static func read(_ file: String) throws -> DataFileCheck {
+    let fd = open(file, O_RDONLY | O_CLOEXEC)
+    guard fd >= 0 else {
+      let code = errno
+      throw LMDBError(code: code, operation: "opening \(file) to check its meta pages")
+    }
+    defer { close(fd) }
+    var info = stat()
+    guard fstat(fd, &info) == 0 else {
+      let code = errno
+      throw LMDBError(code: code, operation: "reading the size of \(file)")
+    }
+    let size = Int(info.st_size)
+    let first = try readMeta(fd, at: 0, fileSize: size, file: file)
+    // The page size comes from meta page 0; when that page is damaged, try the usual sizes so
+    // that meta page 1 is still described.
+    var candidates = [Int(sysconf(Int32(_SC_PAGESIZE))), 4096, 16384, 65536]
+    if let first, first.magic == magic, (512...65536).contains(first.pageSize) {
+      candidates = [Int(first.pageSize)]
+    }
+    var second: Meta?
+    for pageSize in candidates where (512...65536).contains(pageSize) {
+      if let meta = try readMeta(fd, at: pageSize, fileSize: size, file: file), meta.magic == magic {
+        second = meta
+        break
+      }
+    }
+    if second == nil, let pageSize = candidates.first {
+      second = try readMeta(fd, at: pageSize, fileSize: size, file: file)
+    }
+    return DataFileCheck(fileSize: size, metas: [first, second])
+  }
+
+  private static func readMeta(_ fd: Int32, at offset: Int, fileSize: Int, file: String) throws -> Meta? {
+    guard fileSize >= offset + 152 else { return nil }
+    var buffer = [UInt8](repeating: 0, count: 152)
+    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 152, off_t(offset)) }
+    guard got == 152 else {
+      if got < 0 {
+        let code = errno
+        throw LMDBError(code: code, operation: "reading the meta page at byte \(offset) of \(file)")
+      }
+      return nil
+    }
+    func u32(_ at: Int) -> UInt32 {
+      buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt32.self) }
+    }
+    func u64(_ at: Int) -> UInt64 {
+      buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt64.self) }
+    }
+    return Meta(
+      magic: u32(16), version: u32(20), pageSize: u32(40), mapSize: u64(32), lastPage: u64(136),
+      transaction: u64(144))
+  }
+
+  /// The meta page LMDB would use: the valid one with the larger transaction id.
+  public var newest: Meta? {
+    metas.compactMap { $0 }.filter { $0.magic == Self.magic }.max { $0.transaction < $1.transaction }
+  }
+
+  /// Whether either meta page carries LMDB's magic number: a file without it is not LMDB's at all
+  /// (LMDB reports `MDB_INVALID`), rather than a damaged one.
+  public var isLMDB: Bool { metas.contains { $0?.magic == Self.magic } }
+
+  /// Why this data file is not safe to hand to LMDB, or nil when its meta pages agree with each
+  /// other and with the file's length.
+  public var problem: String? {
+    if fileSize == 0 { return "its data file is empty (0 bytes)" }
+    guard let zero = metas[0], let one = metas[1] else {
+      return "its data file is \(fileSize) bytes, too short to hold LMDB's two meta pages"
+    }
+    if zero.magic != Self.magic && one.magic != Self.magic { return nil }  // not LMDB's: see isLMDB
+    for (slot, meta) in [(0, zero), (1, one)] {
+      if meta.magic != Self.magic {
+        return "meta page \(slot) does not start with LMDB's magic number (found 0x\(String(meta.magic, radix: 16)))"
+      }
+      if meta.version != Self.dataVersion {
+        return "meta page \(slot) has LMDB data version \(meta.version), not \(Self.dataVersion)"
+      }
+    }
+    let pageSize = UInt64(zero.pageSize)
+    guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
+      return "meta page 0 gives a page size of \(zero.pageSize) bytes"
+    }
+    if one.pageSize != zero.pageSize {
+      return "the meta pages disagree on the page size (\(zero.pageSize) and \(one.pageSize) bytes)"
+    }
+    let (t0, t1) = (zero.transaction, one.transaction)
+    let fresh = t0 == 0 && t1 == 0
+    if !fresh {
+      if t0 & 1 != 0 || t1 & 1 != 1 {
+        return
+          "a meta page holds a transaction id of the wrong parity (page 0: \(t0), page 1: \(t1)): one was damaged"
+      }
+      let gap = t0 > t1 ? t0 - t1 : t1 - t0
+      if gap != 1 {
+        return
+          "the meta pages' transaction ids \(t0) and \(t1) are not consecutive: one was damaged (or LMDB would pick a state that was never the newest)"
+      }
+    }
+    let newest = t0 >= t1 ? zero : one
+    let (pages, overflow) = newest.lastPage.addingReportingOverflow(1)
+    let (needed, overflow2) = pages.multipliedReportingOverflow(by: pageSize)
+    if overflow || overflow2 || needed > UInt64(Int.max) {
+      return "the newest meta page gives an impossible last page (\(newest.lastPage))"
+    }
+    if UInt64(fileSize) < needed {
+      return
+        "its data file is \(fileSize) bytes but its newest meta page uses pages up to \(newest.lastPage) (\(needed) bytes): the file was truncated"
+    }
+    if newest.mapSize < needed {
+      return "the newest meta page's map size (\(newest.mapSize) bytes) is smaller than the pages it uses (\(needed) bytes)"
+    }
+    return nil
+  }
+}
