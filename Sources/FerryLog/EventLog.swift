@@ -243,12 +243,15 @@ public final class EventLog: Sendable {
         ? bound.first { $0.name == EventIDIndex.projectionName }?.databases[EventIDIndex.table] : nil,
       catalog: configuration.catalog)
 
-    // The head mark: the log must reach the highest sequence this store ever acknowledged.
+    // The head mark: the log must reach the highest sequence this store ever acknowledged. It is
+    // read before the log's head: a mark is written only after its commit is durable, so a
+    // snapshot begun after reading it holds at least that head, even while another process appends.
+    let found = HeadMark.read(in: path)
     let (logHead, storeId) = try environment.read { txn in
       (try core.head(txn), try txn.get(core.meta, key: MetaKey.storeId))
     }
     let markId = storeId ?? HeadMark.creatingId
-    if !configuration.allowDamage, case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating {
+    if !configuration.allowDamage, case .mark(let mark) = found, !mark.isCreating {
       if mark.storeId != markId {
         throw FerryLogError.damagedStore(
           path: path,

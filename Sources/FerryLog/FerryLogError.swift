@@ -146,7 +146,15 @@ extension FerryLogError {
       self = .damagedStore(path: path, reason: error.message)
     case ENOSPC: self = .diskFull(path: path)
     case EDQUOT: self = .quotaExceeded(path: path)
-    case EIO: self = .ioError(path: path, detail: error.message)
+    case EIO:
+      // LMDB reports a short write (what a full disk gives part-way through a commit's pages) as
+      // EIO: a file system with next to no space left was full, not failing.
+      var info = statvfs()
+      if statvfs(path, &info) == 0, UInt64(info.f_bavail) * UInt64(info.f_frsize) < 1 << 20 {
+        self = .diskFull(path: path)
+      } else {
+        self = .ioError(path: path, detail: error.message)
+      }
     case EACCES, EPERM, EROFS: self = .permissionDenied(path: path, detail: error.message)
     default: self = .storage(error)
     }

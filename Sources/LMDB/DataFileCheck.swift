@@ -44,12 +44,9 @@ public struct DataFileCheck: Sendable, Equatable {
       throw LMDBError(code: code, operation: "opening \(file) to check its meta pages")
     }
     defer { close(fd) }
-    var info = stat()
-    guard fstat(fd, &info) == 0 else {
-      let code = errno
-      throw LMDBError(code: code, operation: "reading the size of \(file)")
-    }
-    let size = Int(info.st_size)
+    // The meta pages are read before the length: another process committing meanwhile only ever
+    // makes the file longer than the pages they name.
+    let size = Int.max
     let first = try readMeta(fd, at: 0, fileSize: size, file: file)
     // The page size comes from meta page 0; when that page is damaged, try the usual sizes so
     // that meta page 1 is still described.
@@ -67,11 +64,15 @@ public struct DataFileCheck: Sendable, Equatable {
     if second == nil, let pageSize = candidates.first {
       second = try readMeta(fd, at: pageSize, fileSize: size, file: file)
     }
-    return DataFileCheck(fileSize: size, metas: [first, second])
+    var info = stat()
+    guard fstat(fd, &info) == 0 else {
+      let code = errno
+      throw LMDBError(code: code, operation: "reading the size of \(file)")
+    }
+    return DataFileCheck(fileSize: Int(info.st_size), metas: [first, second])
   }
 
   private static func readMeta(_ fd: Int32, at offset: Int, fileSize: Int, file: String) throws -> Meta? {
-    guard fileSize >= offset + 152 else { return nil }
     var buffer = [UInt8](repeating: 0, count: 152)
     let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 152, off_t(offset)) }
     guard got == 152 else {

@@ -173,7 +173,13 @@ public final class Environment: @unchecked Sendable {
       try check(mdb_env_set_maxreaders(env, options.maxReaders), "mdb_env_set_maxreaders")
       let dataFileExists = access(path + "/data.mdb", F_OK) == 0
       if dataFileExists && options.checkDataFile {
-        let check = try DataFileCheck.read(path + "/data.mdb")
+        // Another process committing while the two meta pages are read can make them look out of
+        // step for a moment; damage stays. Judged on a few reads.
+        var check = try DataFileCheck.read(path + "/data.mdb")
+        for _ in 0..<4 where check.problem != nil && check.fileSize > 0 {
+          usleep(2_000)
+          check = try DataFileCheck.read(path + "/data.mdb")
+        }
         if check.fileSize > 0 && !check.isLMDB && check.metas[0] != nil {
           throw LMDBError(code: MDB_INVALID, message: "data.mdb does not start with LMDB's meta page")
         }
