@@ -25,6 +25,10 @@ public struct DataFileCheck: Sendable, Equatable {
     public var mapSize: UInt64
     public var lastPage: UInt64
     public var transaction: UInt64
+    /// The root pages of LMDB's free-page database and of its main database (which names every
+    /// other database); `~0` when empty.
+    public var freeRoot: UInt64
+    public var mainRoot: UInt64
   }
 
   /// The data file's length in bytes.
@@ -90,7 +94,7 @@ public struct DataFileCheck: Sendable, Equatable {
     }
     return Meta(
       magic: u32(16), version: u32(20), pageSize: u32(40), mapSize: u64(32), lastPage: u64(136),
-      transaction: u64(144))
+      transaction: u64(144), freeRoot: u64(80), mainRoot: u64(128))
   }
 
   /// The meta page LMDB would use: the valid one with the larger transaction id.
@@ -147,6 +151,16 @@ public struct DataFileCheck: Sendable, Equatable {
     if UInt64(fileSize) < needed {
       return
         "its data file is \(fileSize) bytes but its newest meta page uses pages up to \(newest.lastPage) (\(needed) bytes): the file was truncated"
+    }
+    // No machine maps more than 2^47 bytes of user address space: a larger map size is damage.
+    if newest.mapSize > 1 << 46 {
+      return "the newest meta page gives an impossible map size (\(newest.mapSize) bytes)"
+    }
+    for (name, root) in [("free-page", newest.freeRoot), ("main", newest.mainRoot)] where root != .max {
+      if root < 2 || root > newest.lastPage {
+        return
+          "the newest meta page puts the \(name) database's root at page \(root), outside the pages in use (2…\(newest.lastPage))"
+      }
     }
     if newest.mapSize < needed {
       return "the newest meta page's map size (\(newest.mapSize) bytes) is smaller than the pages it uses (\(needed) bytes)"
