@@ -255,6 +255,8 @@ public struct RawPage: Sendable {
 
   /// One node of a leaf page.
   public struct LeafNode: Sendable {
+    /// Where the node starts in the page.
+    public let offset: Int
     /// The key.
     public let key: [UInt8]
     /// The node's flags (`F_BIGDATA` 0x01, `F_SUBDATA` 0x02, `F_DUPDATA` 0x04).
@@ -284,11 +286,12 @@ public struct RawPage: Sendable {
       let key = Array(bytes[keyStart..<dataStart])
       if flags & LMDBLayout.bigData != 0 {
         guard let page = bytes.littleEndian(UInt64.self, at: dataStart) else { return nil }
-        return LeafNode(key: key, flags: flags, dataSize: dataSize, inlineData: nil, overflowPage: page)
+        return LeafNode(
+          offset: offset, key: key, flags: flags, dataSize: dataSize, inlineData: nil, overflowPage: page)
       }
       guard dataSize <= bytes.count - dataStart else { return nil }
       return LeafNode(
-        key: key, flags: flags, dataSize: dataSize, inlineData: dataStart..<(dataStart + dataSize),
+        offset: offset, key: key, flags: flags, dataSize: dataSize, inlineData: dataStart..<(dataStart + dataSize),
         overflowPage: nil)
     }
   }
@@ -322,8 +325,14 @@ public struct RawScan: Sendable {
   public internal(set) var leafPages = 0
   /// Valid record copies found (the same record may sit in several pages: old copies in freed pages).
   public internal(set) var recordCopies = 0
-  /// Per sequence, the distinct valid records found, first found first.
+  /// Of them, copies no node points to: stale bytes in a page's free space (a node moved away by a
+  /// split or a delete) or in a page whose header is damaged.
+  public internal(set) var unreferencedCopies = 0
+  /// Per sequence, the distinct valid records found: those a leaf node points to first, then those
+  /// found only in unreferenced bytes; each in the order found.
   public internal(set) var records: [UInt64: [LoggedEvent]] = [:]
+  /// Per sequence, how many of its records (at the end of its list) were found only unreferenced.
+  private var unreferencedVariants: [UInt64: Int] = [:]
   /// Per leaf page holding valid records, their sequences (only when the scan was asked to keep them).
   public internal(set) var recordPages: [UInt64: [UInt64]] = [:]
   /// Every `compaction` row seen (`through`, `removed`), from live and freed pages alike.
@@ -339,8 +348,38 @@ public struct RawScan: Sendable {
     public let removed: UInt64
   }
 
+  /// An empty scan.
+  init(pageSize: Int) { self.pageSize = pageSize }
+
   /// Distinct sequences with at least one valid record.
   public var sequencesFound: Int { records.count }
+
+  /// Takes one valid record copy.
+  mutating func add(_ event: LoggedEvent, referenced: Bool) {
+    recordCopies += 1
+    if !referenced { unreferencedCopies += 1 }
+    let sequence = event.sequence
+    var known = records[sequence] ?? []
+    let tail = unreferencedVariants[sequence] ?? 0
+    let firstUnreferenced = known.count - tail
+    if let index = known.firstIndex(of: event) {
+      // A record first seen unreferenced, now found in a node: it goes before the unreferenced ones.
+      if referenced && index >= firstUnreferenced {
+        known.remove(at: index)
+        known.insert(event, at: firstUnreferenced)
+        unreferencedVariants[sequence] = tail - 1
+        records[sequence] = known
+      }
+      return
+    }
+    if referenced {
+      known.insert(event, at: firstUnreferenced)
+    } else {
+      known.append(event)
+      unreferencedVariants[sequence] = tail + 1
+    }
+    records[sequence] = known
+  }
 }
 
 extension RawDataFile {
@@ -358,6 +397,8 @@ extension RawDataFile {
       if number % 4096 == 0 { progress(number, total) }
       guard let page = page(UInt64(number), pageSize: pageSize) else { break }
       result.pagesScanned += 1
+      var referenced = Set<Int>()
+      defer { carveRecords(from: page, skipping: referenced, into: &result) }
       guard page.isLeaf else { continue }
       result.leafPages += 1
       var sequencesHere: [UInt64] = []
@@ -367,13 +408,9 @@ extension RawDataFile {
             node.dataSize >= EventRecord.overhead + 1,
             let event = decodeRecord(node, in: page, sequence: sequence, pageSize: pageSize)
           else { continue }
-          result.recordCopies += 1
+          referenced.insert(node.offset)
           sequencesHere.append(sequence)
-          if let known = result.records[sequence] {
-            if !known.contains(event) { result.records[sequence] = known + [event] }
-          } else {
-            result.records[sequence] = [event]
-          }
+          result.add(event, referenced: true)
         } else if node.key == compactionKey, let range = node.inlineData, range.count == 16 {
           let value = Array(page.bytes[range])
           if let through = value.bigEndian(UInt64.self, at: 0), let removed = value.bigEndian(UInt64.self, at: 8) {
@@ -389,6 +426,34 @@ extension RawDataFile {
     }
     progress(total, total)
     return result
+  }
+
+  /// Finds valid records in the bytes of `page` that no node points to: at every even offset (where
+  /// LMDB puts nodes) but those in `skipping`, a leaf node's header with an 8-byte key, no flags, and
+  /// inline data that decodes as the record of that key. Old copies live there: the free space of a
+  /// leaf keeps the bytes of nodes a split moved away, and a page with a damaged header keeps its nodes.
+  private func carveRecords(from page: RawPage, skipping: Set<Int>, into result: inout RawScan) {
+    if page.number < 2 && page.flags & LMDBLayout.meta != 0 { return }
+    let bytes = page.bytes
+    let minimum = EventRecord.overhead + 1
+    var offset = LMDBLayout.pageHeaderSize
+    while offset + LMDBLayout.nodeHeaderSize + 8 + minimum <= bytes.count {
+      defer { offset += 2 }
+      // mn_ksize == 8 and mn_flags == 0, then a record's first byte (its format version).
+      guard bytes[offset + 6] == 8, bytes[offset + 7] == 0, bytes[offset + 4] == 0, bytes[offset + 5] == 0,
+        (1...EventRecord.formatVersion).contains(bytes[offset + 16]), !skipping.contains(offset),
+        let low = bytes.littleEndian(UInt16.self, at: offset), let high = bytes.littleEndian(UInt16.self, at: offset + 2)
+      else { continue }
+      let size = Int(low) | Int(high) << 16
+      let start = offset + LMDBLayout.nodeHeaderSize + 8
+      guard size >= minimum, size <= bytes.count - start,
+        let sequence = bytes.bigEndian(UInt64.self, at: offset + LMDBLayout.nodeHeaderSize), sequence > 0
+      else { continue }
+      let event = bytes.withUnsafeBytes { buffer in
+        try? EventRecord.decode(UnsafeRawBufferPointer(rebasing: buffer[start..<(start + size)]), sequence: sequence)
+      }
+      if let event { result.add(event, referenced: false) }
+    }
   }
 
   /// The record a leaf node holds (inline, or on its overflow pages), when it decodes as the record

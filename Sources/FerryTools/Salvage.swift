@@ -73,7 +73,8 @@ public struct SalvageReport: Codable, Sendable, Equatable {
   public var highestSequence: UInt64
   /// `ferry.lost` markers the new log holds.
   public var markers: Int
-  /// Runs under way in the damaged store, interrupted in the new one.
+  /// Runs under way in the damaged store, interrupted in the new one (one `task.runInterrupted` each,
+  /// logged after ``highestSequence``).
   public var interruptedRuns: Int
   /// Whether every sequence up to ``highestSequence`` was recovered (nothing lost, uncertain or
   /// decided without the live tree).
@@ -110,7 +111,10 @@ public struct SalvageReport: Codable, Sendable, Equatable {
           + "nothing restored there): \(rangeList(uncertainRanges))")
     }
     for value in ignored { lines.append("ignored: \(value)") }
-    if interruptedRuns > 0 { lines.append("interrupted \(interruptedRuns) runs that were under way") }
+    if interruptedRuns > 0 {
+      lines.append(
+        "interrupted \(interruptedRuns) runs that were under way (logged after sequence \(highestSequence))")
+    }
     lines.append(
       "wrote \(output): \(highestSequence) sequences, \(markers) of them ferry.lost markers; verified healthy")
     lines.append(
@@ -333,15 +337,23 @@ struct LiveTree: Sendable {
   var failed = SequenceRanges()
   /// Sequences the tree was read for: it holds exactly ``events`` and ``bad`` among them.
   var covered = SequenceRanges()
-  /// Whether the reader got to the end.
+  /// Whether the tree was read to its end.
   var finished = false
-  /// How the reader ended, when not by finishing.
-  var ending: String?
+  /// Sequences LMDB crashed on (or that were skipped past, after repeated crashes).
+  var crashed = SequenceRanges()
+  /// How each reader that crashed ended.
+  var crashes: [String] = []
+  /// Why reading stopped before the end (nil when it got there).
+  var stop: String?
+  /// The highest sequence the current reader has reported on.
+  var reached: UInt64 = 0
 
   init(failure: String? = nil) { self.failure = failure }
 
-  /// Whether the tree was read in full, without a failed lookup or an undecodable record.
-  var readInFull: Bool { failure == nil && finished && failed.ranges.isEmpty && bad.isEmpty }
+  /// Whether the tree was read in full, without a failed lookup, a crash or an undecodable record.
+  var readInFull: Bool {
+    failure == nil && finished && failed.ranges.isEmpty && bad.isEmpty && crashes.isEmpty
+  }
 
   /// One line for the report.
   var summary: String {
@@ -353,24 +365,98 @@ struct LiveTree: Sendable {
     }
     if !failed.ranges.isEmpty {
       parts.append(
-        "\(failed.count) sequences could not be looked up (\(failed.descriptions(limit: 5).joined(separator: ", ")))")
+        "\(failed.count) lookups failed (\(failed.descriptions(limit: 5).joined(separator: ", ")))")
+    }
+    if !crashes.isEmpty {
+      let kinds = Set(crashes).sorted().joined(separator: ", ")
+      let times = crashes.count == 1 ? "once" : "\(crashes.count) times"
+      parts.append(
+        "reading it crashed LMDB \(times) (\(kinds))"
+          + (crashed.ranges.isEmpty
+            ? "" : ", sequences skipped: " + crashed.descriptions(limit: 5).joined(separator: ", ")))
     }
     if !finished {
-      let last = covered.ranges.last?.upperBound
-      parts.append(
-        (ending ?? "the reader stopped") + (last.map { " after sequence \($0)" } ?? " before reading any record"))
+      parts.append("not read past sequence \(covered.ranges.last?.upperBound ?? 0): " + (stop ?? "the reader stopped"))
     }
     return "read in part: " + parts.joined(separator: "; ")
   }
 
-  /// Runs `executable salvage --tree-dump STORE --through N` and collects what it prints until it
-  /// ends. A reader that prints nothing for `idleSeconds` is killed (a damaged file can make LMDB
-  /// loop); one that dies by a signal keeps what it printed before.
+  /// How many readers are started at most, one after another, past the places where LMDB crashes.
+  static let readerAttempts = 64
+  /// How many sequences a reader restarted after a crash reads one at a time, reporting each.
+  static let carefulSequences: UInt64 = 256
+
+  /// Reads the tree with `executable salvage --tree-dump STORE --through N --from F --careful K` and
+  /// collects what it prints. A reader that dies by a signal keeps what it printed; another is
+  /// started where it stopped, reading one sequence at a time, so that the sequence LMDB crashes on
+  /// is known and skipped (after repeated crashes, exponentially more: a damaged branch page hides a
+  /// range). A reader that prints nothing for `idleSeconds` is killed and not restarted (a damaged
+  /// file can make LMDB loop). Nothing past `hint`, the highest sequence the raw scan knows of, is
+  /// worth a restart.
   static func read(executable: URL, store: String, through hint: UInt64, idleSeconds: Int = 20) -> LiveTree {
     var tree = LiveTree()
+    var from: UInt64 = 1
+    var careful: UInt64 = 0
+    var skip: UInt64 = 1
+    for attempt in 0..<readerAttempts {
+      tree.reached = from - 1
+      let run = runReader(
+        executable: executable, arguments: [store, "--through", "\(hint)", "--from", "\(from)", "--careful", "\(careful)"],
+        idleSeconds: idleSeconds, into: &tree)
+      if tree.finished { break }
+      guard run.opened else {
+        if attempt == 0 {
+          tree.failure = run.openFailure ?? run.ending + " before opening it"
+        } else {
+          tree.stop = run.ending + " before reopening it"
+        }
+        break
+      }
+      guard run.signalled else {
+        tree.stop = run.ending
+        break
+      }
+      tree.crashes.append(run.ending)
+      guard tree.reached < hint else {
+        tree.stop = run.ending
+        break
+      }
+      let stopped = tree.reached + 1
+      if careful > 0 && stopped - from < careful {
+        // The reader was reading one sequence at a time: LMDB crashed on `stopped`.
+        if stopped > from { skip = 1 }
+        let end = min(hint, stopped > UInt64.max - skip ? UInt64.max : stopped + skip - 1)
+        tree.crashed.insert(stopped...end)
+        from = end == .max ? end : end + 1
+        skip = min(skip * 2, 1 << 20)
+      } else {
+        // Somewhere in a chunk: read again from where it stopped, one at a time.
+        from = stopped
+      }
+      careful = carefulSequences
+      if attempt == readerAttempts - 1 {
+        tree.stop = "gave up after \(readerAttempts) readers crashed"
+      }
+    }
+    return tree
+  }
+
+  /// How one reader went.
+  private struct ReaderRun {
+    var opened = false
+    var openFailure: String?
+    var signalled = false
+    var ending = ""
+  }
+
+  /// Runs one reader to its end, taking its lines into `tree`.
+  private static func runReader(
+    executable: URL, arguments: [String], idleSeconds: Int, into tree: inout LiveTree
+  ) -> ReaderRun {
+    var run = ReaderRun()
     let process = Process()
     process.executableURL = executable
-    process.arguments = ["salvage", "--tree-dump", store, "--through", "\(hint)"]
+    process.arguments = ["salvage", "--tree-dump"] + arguments
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = FileHandle.nullDevice
@@ -378,11 +464,10 @@ struct LiveTree: Sendable {
     do {
       try process.run()
     } catch {
-      return LiveTree(failure: "the reader could not be started: \(error.localizedDescription)")
+      run.ending = "the reader could not be started (\(error.localizedDescription))"
+      return run
     }
     let pid = process.processIdentifier
-    // Seconds since the last output, and whether the output has ended (the child is gone then, and
-    // its pid must not be signalled again).
     let watch = ReaderWatch()
     let timer = DispatchSource.makeTimerSource(queue: .global())
     timer.schedule(deadline: .now() + 1, repeating: 1)
@@ -399,8 +484,6 @@ struct LiveTree: Sendable {
     timer.resume()
     var pending: [UInt8] = []
     let handle = pipe.fileHandleForReading
-    var sawOpen = false
-    var openFailure: String?
     while true {
       let data = handle.availableData
       if data.isEmpty { break }
@@ -409,8 +492,8 @@ struct LiveTree: Sendable {
       guard let lastNewline = pending.lastIndex(of: 0x0A) else { continue }
       for line in pending[..<lastNewline].split(separator: 0x0A) {
         let text = String(decoding: line, as: UTF8.self)
-        if text == "opened" { sawOpen = true }
-        if text.hasPrefix("unopened ") { openFailure = String(text.dropFirst("unopened ".count)) }
+        if text == "opened" { run.opened = true }
+        if text.hasPrefix("unopened ") { run.openFailure = String(text.dropFirst("unopened ".count)) }
         tree.take(text)
       }
       pending.removeFirst(lastNewline + 1)
@@ -418,21 +501,15 @@ struct LiveTree: Sendable {
     watch.state.withLock { $0.ended = true }
     timer.cancel()
     process.waitUntilExit()
-    let killed = watch.state.withLock { $0.killed }
-    let ending: String
-    if killed {
-      ending = "the reader stopped answering for \(idleSeconds) s and was killed"
+    if watch.state.withLock({ $0.killed }) {
+      run.ending = "the reader printed nothing for \(idleSeconds) s and was killed"
     } else if process.terminationReason == .uncaughtSignal {
-      ending = "reading it crashed LMDB (signal \(process.terminationStatus))"
+      run.signalled = true
+      run.ending = "signal \(process.terminationStatus)"
     } else {
-      ending = "the reader ended with status \(process.terminationStatus)"
+      run.ending = "the reader ended with status \(process.terminationStatus)"
     }
-    if !sawOpen {
-      tree.failure = openFailure ?? ending + " before opening it"
-    } else if !tree.finished {
-      tree.ending = ending
-    }
-    return tree
+    return run
   }
 
   /// Takes one line of the reader's output (malformed lines are ignored).
@@ -460,9 +537,17 @@ struct LiveTree: Sendable {
         sequence: sequence, type: String(parts[2]), schemaVersion: schema, timestamp: timestamp, id: id,
         payload: [UInt8](payload))
     case "bad": if let sequence = number(1) { bad.insert(sequence) }
-    case "failed": if let sequence = number(1) { failed.insert(sequence) }
+    case "failed":
+      if let sequence = number(1) {
+        failed.insert(sequence)
+        reached = max(reached, sequence)
+      }
     case "covered":
-      if let from = number(1), let to = number(2), from <= to { covered.insert(from...to) }
+      if let from = number(1), let to = number(2), from <= to {
+        covered.insert(from...to)
+        reached = max(reached, to)
+        if to == .max { finished = true }
+      }
     case "done": finished = true
     default: return
     }
@@ -475,15 +560,20 @@ private final class ReaderWatch: Sendable {
   let state = Mutex((idle: 0, ended: false, killed: false))
 }
 
-/// `ferry salvage --tree-dump DIR --through N`: prints, line by line, what LMDB's live tree of the
-/// store at `path` holds, for a parent `ferry salvage` (which reads it with ``LiveTree/take(_:)``).
-/// Run in a child process: damage may crash LMDB here, and the parent keeps what was printed.
+/// `ferry salvage --tree-dump DIR --through N --from F --careful K`: prints, line by line, what
+/// LMDB's live tree of the store at `path` holds from sequence `from` on, for a parent
+/// `ferry salvage` (which reads it with ``LiveTree/take(_:)``). Run in a child process: damage may
+/// crash LMDB here, and the parent keeps what was printed.
 ///
-/// Lines: `opened` or `unopened REASON`; `compaction THROUGH REMOVED` or `compaction none`;
-/// `head N`; `e SEQ TYPE SCHEMA TIMESTAMP IDHEX PAYLOAD_BASE64|-` for each valid record; `bad SEQ`
-/// for a record that does not decode; `failed SEQ` for a lookup that failed; `covered FROM TO|max`
-/// once every record in that range has been printed; `done`.
-public func dumpLiveTree(path: String, through hint: UInt64) {
+/// The first `careful` sequences (up to `hint`) are read one at a time, each reported before the
+/// next is read; then chunks while the tree reads cleanly, and one sequence at a time (up to `hint`,
+/// the highest sequence the parent knows of) past anything that fails.
+///
+/// Lines: `opened` or `unopened REASON`; `compaction THROUGH REMOVED` or `compaction none`; for each
+/// valid record `e SEQ TYPE SCHEMA TIMESTAMP IDHEX PAYLOAD_BASE64|-`; `bad SEQ` for a record that does
+/// not decode; `failed SEQ` for a lookup that failed; `covered FROM TO|max` once every record in
+/// that range has been reported; `head N`; `done`.
+public func dumpLiveTree(path: String, through hint: UInt64, from first: UInt64 = 1, careful: UInt64 = 0) {
   var configuration = EventLog.Configuration()
   configuration.readOnly = true
   configuration.createIfMissing = false
@@ -495,17 +585,17 @@ public func dumpLiveTree(path: String, through hint: UInt64) {
     return
   }
   defer { log.close() }
-  var text = "opened\n"
+  guard writeToStandardOutput("opened\n") else { return }
+  var text: String
   do {
     if let state = try log.compactionState() {
-      text += "compaction \(state.through) \(state.removed)\n"
+      text = "compaction \(state.through) \(state.removed)\n"
     } else {
-      text += "compaction none\n"
+      text = "compaction none\n"
     }
   } catch {
-    text += "compaction unreadable\n"
+    text = "compaction unreadable\n"
   }
-  if let head = try? log.head() { text += "head \(head)\n" }
   guard writeToStandardOutput(text) else { return }
   text = ""
   func line(_ event: LoggedEvent) -> String {
@@ -513,14 +603,32 @@ public func dumpLiveTree(path: String, through hint: UInt64) {
     return
       "e \(event.sequence) \(event.type) \(event.storedSchemaVersion) \(event.timestamp) \(event.id.hex) \(payload)\n"
   }
-  // In chunks while the tree reads cleanly; one sequence at a time (up to the parent's hint) past
-  // anything that fails, so that one damaged record or page does not hide the rest.
-  var after: UInt64 = 0
-  while after < .max {
+  /// Reads one sequence by itself.
+  func step(_ sequence: UInt64) -> String {
     do {
-      let chunk = try log.events(after: after, limit: 1000)
+      guard let bytes = try log.record(at: sequence) else { return "covered \(sequence) \(sequence)\n" }
+      do {
+        return line(try EventRecord.decode(bytes, sequence: sequence)) + "covered \(sequence) \(sequence)\n"
+      } catch {
+        return "bad \(sequence)\ncovered \(sequence) \(sequence)\n"
+      }
+    } catch {
+      return "failed \(sequence)\n"
+    }
+  }
+  var after = max(first, 1) - 1
+  var carefulLeft = careful
+  while after < .max {
+    if carefulLeft > 0 && after < hint {
+      carefulLeft -= 1
+      after += 1
+      guard writeToStandardOutput(step(after)) else { return }
+      continue
+    }
+    do {
+      let chunk = try log.events(after: after, limit: 256)
       for event in chunk { text += line(event) }
-      guard chunk.count == 1000, let last = chunk.last?.sequence, last > after else {
+      guard chunk.count == 256, let last = chunk.last?.sequence, last > after else {
         text += "covered \(after + 1) max\n"
         break
       }
@@ -529,28 +637,18 @@ public func dumpLiveTree(path: String, through hint: UInt64) {
       guard writeToStandardOutput(text) else { return }
       text = ""
     } catch {
-      let sequence = after + 1
-      if sequence > hint { break }
-      do {
-        if let bytes = try log.record(at: sequence) {
-          do {
-            text += line(try EventRecord.decode(bytes, sequence: sequence))
-          } catch {
-            text += "bad \(sequence)\n"
-          }
-        }
-        text += "covered \(sequence) \(sequence)\n"
-      } catch {
-        text += "failed \(sequence)\n"
-      }
-      after = sequence
+      if after >= hint { break }
+      after += 1
+      text += step(after)
       if text.utf8.count >= 1 << 16 {
         guard writeToStandardOutput(text) else { return }
         text = ""
       }
     }
   }
-  _ = writeToStandardOutput(text + "done\n")
+  guard writeToStandardOutput(text) else { return }
+  if let head = try? log.head() { _ = writeToStandardOutput("head \(head)\n") }
+  _ = writeToStandardOutput("done\n")
 }
 
 /// Writes all of `text` to standard output; false when it cannot (the parent is gone).
@@ -725,9 +823,10 @@ struct SalvagePlan: Sendable {
           "the salvaged store did not verify (\(verified.problems.first.map { "\($0)" } ?? "")): nothing was written")
       }
       let head = try check.log.head()
-      guard head == top else {
+      guard head == top + UInt64(interrupted) else {
         throw ToolError(
-          .storageError, "the salvaged store's head is \(head), not \(top): nothing was written")
+          .storageError,
+          "the salvaged store's head is \(head), not \(top) and \(interrupted) interruptions: nothing was written")
       }
       return interrupted
     } catch let error as ToolError {

@@ -34,6 +34,12 @@ struct Salvage: AsyncParsableCommand {
   @Option(help: .hidden)
   var through: UInt64 = 0
 
+  @Option(help: .hidden)
+  var from: UInt64 = 1
+
+  @Option(help: .hidden)
+  var careful: UInt64 = 0
+
   func validate() throws {
     if !treeDump && out == nil { throw ValidationError("Missing expected argument '<out>'") }
   }
@@ -41,7 +47,7 @@ struct Salvage: AsyncParsableCommand {
   func run() async throws {
     if treeDump {
       // The child that reads LMDB's live tree for a parent salvage (it may crash; the parent copes).
-      dumpLiveTree(path: dir, through: through)
+      dumpLiveTree(path: dir, through: through, from: from, careful: careful)
       return
     }
     try await perform { () async throws(ToolError) -> ExitStatus in
