@@ -181,7 +181,8 @@ struct ImportStaging {
             + "nothing was \(target.verb)d and what is there was left as it is")
       case ENOTDIR:
         throw ToolError(
-          .notAStore, "\(target.path) became a file while the \(target.verb) ran: nothing was \(target.verb)d")
+          .notAStore,
+          "\(target.path) became a file while the \(target.verb) ran: nothing was \(target.verb)d")
       default:
         throw ToolError(
           .storageError,

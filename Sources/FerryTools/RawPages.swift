@@ -183,7 +183,9 @@ public final class RawDataFile {
   /// The pages of the named database's live tree, found from the newer readable meta page by
   /// following the main database to the database's record and walking its branch pages: its root,
   /// its branch pages and its leaf pages (in key order). Nil when any step cannot be read.
-  public func liveTree(named name: String, pageSize: Int) -> (root: UInt64, branches: [UInt64], leaves: [UInt64])? {
+  public func liveTree(
+    named name: String, pageSize: Int
+  ) -> (root: UInt64, branches: [UInt64], leaves: [UInt64])? {
     let metas = [metaPage(0, pageSize: pageSize), metaPage(1, pageSize: pageSize)].compactMap { $0 }
     guard let meta = metas.max(by: { $0.transaction < $1.transaction }) else { return nil }
     guard let main = walk(from: meta.mainRoot, pageSize: pageSize) else { return nil }
@@ -291,7 +293,8 @@ public struct RawPage: Sendable {
       }
       guard dataSize <= bytes.count - dataStart else { return nil }
       return LeafNode(
-        offset: offset, key: key, flags: flags, dataSize: dataSize, inlineData: dataStart..<(dataStart + dataSize),
+        offset: offset, key: key, flags: flags, dataSize: dataSize,
+        inlineData: dataStart..<(dataStart + dataSize),
         overflowPage: nil)
     }
   }
@@ -413,7 +416,9 @@ extension RawDataFile {
           result.add(event, referenced: true)
         } else if node.key == compactionKey, let range = node.inlineData, range.count == 16 {
           let value = Array(page.bytes[range])
-          if let through = value.bigEndian(UInt64.self, at: 0), let removed = value.bigEndian(UInt64.self, at: 8) {
+          if let through = value.bigEndian(UInt64.self, at: 0),
+            let removed = value.bigEndian(UInt64.self, at: 8)
+          {
             result.compactionRows.insert(RawScan.CompactionRow(through: through, removed: removed))
           }
         } else if node.key.starts(with: projectionPrefix), let range = node.inlineData, range.count == 12,
@@ -442,7 +447,8 @@ extension RawDataFile {
       // mn_ksize == 8 and mn_flags == 0, then a record's first byte (its format version).
       guard bytes[offset + 6] == 8, bytes[offset + 7] == 0, bytes[offset + 4] == 0, bytes[offset + 5] == 0,
         (1...EventRecord.formatVersion).contains(bytes[offset + 16]), !skipping.contains(offset),
-        let low = bytes.littleEndian(UInt16.self, at: offset), let high = bytes.littleEndian(UInt16.self, at: offset + 2)
+        let low = bytes.littleEndian(UInt16.self, at: offset),
+        let high = bytes.littleEndian(UInt16.self, at: offset + 2)
       else { continue }
       let size = Int(low) | Int(high) << 16
       let start = offset + LMDBLayout.nodeHeaderSize + 8
@@ -450,7 +456,8 @@ extension RawDataFile {
         let sequence = bytes.bigEndian(UInt64.self, at: offset + LMDBLayout.nodeHeaderSize), sequence > 0
       else { continue }
       let event = bytes.withUnsafeBytes { buffer in
-        try? EventRecord.decode(UnsafeRawBufferPointer(rebasing: buffer[start..<(start + size)]), sequence: sequence)
+        try? EventRecord.decode(
+          UnsafeRawBufferPointer(rebasing: buffer[start..<(start + size)]), sequence: sequence)
       }
       if let event { result.add(event, referenced: false) }
     }
@@ -458,7 +465,9 @@ extension RawDataFile {
 
   /// The record a leaf node holds (inline, or on its overflow pages), when it decodes as the record
   /// of `sequence`.
-  private func decodeRecord(_ node: RawPage.LeafNode, in page: RawPage, sequence: UInt64, pageSize: Int)
+  private func decodeRecord(
+    _ node: RawPage.LeafNode, in page: RawPage, sequence: UInt64, pageSize: Int
+  )
     -> LoggedEvent?
   {
     if let range = node.inlineData {

@@ -87,13 +87,15 @@ public struct SalvageReport: Codable, Sendable, Equatable {
       pageSizeGuessed
       ? "guessed: no meta page names it, this size yields the most records" : "from \(pageSizeSource)"
     lines.append(
-      "read \(source): \(fileBytes) bytes, \(pagesScanned) pages of \(pageSize) bytes (page size \(sizeNote))")
+      "read \(source): \(fileBytes) bytes, \(pagesScanned) pages of \(pageSize) bytes (page size \(sizeNote))"
+    )
     lines.append("raw scan: \(recordsFound) valid record copies of \(sequencesFound) sequences")
     lines.append("live tree: \(liveTree)")
     if let compactedThrough {
       lines.append(
         "compacted through \(compactedThrough) (read from the \(compactionSource ?? "store")): "
-          + "\(removedByCompaction) removed sequences stay gaps, \(notResurrected) old copies of them not restored")
+          + "\(removedByCompaction) removed sequences stay gaps, \(notResurrected) old copies of them not restored"
+      )
     }
     lines.append(
       "recovered \(recovered) of \(highestSequence) events: \(recoveredFromTree) from the live tree, "
@@ -116,7 +118,8 @@ public struct SalvageReport: Codable, Sendable, Equatable {
         "interrupted \(interruptedRuns) runs that were under way (logged after sequence \(highestSequence))")
     }
     lines.append(
-      "wrote \(output): \(highestSequence) sequences, \(markers) of them ferry.lost markers; verified healthy")
+      "wrote \(output): \(highestSequence) sequences, \(markers) of them ferry.lost markers; verified healthy"
+    )
     lines.append(
       complete
         ? "complete: every event up to sequence \(highestSequence) was recovered"
@@ -308,7 +311,9 @@ struct SequenceRanges: Sendable, Equatable {
 
   /// The first `limit` ranges as text: "120-130", "500".
   func descriptions(limit: Int) -> [String] {
-    ranges.prefix(limit).map { $0.lowerBound == $0.upperBound ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)" }
+    ranges.prefix(limit).map {
+      $0.lowerBound == $0.upperBound ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)"
+    }
   }
 }
 
@@ -376,7 +381,8 @@ struct LiveTree: Sendable {
             ? "" : ", sequences skipped: " + crashed.descriptions(limit: 5).joined(separator: ", ")))
     }
     if !finished {
-      parts.append("not read past sequence \(covered.ranges.last?.upperBound ?? 0): " + (stop ?? "the reader stopped"))
+      parts.append(
+        "not read past sequence \(covered.ranges.last?.upperBound ?? 0): " + (stop ?? "the reader stopped"))
     }
     return "read in part: " + parts.joined(separator: "; ")
   }
@@ -401,7 +407,8 @@ struct LiveTree: Sendable {
     for attempt in 0..<readerAttempts {
       tree.reached = from - 1
       let run = runReader(
-        executable: executable, arguments: [store, "--through", "\(hint)", "--from", "\(from)", "--careful", "\(careful)"],
+        executable: executable,
+        arguments: [store, "--through", "\(hint)", "--from", "\(from)", "--careful", "\(careful)"],
         idleSeconds: idleSeconds, into: &tree)
       if tree.finished { break }
       guard run.opened else {
@@ -707,9 +714,13 @@ struct SalvagePlan: Sendable {
     self.tree = tree
     // Everything that says how far the log went, cut at the first implausible jump.
     var values: [(UInt64, String)] = scan.records.keys.map { ($0, "a record's key") }
-    values += tree.events.keys.filter { scan.records[$0] == nil }.map { ($0, "a record's key in the live tree") }
+    values += tree.events.keys.filter { scan.records[$0] == nil }.map {
+      ($0, "a record's key in the live tree")
+    }
     if let head = tree.head { values.append((head, "the live tree's head")) }
-    if case .at(let through, _) = tree.compaction { values.append((through, "the live tree's compaction point")) }
+    if case .at(let through, _) = tree.compaction {
+      values.append((through, "the live tree's compaction point"))
+    }
     if tree.compaction == .unknown {
       values += scan.compactionRows.map { ($0.through, "a compaction point in a meta row") }
     }
@@ -792,7 +803,8 @@ struct SalvagePlan: Sendable {
     let lostCount = lost.count
     let uncertainCount = uncertain.count
     return SalvageReport(
-      source: "", output: "", fileBytes: 0, pageSize: scan.pageSize, pageSizeSource: "", pageSizeGuessed: false,
+      source: "", output: "", fileBytes: 0, pageSize: scan.pageSize, pageSizeSource: "",
+      pageSizeGuessed: false,
       pagesScanned: scan.pagesScanned, recordsFound: scan.recordCopies, sequencesFound: scan.sequencesFound,
       liveTree: tree.summary, liveTreeRead: tree.readInFull,
       recovered: recoveredFromTree + recoveredFromScan, recoveredFromTree: recoveredFromTree,
@@ -820,13 +832,15 @@ struct SalvagePlan: Sendable {
       guard verified.isHealthy else {
         throw ToolError(
           .storageError,
-          "the salvaged store did not verify (\(verified.problems.first.map { "\($0)" } ?? "")): nothing was written")
+          "the salvaged store did not verify (\(verified.problems.first.map { "\($0)" } ?? "")): nothing was written"
+        )
       }
       let head = try check.log.head()
       guard head == top + UInt64(interrupted) else {
         throw ToolError(
           .storageError,
-          "the salvaged store's head is \(head), not \(top) and \(interrupted) interruptions: nothing was written")
+          "the salvaged store's head is \(head), not \(top) and \(interrupted) interruptions: nothing was written"
+        )
       }
       return interrupted
     } catch let error as ToolError {
@@ -849,7 +863,8 @@ struct SalvagePlan: Sendable {
       guard sequences.first == next, sequences.last == next + UInt64(batch.count) - 1 else {
         throw ToolError(
           .storageError,
-          "salvaged events landed at sequences \(sequences.first ?? 0)… instead of \(next)…: nothing was written")
+          "salvaged events landed at sequences \(sequences.first ?? 0)… instead of \(next)…: nothing was written"
+        )
       }
       next += UInt64(batch.count)
       batch.removeAll(keepingCapacity: true)

@@ -105,7 +105,8 @@ func buildTaskStore(at path: String, tasks: Int = 700) async throws {
   runner.register(tag: "flaky") { _ in .failed("503", retryable: true) }
   _ = try await runner.run()
   for i in 0..<40 {
-    try await store.ledger.recordFetch(key: "k\(i % 5)", outcome: i % 4 == 0 ? .failure("504") : .success(isEmpty: false))
+    try await store.ledger.recordFetch(
+      key: "k\(i % 5)", outcome: i % 4 == 0 ? .failure("504") : .success(isEmpty: false))
   }
 }
 
@@ -137,7 +138,9 @@ func garbage(_ count: Int, seed: UInt64) -> [UInt8] {
 }
 
 /// The page size and the live tree of the events database of the data file at `path`, read raw.
-func eventsTree(_ path: String) throws -> (file: RawDataFile, pageSize: Int, root: UInt64, branches: [UInt64], leaves: [UInt64]) {
+func eventsTree(
+  _ path: String
+) throws -> (file: RawDataFile, pageSize: Int, root: UInt64, branches: [UInt64], leaves: [UInt64]) {
   let file = try RawDataFile(path: path)
   let pageSize = try #require(file.pageSizeNamedByMetaPage0())
   let tree = try #require(file.liveTree(named: "events", pageSize: pageSize))
@@ -154,7 +157,9 @@ func rangeTexts(_ sequences: [UInt64]) -> [String] {
       ranges.append(sequence...sequence)
     }
   }
-  return ranges.map { $0.lowerBound == $0.upperBound ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)" }
+  return ranges.map {
+    $0.lowerBound == $0.upperBound ? "\($0.lowerBound)" : "\($0.lowerBound)-\($0.upperBound)"
+  }
 }
 
 /// Whether `needle` occurs anywhere in `haystack`.
@@ -177,7 +182,8 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(salvaged.liveTreeRead)
     #expect(salvaged.recovered == Int(original.head))
     #expect(salvaged.recoveredFromTree == Int(original.head))
-    #expect(salvaged.lost == 0 && salvaged.markers == 0 && salvaged.uncertain == 0 && salvaged.conflicting == 0)
+    #expect(
+      salvaged.lost == 0 && salvaged.markers == 0 && salvaged.uncertain == 0 && salvaged.conflicting == 0)
     #expect(salvaged.highestSequence == original.head)
     #expect(salvaged.pageSizeSource == "meta pages" && !salvaged.pageSizeGuessed)
     #expect(salvaged.recordsFound >= Int(original.head), "every record at least once, old copies too")
@@ -211,8 +217,10 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     }
     #expect(onPage.count >= 10)
     for sequence in onPage {
-      let range = try #require(page.leafNodes().first { $0.key.reduce(0) { $0 << 8 | UInt64($1) } == sequence }?.inlineData)
-      #expect(Array(page.bytes[range]) == original.records[sequence], "the page holds the log's record \(sequence)")
+      let range = try #require(
+        page.leafNodes().first { $0.key.reduce(0) { $0 << 8 | UInt64($1) } == sequence }?.inlineData)
+      #expect(
+        Array(page.bytes[range]) == original.records[sequence], "the page holds the log's record \(sequence)")
     }
     try overwrite(place.data, at: Int(victim) * tree.pageSize, with: garbage(tree.pageSize, seed: 12))
     // Lost: what was on the page and has no intact copy anywhere else in the file.
@@ -246,11 +254,14 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(verified.status == 0, "\(verified.stdout)")
     let human = try ferry(["salvage", place.source, place.parent + "/again"])
     #expect(human.status == 1)
-    #expect(human.stdout.contains("lost \(expectedLost.count): \(rangeTexts(expectedLost).joined(separator: ", "))"))
+    #expect(
+      human.stdout.contains("lost \(expectedLost.count): \(rangeTexts(expectedLost).joined(separator: ", "))")
+    )
     print(
       "salvage of a \(original.head)-event store with one damaged leaf page (\(onPage.count) records, "
         + "\(onPage.count - expectedLost.count) with a copy elsewhere): recovered \(salvaged.recovered), "
-        + "lost \(salvaged.lost) (\(salvaged.lostRanges.joined(separator: ", "))); live tree: \(salvaged.liveTree)")
+        + "lost \(salvaged.lost) (\(salvaged.lostRanges.joined(separator: ", "))); live tree: \(salvaged.liveTree)"
+    )
   }
 
   /// (c) Damage LMDB cannot read past — the events tree's root branch page overwritten, meta page 0
@@ -322,7 +333,8 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(salvaged.highestSequence <= original.head)
     let rescued = try exportedBySequence(place.target)
     #expect(rescued.count == Int(salvaged.highestSequence) + salvaged.interruptedRuns)
-    for (sequence, entry) in rescued where entry.type != EventLog.lostEventType && sequence <= salvaged.highestSequence {
+    for (sequence, entry) in rescued
+    where entry.type != EventLog.lostEventType && sequence <= salvaged.highestSequence {
       #expect(entry.line == original.line(sequence), "sequence \(sequence) as it was")
     }
     #expect(rescued.values.filter { $0.type == EventLog.lostEventType }.count == salvaged.lost)
@@ -360,7 +372,8 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     let gaps = (1...through).filter { original.records[$0] == nil }.count
     // Old copies of removed events are still in the file: what salvage must not bring back.
     let scan = try RawDataFile(path: place.data).scan(pageSize: 4096)
-    let removedStillThere = (1...through).filter { original.records[$0] == nil && scan.records[$0] != nil }.count
+    let removedStillThere = (1...through).filter { original.records[$0] == nil && scan.records[$0] != nil }
+      .count
     try #require(removedStillThere > 0, "old copies of removed events are still in the file")
 
     let tree = try eventsTree(place.data)
@@ -393,9 +406,12 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     } else {
       #expect(status == ExitStatus.problemsFound.rawValue, "\(stderr)")
       // Read from the raw scan's meta rows when the live tree cannot be opened at all.
-      #expect(salvaged.compactionSource == (salvaged.liveTree.hasPrefix("unreadable") ? "raw scan" : "live tree"))
+      #expect(
+        salvaged.compactionSource == (salvaged.liveTree.hasPrefix("unreadable") ? "raw scan" : "live tree"))
       #expect(salvaged.uncertain > 0)
-      if damage == "both meta pages" { #expect(salvaged.uncertain == Int(through), "nothing read from the tree") }
+      if damage == "both meta pages" {
+        #expect(salvaged.uncertain == Int(through), "nothing read from the tree")
+      }
       #expect(salvaged.lost == 0)
       // No task comes back that the original no longer had, and those kept are as they were.
       for (id, task) in queue { #expect(original.queue[id] == task, "task \(id)") }
@@ -437,17 +453,20 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     let missing = try ferry(["salvage", place.parent + "/nothing", fresh])
     #expect(missing.status == ExitStatus.noSuchStore.rawValue)
     #expect(missing.stderr.contains("does not exist"))
-    try FileManager.default.createDirectory(atPath: place.parent + "/empty", withIntermediateDirectories: false)
+    try FileManager.default.createDirectory(
+      atPath: place.parent + "/empty", withIntermediateDirectories: false)
     let noData = try ferry(["salvage", place.parent + "/empty", fresh])
     #expect(noData.status == ExitStatus.notAStore.rawValue)
     #expect(noData.stderr.contains("holds no data.mdb"))
-    try FileManager.default.createDirectory(atPath: place.parent + "/zero", withIntermediateDirectories: false)
+    try FileManager.default.createDirectory(
+      atPath: place.parent + "/zero", withIntermediateDirectories: false)
     #expect(FileManager.default.createFile(atPath: place.parent + "/zero/data.mdb", contents: Data()))
     let zero = try ferry(["salvage", place.parent + "/zero", fresh])
     #expect(zero.status == ExitStatus.corruptRecord.rawValue)
     #expect(zero.stderr.contains("found no valid event record"))
     #expect(!FileManager.default.fileExists(atPath: fresh))
     let entries = try FileManager.default.contentsOfDirectory(atPath: place.parent).sorted()
-    #expect(entries == ["damaged", "empty", "file", "rescued", "zero"], "no temporary directory left: \(entries)")
+    #expect(
+      entries == ["damaged", "empty", "file", "rescued", "zero"], "no temporary directory left: \(entries)")
   }
 }
