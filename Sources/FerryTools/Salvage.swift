@@ -186,7 +186,7 @@ public func salvage(
       "found no valid event record in \(dataPath) (\(file.size) bytes, \(scan.pagesScanned) pages "
         + "of \(scan.pageSize) bytes): nothing to salvage, nothing was written")
   }
-  report.source = dataPath
+  report.source = URL(fileURLWithPath: dataPath).standardizedFileURL.path
   report.output = destination.path
   report.fileBytes = file.size
   report.pageSizeSource = sizeSource.rawValue
@@ -232,7 +232,7 @@ enum PageSizeSource: String {
 private func scanWithBestPageSize(_ file: RawDataFile, output: Output) -> (RawScan, PageSizeSource) {
   let first = file.pageSizeNamedByMetaPage0()
   let second = file.pageSizeNamedByMetaPage1()
-  var candidates: [(Int, PageSizeSource)]
+  let candidates: [(Int, PageSizeSource)]
   switch (first, second) {
   case (let a?, let b?) where a == b: candidates = [(a, .metaPages)]
   case (let a?, let b?): candidates = [(a, .metaPage0), (b, .metaPage1)]
