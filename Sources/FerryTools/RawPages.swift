@@ -42,6 +42,10 @@ enum LMDBLayout {
   static let databaseRecordSize = 48
   static let databaseRootOffset = 40
 
+  /// The shortest record of any format: format 1's 37 bytes (a 1-byte type, an empty payload), or
+  /// less should a later format be shorter.
+  static let smallestRecord = min(37, EventRecord.overhead + 1)
+
   /// The page sizes tried, in order, when no meta page names one.
   static let guessedPageSizes = [4096, 16384, 65536]
   /// The page sizes LMDB can have.
@@ -408,7 +412,7 @@ extension RawDataFile {
       for node in page.leafNodes() where node.flags & (LMDBLayout.subData | LMDBLayout.dupData) == 0 {
         if node.key.count == 8 {
           guard let sequence = node.key.bigEndian(UInt64.self, at: 0), sequence > 0,
-            node.dataSize >= EventRecord.overhead + 1,
+            node.dataSize >= LMDBLayout.smallestRecord,
             let event = decodeRecord(node, in: page, sequence: sequence, pageSize: pageSize)
           else { continue }
           referenced.insert(node.offset)
@@ -440,7 +444,7 @@ extension RawDataFile {
   private func carveRecords(from page: RawPage, skipping: Set<Int>, into result: inout RawScan) {
     if page.number < 2 && page.flags & LMDBLayout.meta != 0 { return }
     let bytes = page.bytes
-    let minimum = EventRecord.overhead + 1
+    let minimum = LMDBLayout.smallestRecord
     var offset = LMDBLayout.pageHeaderSize
     while offset + LMDBLayout.nodeHeaderSize + 8 + minimum <= bytes.count {
       defer { offset += 2 }

@@ -170,6 +170,11 @@ public func salvage(
   } catch {
     throw ToolError(.badInput, error.message)
   }
+  var parent = stat()
+  guard stat(destination.parent, &parent) == 0, (parent.st_mode & S_IFMT) == S_IFDIR else {
+    throw ToolError(
+      .badInput, "\(destination.parent), where \(destination.path) would be created, is not a directory")
+  }
   let file = try RawDataFile(path: dataPath)
 
   let (scan, sizeSource) = scanWithBestPageSize(file, output: output)

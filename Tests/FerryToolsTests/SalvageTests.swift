@@ -448,6 +448,9 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(try ferry(["salvage", place.source, file]).status == ExitStatus.badInput.rawValue)
     #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == Data("file".utf8))
     #expect(try ferry(["salvage", place.source, place.source]).status == ExitStatus.badInput.rawValue)
+    let orphan = try ferry(["salvage", place.source, place.parent + "/no/such/place"])
+    #expect(orphan.status == ExitStatus.badInput.rawValue, "a target whose parent is missing")
+    #expect(orphan.stderr.contains("is not a directory"))
 
     let fresh = place.parent + "/fresh"
     let missing = try ferry(["salvage", place.parent + "/nothing", fresh])
