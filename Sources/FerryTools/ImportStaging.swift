@@ -6,10 +6,12 @@ import Foundation
   import Darwin
 #endif
 
-/// The directory `ferry import` fills: it must be missing or empty, and it gets a store only by one
-/// atomic rename of a complete one, so that no other writer ever shares it with the import and a
-/// killed import leaves nothing there.
+/// The directory `ferry import` (or `ferry salvage`) fills: it must be missing or empty, and it gets
+/// a store only by one atomic rename of a complete one, so that no other writer ever shares it with
+/// the import and a killed import leaves nothing there.
 struct ImportTarget {
+  /// The command building the store, for messages: "import" or "salvage".
+  let verb: String
   /// The absolute path of the target directory (a symbolic link at the end resolved).
   let path: String
   /// The directory holding the target, where the store is built.
@@ -17,8 +19,11 @@ struct ImportTarget {
   /// How the names of this target's temporary directories begin: `.<name>.ferry-import-`.
   let stagingPrefix: String
 
-  /// The target at `given`, which may be relative; refuses the root directory.
-  init(_ given: String) throws(ToolError) {
+  /// The target at `given`, which may be relative; refuses the root directory. `verb` names the
+  /// command in messages. Temporary directories are named alike for both commands, so that either
+  /// removes what a killed one left.
+  init(_ given: String, verb: String = "import") throws(ToolError) {
+    self.verb = verb
     var url = URL(fileURLWithPath: given).standardizedFileURL
     var info = stat()
     if lstat(url.path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFLNK {
@@ -26,7 +31,7 @@ struct ImportTarget {
     }
     let name = url.lastPathComponent
     guard !name.isEmpty, name != "/", name != ".", name != ".." else {
-      throw ToolError(.badInput, "cannot import into \(given): name a directory to create or an empty one")
+      throw ToolError(.badInput, "cannot \(verb) into \(given): name a directory to create or an empty one")
     }
     path = url.path
     parent = url.deletingLastPathComponent().path
@@ -44,13 +49,13 @@ struct ImportTarget {
         // Nothing there, unless a symbolic link pointing nowhere (rename would replace the link).
         guard lstat(path, &info) == 0 else { return }
         throw ToolError(
-          .notAStore, "\(path) is a symbolic link to nothing; import into a missing or empty directory")
+          .notAStore, "\(path) is a symbolic link to nothing; \(verb) into a missing or empty directory")
       }
       throw ToolError(.unavailable, "cannot read \(path): \(String(cString: strerror(code)))")
     }
     guard (info.st_mode & S_IFMT) == S_IFDIR else {
       throw ToolError(
-        .notAStore, "\(path) is a file, not a directory; import into a missing or empty directory")
+        .notAStore, "\(path) is a file, not a directory; \(verb) into a missing or empty directory")
     }
     let entries: [String]
     do {
@@ -63,7 +68,7 @@ struct ImportTarget {
         entries.contains("data.mdb")
         ? "it holds a store" : "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
       throw ToolError(
-        .badInput, "\(path) is not empty (\(what)); import only into a missing or empty directory")
+        .badInput, "\(path) is not empty (\(what)); \(verb) only into a missing or empty directory")
     }
   }
 
@@ -88,6 +93,28 @@ struct ImportTarget {
       if existed { removed += 1 }
     }
     return removed
+  }
+
+  /// Builds a store for the target: removes the temporary directories killed runs left (saying so),
+  /// lets `body` build and close a store in a fresh one, then renames it onto the target. Whatever
+  /// fails, the temporary directory is removed and the target left as it was.
+  func build<Result>(
+    output: Output, _ body: (_ directory: String) async throws(ToolError) -> Result
+  ) async throws(ToolError) -> Result {
+    let stale = removeStaleStagings()
+    if stale > 0 {
+      output.line(
+        "removed \(stale) temporary directories left beside \(path) by \(verb)s that did not finish")
+    }
+    let staging = try stage()
+    do {
+      let result = try await body(staging.directory)
+      try staging.moveIntoPlace(self)
+      return result
+    } catch {
+      staging.discard()
+      throw error
+    }
   }
 
   /// Creates a fresh temporary directory beside the target, with its lock file held.
@@ -150,15 +177,16 @@ struct ImportStaging {
       case ENOTEMPTY, EEXIST:
         throw ToolError(
           .unavailable,
-          "another process created a store (or files) at \(target.path) while the import ran: "
-            + "nothing was imported and what is there was left as it is")
+          "another process created a store (or files) at \(target.path) while the \(target.verb) ran: "
+            + "nothing was \(target.verb)d and what is there was left as it is")
       case ENOTDIR:
         throw ToolError(
-          .notAStore, "\(target.path) became a file while the import ran: nothing was imported")
+          .notAStore,
+          "\(target.path) became a file while the \(target.verb) ran: nothing was \(target.verb)d")
       default:
         throw ToolError(
           .storageError,
-          "cannot move the imported store to \(target.path): \(String(cString: strerror(code)))")
+          "cannot move the \(target.verb)d store to \(target.path): \(String(cString: strerror(code)))")
       }
     }
     do {

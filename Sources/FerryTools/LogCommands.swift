@@ -231,20 +231,8 @@ public func importLog(
   guard header.version == 1 else {
     throw ToolError(.badInput, "export version \(header.version) is newer than this ferry reads (1)")
   }
-  let stale = target.removeStaleStagings()
-  if stale > 0 {
-    output.line(
-      "removed \(stale) temporary directories left beside \(target.path) by imports that did not finish")
-  }
-  let staging = try target.stage()
-  do {
-    let imported = try await importEvents(
-      into: staging.directory, header: header, lines: &iterator, output: output)
-    try staging.moveIntoPlace(target)
-    return imported
-  } catch {
-    staging.discard()
-    throw error
+  return try await target.build(output: output) { directory throws(ToolError) in
+    try await importEvents(into: directory, header: header, lines: &iterator, output: output)
   }
 }
 

@@ -10,7 +10,7 @@ struct FerryCommand: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Demo.self, Inspect.self, Log.self, Replay.self, Verify.self, Export.self, Import.self, Stats.self,
-      Compact.self,
+      Compact.self, Salvage.self,
     ]
   )
 }
