@@ -588,6 +588,7 @@ private final class ReaderWatch: Sendable {
 public func dumpLiveTree(path: String, through hint: UInt64, from first: UInt64 = 1, careful: UInt64 = 0) {
   var configuration = EventLog.Configuration()
   configuration.readOnly = true
+  configuration.allowDamage = true  // the store is damaged: read what LMDB can still walk
   configuration.createIfMissing = false
   let log: EventLog
   do {
