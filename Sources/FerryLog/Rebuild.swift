@@ -43,6 +43,15 @@ public struct VerifyReport: Sendable {
       }
     }
 
+    /// Whether the problem is damage to the log itself (a record that does not read, a missing
+    /// sequence), as opposed to projections that differ from it (which a rebuild repairs).
+    public var isDamage: Bool {
+      switch self {
+      case .unreadableRecord, .sequenceGap: return true
+      default: return false
+      }
+    }
+
     /// The sequence number the problem is about, when it is about one record.
     public var sequence: UInt64? {
       switch self {

@@ -105,6 +105,7 @@ public func verify(path: String, output: Output) throws(ToolError) -> Bool {
     }
     for problem in report.problems { output.line("problem: \(problem)") }
     if report.moreDifferences { output.line("(more differing rows not listed)") }
+    try throwIfDamaged(report, path: path)
     return false
   } catch {
     throw ToolError.from(error)
@@ -158,10 +159,20 @@ public func replay(
       output.line("stored projections differ from the rebuild (\(differences.count) rows):")
       for problem in report.problems { output.line("  \(problem)") }
     }
+    try throwIfDamaged(report, path: path)
     return false
   } catch {
     throw ToolError.from(error)
   }
+}
+
+/// A log that is itself damaged (an unreadable record, a missing sequence) is exit 6, like every
+/// other command that meets it; projections that only differ from the log stay exit 1.
+private func throwIfDamaged(_ report: VerifyReport, path: String) throws(ToolError) {
+  guard let damage = report.problems.first(where: \.isDamage) else { return }
+  throw ToolError(
+    .corruptRecord,
+    "the log of \(path) is damaged: \(damage); `ferry salvage \(path) NEW_DIR` recovers what is left")
 }
 
 /// The first line of an export.
