@@ -13,23 +13,36 @@ import Synchronization
 /// a signal.
 ///
 /// The `ferry` binary re-executes itself with the same arguments; ``variable`` in the child's
-/// environment names the parent's process id and marks it as the child, which does the work. The
+/// environment marks it as the child, which does the work, and names its lifeline to the parent. The
 /// child inherits standard input, output and error. Its temporary directory (`TMPDIR`, where
 /// `verify` and `replay` make their scratch environments) is a private one the parent creates and
 /// removes on every way out, the child's crash included. The parent forwards `SIGINT`, `SIGTERM`
 /// and `SIGHUP` to the child; a child that finds its parent gone removes that directory and exits.
 public enum Containment {
-  /// The environment variable that marks the contained child; its value is the parent's pid.
+  /// The environment variable that marks the contained child (`lifeline:FD`).
   public static let variable = "FERRY_CONTAINED"
   /// How the private temporary directories' names begin.
   public static let directoryPrefix = "ferry-contained-"
 
-  /// Whether this process is the contained child of a `ferry` parent (the variable names its
-  /// parent: one inherited from elsewhere does not count).
-  public static var isContainedChild: Bool {
-    guard let value = getenv(variable), let pid = Int32(String(cString: value)) else { return false }
-    return pid == getppid()
+  /// Whether this process is the contained child of a `ferry` parent: ``variable`` names the
+  /// read end of its lifeline, a pipe it inherited open.
+  public static var isContainedChild: Bool { lifeline != nil }
+
+  /// The read end of the pipe whose write end only the parent holds: it reads end-of-file once
+  /// the parent is gone, however it went (a parent killed by `SIGKILL` stays a zombie, and the
+  /// child's parent pid unchanged, until someone reaps it; its descriptors close at once).
+  private static var lifeline: Int32? {
+    guard let value = getenv(variable).map({ String(cString: $0) }), value.hasPrefix(lifelinePrefix),
+      let fd = Int32(value.dropFirst(lifelinePrefix.count)), fd >= 0
+    else { return nil }
+    var info = stat()
+    guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFIFO,
+      fcntl(fd, F_GETFL) & O_ACCMODE == O_RDONLY
+    else { return nil }
+    return fd
   }
+
+  private static let lifelinePrefix = "lifeline:"
 
   /// Signals that end the child by a crash: the store it read is reported as damaged.
   static let crashSignals: Set<Int32> = [SIGSEGV, SIGBUS, SIGILL, SIGTRAP, SIGFPE, SIGABRT, SIGSYS]
@@ -37,9 +50,14 @@ public enum Containment {
   /// In the child: watches the parent, and when it is gone (killed by `SIGKILL`, which cannot be
   /// forwarded) removes the private temporary directory and exits, so that no reader outlives it.
   public static func watchParent() {
-    let parent = getppid()
+    guard let fd = lifeline else { return }
     let thread = Thread {
-      while getppid() == parent { usleep(200_000) }
+      var byte: UInt8 = 0
+      while true {
+        let count = read(fd, &byte, 1)
+        if count == 0 { break }  // the parent is gone
+        if count < 0 && errno != EINTR { return }  // cannot watch: go on unwatched
+      }
       if let directory = getenv("TMPDIR").map({ String(cString: $0) }),
         URL(fileURLWithPath: directory).lastPathComponent.hasPrefix(directoryPrefix)
       {
@@ -58,8 +76,18 @@ public enum Containment {
   public static func runInChild(store: String) -> Int32 {
     let scratch = makePrivateDirectory()
     defer { if let scratch { try? FileManager.default.removeItem(atPath: scratch) } }
+    // The lifeline: the child inherits the read end; the write end, closed on exec, is this
+    // process's alone, and closes when it ends, however it ends.
+    var ends: [Int32] = [-1, -1]
+    guard pipe(&ends) == 0 else {
+      FileHandleOutput.standardError(
+        "ferry: cannot start a process to read the store in: \(String(cString: strerror(errno)))")
+      return ExitStatus.storageError.rawValue
+    }
+    _ = fcntl(ends[1], F_SETFD, FD_CLOEXEC)
+    defer { close(ends[1]) }
     var environment = ProcessInfo.processInfo.environment
-    environment[variable] = String(getpid())
+    environment[variable] = lifelinePrefix + String(ends[0])
     if let scratch { environment["TMPDIR"] = scratch }
     // The runtime's crash report would bury the one line that says what happened.
     if environment["SWIFT_BACKTRACE"] == nil { environment["SWIFT_BACKTRACE"] = "enable=no" }
@@ -70,9 +98,11 @@ public enum Containment {
     switch spawn(arguments: CommandLine.arguments, environment: environment) {
     case .success(let pid): child = pid
     case .failure(let message):
+      close(ends[0])
       FileHandleOutput.standardError("ferry: \(terminalSafe(message))")
       return ExitStatus.storageError.rawValue
     }
+    close(ends[0])
     Forwarding.child.store(child, ordering: .sequentiallyConsistent)
     // A signal that came before the child's pid was known is passed on now.
     let early = Forwarding.received.load(ordering: .sequentiallyConsistent)
@@ -140,11 +170,12 @@ public enum Containment {
 
   /// Starts this executable again with `arguments` (the first is the child's `argv[0]`).
   private static func spawn(arguments: [String], environment: [String: String]) -> Spawned {
-    #if os(Linux)
-      let executable = "/proc/self/exe"
-    #else
-      let executable = Bundle.main.executablePath ?? CommandLine.arguments[0]
-    #endif
+    // This very executable, even if its file was replaced since; where there is no /proc, the
+    // path it was started from.
+    var executable = "/proc/self/exe"
+    if access(executable, X_OK) != 0 {
+      executable = Bundle.main.executablePath ?? CommandLine.arguments[0]
+    }
     let argv = arguments.map { strdup($0) } + [nil]
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer {

@@ -135,7 +135,8 @@ import Testing
     try await withStore { store, clock, _ async throws in
       let tenYears: Int64 = 10 * 365 * 86_400_000
       await #expect {
-        try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false), at: clock.now + tenYears)
+        try await store.ledger.recordFetch(
+          key: "k", outcome: .success(isEmpty: false), at: clock.now + tenYears)
       } throws: { Self.isInvalidArgument($0) }
       #expect(try store.ledger.state(key: "k", maxAge: .seconds(1)) == .noCache)
     }
@@ -144,7 +145,8 @@ import Testing
   @Test func aFetchAtTheDistantFutureDateIsRefused() async throws {
     try await withStore { store, _, _ in
       await #expect {
-        try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false), at: Date.distantFuture)
+        try await store.ledger.recordFetch(
+          key: "k", outcome: .success(isEmpty: false), at: Date.distantFuture)
       } throws: { Self.isInvalidArgument($0) }
     }
   }
@@ -153,7 +155,8 @@ import Testing
     try await withStore { store, clock, _ in
       let skew = CacheLedger.maxFetchTimeAhead.milliseconds
       await #expect {
-        try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false), at: clock.now + skew + 1)
+        try await store.ledger.recordFetch(
+          key: "k", outcome: .success(isEmpty: false), at: clock.now + skew + 1)
       } throws: { Self.isInvalidArgument($0) }
       try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false), at: clock.now + skew)
       #expect(try store.ledger.record("k")?.lastSuccess == clock.now + skew)
@@ -244,7 +247,8 @@ import Testing
 
   @Test func anAutomaticCompactionLookingEveryInt64MaxSecondsDoesNotTrap() async throws {
     try await withStore { configuration in
-      configuration.automaticCompaction = AutomaticCompaction(everyEvents: 1, checkInterval: .seconds(Int64.max))
+      configuration.automaticCompaction = AutomaticCompaction(
+        everyEvents: 1, checkInterval: .seconds(Int64.max))
     } _: { store, _, _ in
       try await store.queue.add(tag: "t", payload: Item(name: "a"))
       // The compaction task sleeps at once: `Task.sleep(for: .seconds(Int64.max))` trapped.

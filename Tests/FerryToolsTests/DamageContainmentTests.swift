@@ -68,7 +68,8 @@ func finish(_ process: Process, _ out: Pipe, _ err: Pipe) -> Ended {
 
 /// Runs the built `ferry` with its temporary directory at `tmp`.
 func runFerry(_ arguments: [String], tmp: String, extra: [String: String] = [:]) throws -> Ended {
-  let (process, out, err) = try start(productURL("ferry"), arguments, extra: extra.merging(["TMPDIR": tmp]) { $1 })
+  let (process, out, err) = try start(
+    productURL("ferry"), arguments, extra: extra.merging(["TMPDIR": tmp]) { $1 })
   return finish(process, out, err)
 }
 
@@ -84,6 +85,16 @@ func children(of parent: Int32) -> [Int32] {
     guard fields.count > 2, Int32(fields[1]) == parent else { return nil }
     return pid
   }
+}
+
+/// Whether a process has ended: no such process, or a zombie nobody has reaped yet (whoever
+/// inherited it — in a container, not always a process that reaps).
+func isGone(_ pid: Int32) -> Bool {
+  if kill(pid, 0) != 0 && errno == ESRCH { return true }
+  guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+    let close = stat.lastIndex(of: ")")
+  else { return true }
+  return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
 }
 
 /// A store of `tasks` tasks (some cancelled, some failed, some blocked) and a few cache fetches,
@@ -135,7 +146,8 @@ func rawControls(_ data: Data) -> [Int] {
     defer { scratch.remove() }
     let dir = scratch.path + "/store"
     try await makeStore(at: dir, tasks: 300)
-    let size = try #require(try FileManager.default.attributesOfItem(atPath: dir + "/data.mdb")[.size] as? Int)
+    let size = try #require(
+      try FileManager.default.attributesOfItem(atPath: dir + "/data.mdb")[.size] as? Int)
     #expect(size > 64 << 10, "a store this size holds pages past every cut")
     let length = cut == "8KiB" ? 8192 : cut == "16KiB" ? 16384 : size / 2
     #expect(truncate(dir + "/data.mdb", off_t(length)) == 0)
@@ -144,7 +156,8 @@ func rawControls(_ data: Data) -> [Int] {
     for command in readingCommands(dir) {
       let ended = try runFerry(command, tmp: tmp)
       #expect(!ended.signaled, "\(command[0]) ended by signal \(ended.status)")
-      #expect(ended.status == ExitStatus.corruptRecord.rawValue, "\(command[0]): \(ended.status) \(ended.stderr)")
+      #expect(
+        ended.status == ExitStatus.corruptRecord.rawValue, "\(command[0]): \(ended.status) \(ended.stderr)")
       #expect(ended.stderrLines.count == 1, "\(command[0]): \(ended.stderr)")
       #expect(ended.stderr.contains("is damaged"), "\(command[0]): \(ended.stderr)")
       #expect(ended.stderr.contains("ferry salvage"), "\(command[0]): \(ended.stderr)")
@@ -176,7 +189,8 @@ func rawControls(_ data: Data) -> [Int] {
       let ended = try runFerry(command, tmp: tmp)
       #expect(!ended.signaled, "\(command[0]) ended by signal \(ended.status)")
       // Readable, a problem found, or damage — never "storage error" (9) for what LMDB calls damage.
-      #expect([0, 1, 6].contains(ended.status), "\(command[0]) page \(page): \(ended.status) \(ended.stderr)")
+      #expect(
+        [0, 1, 6].contains(ended.status), "\(command[0]) page \(page): \(ended.status) \(ended.stderr)")
       #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == [], "\(command[0])")
     }
   }
@@ -189,7 +203,8 @@ func rawControls(_ data: Data) -> [Int] {
     let tmp = scratch.path + "/tmp"
     try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
     // `log --follow` reads until it is stopped: the reader is there to be crashed.
-    let (process, out, err) = try start(productURL("ferry"), ["log", dir, "--follow"], extra: ["TMPDIR": tmp])
+    let (process, out, err) = try start(
+      productURL("ferry"), ["log", dir, "--follow"], extra: ["TMPDIR": tmp])
     defer { if process.isRunning { process.terminate() } }
     var reader: [Int32] = []
     for _ in 0..<1000 where reader.isEmpty {
@@ -216,7 +231,8 @@ func rawControls(_ data: Data) -> [Int] {
     try await makeStore(at: dir, tasks: 20)
     let tmp = scratch.path + "/tmp"
     try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
-    let (process, out, err) = try start(productURL("ferry"), ["log", dir, "--follow"], extra: ["TMPDIR": tmp])
+    let (process, out, err) = try start(
+      productURL("ferry"), ["log", dir, "--follow"], extra: ["TMPDIR": tmp])
     defer { if process.isRunning { process.terminate() } }
     var reader: [Int32] = []
     for _ in 0..<1000 where reader.isEmpty {
@@ -229,7 +245,42 @@ func rawControls(_ data: Data) -> [Int] {
     // Ended as a plain `ferry log --follow` would be: by the same signal, and quietly.
     #expect(ended.signaled && ended.status == SIGTERM)
     #expect(ended.stderr.isEmpty)
-    #expect(kill(child, 0) != 0 && errno == ESRCH, "the reader is gone")
+    #expect(isGone(child), "the reader is gone")
+    #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == [])
+  }
+
+  @Test func aReaderWhoseFerryIsKilledStopsAndRemovesItsTemporaryDirectory() async throws {
+    let scratch = try Scratch()
+    defer { scratch.remove() }
+    let dir = scratch.path + "/store"
+    try await makeStore(at: dir, tasks: 20)
+    let tmp = scratch.path + "/tmp"
+    try FileManager.default.createDirectory(atPath: tmp, withIntermediateDirectories: false)
+    let (process, out, err) = try start(
+      productURL("ferry"), ["log", dir, "--follow"], extra: ["TMPDIR": tmp])
+    defer { if process.isRunning { process.terminate() } }
+    var reader: [Int32] = []
+    for _ in 0..<1000 where reader.isEmpty {
+      usleep(10_000)
+      reader = children(of: process.processIdentifier)
+    }
+    let child = try #require(reader.first)
+    // Should the reader outlive its parent (the bug this test is for), it holds the output pipe
+    // open and `finish` would wait for ever: it is killed after half a minute.
+    DispatchQueue.global().asyncAfter(deadline: .now() + 30) {
+      let command = (try? String(contentsOfFile: "/proc/\(child)/cmdline", encoding: .utf8)) ?? ""
+      if !isGone(child) && command.contains("ferry") { kill(child, SIGKILL) }
+    }
+    // SIGKILL cannot be forwarded: the reader notices its parent is gone.
+    kill(process.processIdentifier, SIGKILL)
+    let ended = finish(process, out, err)
+    #expect(ended.signaled && ended.status == SIGKILL)
+    var gone = false
+    for _ in 0..<500 where !gone {
+      usleep(10_000)
+      gone = isGone(child)
+    }
+    #expect(gone, "the reader is gone")
     #expect(try FileManager.default.contentsOfDirectory(atPath: tmp) == [])
   }
 
@@ -305,7 +356,8 @@ func rawControls(_ data: Data) -> [Int] {
     #expect(FileManager.default.createFile(atPath: dir + "/data.mdb", contents: Data()))
     let (process, out, err) = try {
       let input = Pipe()
-      let started = try start(productURL("ferry"), ["import", dir], extra: ["TMPDIR": scratch.path], input: input)
+      let started = try start(
+        productURL("ferry"), ["import", dir], extra: ["TMPDIR": scratch.path], input: input)
       input.fileHandleForWriting.write(exported.stdout)
       try input.fileHandleForWriting.close()
       return started
@@ -341,7 +393,8 @@ func rawControls(_ data: Data) -> [Int] {
     let dir = scratch.path + "/store"
     try await makeStore(at: dir, tasks: 60)
     let input = Pipe()
-    let (holder, holderOut, holderErr) = try start(productURL("ferry-test-worker"), ["hold-open", dir], input: input)
+    let (holder, holderOut, holderErr) = try start(
+      productURL("ferry-test-worker"), ["hold-open", dir], input: input)
     defer { if holder.isRunning { holder.terminate() } }
     var said = ""
     while !said.contains("\n") {
@@ -424,7 +477,9 @@ func rawControls(_ data: Data) -> [Int] {
     let jsonLines = json.out.split(separator: "\n")
     #expect(UInt64(jsonLines.count) == head)
     #expect(rawControls(json.stdout) == [])
-    for line in jsonLines { #expect(throws: Never.self) { try JSONSerialization.jsonObject(with: Data(line.utf8)) } }
+    for line in jsonLines {
+      #expect(throws: Never.self) { try JSONSerialization.jsonObject(with: Data(line.utf8)) }
+    }
     let report = try JSONDecoder().decode(
       InspectReport.self, from: try runFerry(["inspect", dir, "--json"], tmp: tmp).stdout)
     #expect(report.tasks.map(\.tag).filter { $0 != "fails" } == Self.hostile)
@@ -450,12 +505,17 @@ func rawControls(_ data: Data) -> [Int] {
     #expect(terminalSafe("a\nb\rc\td") == #"a\nb\rc\td"#)
     #expect(terminalSafe("\0\u{1}\u{1B}\u{1F}\u{7F}") == #"\u0000\u0001\u001B\u001F\u007F"#)
     #expect(terminalSafe("\u{80}\u{9B}\u{9F}\u{A0}") == "\\u0080\\u009B\\u009F\u{A0}")
-    #expect(terminalSafe("\u{2028}\u{2029}\u{202E}\u{2066}\u{200F}\u{61C}") == #"\u2028\u2029\u202E\u2066\u200F\u061C"#)
+    #expect(
+      terminalSafe("\u{2028}\u{2029}\u{202E}\u{2066}\u{200F}\u{61C}")
+        == #"\u2028\u2029\u202E\u2066\u200F\u061C"#)
     // A JSON line means the same after it: DEL and C1 inside a string become JSON's own escapes.
     let encoded = String(decoding: try JSONEncoder().encode(["k": "x\u{7F}\u{9B}\n\u{1B}y"]), as: UTF8.self)
     let safe = terminalSafe(encoded)
     #expect(rawControls(Data(safe.utf8)) == [])
-    #expect(try JSONDecoder().decode([String: String].self, from: Data(safe.utf8)) == ["k": "x\u{7F}\u{9B}\n\u{1B}y"])
+    #expect(
+      try JSONDecoder().decode([String: String].self, from: Data(safe.utf8)) == [
+        "k": "x\u{7F}\u{9B}\n\u{1B}y"
+      ])
   }
 
   // MARK: Flags at the ends of Int64
