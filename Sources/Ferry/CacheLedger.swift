@@ -88,13 +88,33 @@ public final class CacheLedger: Sendable {
   /// The current time of the store's clock (Unix milliseconds).
   public var now: Int64 { clock() }
 
+  /// How far past the store's clock a fetch time may be (two clocks read a moment apart, a clock
+  /// stepped back between them). A later one is refused: a fetch that "finished" in the future
+  /// would keep its cache fresh until then — for `Int64.max`, forever.
+  public static let maxFetchTimeAhead: Duration = .seconds(300)
+
   /// Records that a fetch of `key` finished at `at` (now when nil): when the response arrived and
   /// was saved, for a success. Durable before it returns.
+  ///
+  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970 (a negative Unix time) or
+  /// more than ``maxFetchTimeAhead`` after the store's clock.
   public func recordFetch(key: String, outcome: FetchOutcome, at: Int64? = nil) async throws {
     try Self.validate(key)
+    let now = clock()
+    if let at {
+      guard at >= 0 else {
+        throw FerryError.invalidArgument("a fetch time must not be before 1970 (Unix time 0), not \(at) ms")
+      }
+      let (latest, overflow) = now.addingReportingOverflow(Self.maxFetchTimeAhead.milliseconds)
+      guard overflow || at <= latest else {
+        throw FerryError.invalidArgument(
+          "a fetch time must not be later than the store's clock (\(now) ms) by more than "
+            + "\(Self.maxFetchTimeAhead), not \(at) ms")
+      }
+    }
     var outcome = outcome
     if case .failure(let message) = outcome { outcome = .failure(TaskQueue.loggable(message)) }
-    _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? clock(), outcome: outcome).newEvent)
+    _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? now, outcome: outcome).newEvent)
     changes.publish(.changed, for: key)
   }
 
@@ -117,13 +137,16 @@ public final class CacheLedger: Sendable {
   /// zero, never a negative one.
   public func state(key: String, maxAge: Duration) throws -> CacheAge {
     try Self.validate(key)
+    try Self.validate(maxAge: maxAge)
     guard let lastFetched = try record(key)?.lastSuccess else { return .noCache }
     let now = clock()
     let maxAgeMs = maxAge.milliseconds
     let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
     let isTooOld = !overflow && lastFetched < threshold
-    return .cache(
-      lastFetched: lastFetched, age: .milliseconds(max(0, now &- lastFetched)), isTooOld: isTooOld)
+    // A time from an imported or older store can be anything: the age saturates, never wraps.
+    let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
+    let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
+    return .cache(lastFetched: lastFetched, age: .milliseconds(ageMs), isTooOld: isTooOld)
   }
 
   /// Everything the ledger knows about `key`, or nil.
@@ -137,6 +160,7 @@ public final class CacheLedger: Sendable {
   /// Keys whose last successful fetch is older than `maxAge` (the oldest first), for eviction.
   /// Keys never fetched successfully are not listed. Reads only the keys it returns.
   public func keys(olderThan maxAge: Duration) throws -> [String] {
+    try Self.validate(maxAge: maxAge)
     let (threshold, overflow) = clock().subtractingReportingOverflow(maxAge.milliseconds)
     if overflow { return [] }  // older than the start of time: none
     return try log.read { view in
@@ -150,6 +174,14 @@ public final class CacheLedger: Sendable {
     }
   }
 
+  /// Refuses a negative max age: nothing can be fetched less than no time ago, and the sign of an
+  /// overflowing threshold would decide between "always too old" and "never too old".
+  static func validate(maxAge: Duration) throws {
+    guard maxAge >= .zero else {
+      throw FerryError.invalidArgument("a max age must not be negative, not \(maxAge)")
+    }
+  }
+
   static func validate(_ key: String) throws {
     let count = key.utf8.count
     guard (1...maxKeyLength).contains(count) else {
@@ -159,6 +191,11 @@ public final class CacheLedger: Sendable {
 }
 
 extension Duration {
+  /// This interval as a period to sleep between checks: at least 10 ms (zero or a negative one
+  /// would spin), at most a billion seconds (`Task.sleep` traps on a deadline past `Int64`
+  /// seconds, which `.seconds(Int64.max)` is).
+  var checkPeriod: Duration { min(max(self, .milliseconds(10)), .seconds(1_000_000_000)) }
+
   /// Whole milliseconds, rounded toward zero, saturating at the limits of `Int64`.
   var milliseconds: Int64 {
     let (seconds, attoseconds) = components

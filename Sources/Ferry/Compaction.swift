@@ -34,7 +34,10 @@ extension FerryStore {
   /// A retention of zero removes every finished task's events at once.
   public func compact(retention: Duration) async throws -> CompactionReport {
     guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
-    let cutoff = queue.clock() &- retention.milliseconds
+    // Saturating: with a clock before 1970 a long retention must not wrap to a cutoff in the
+    // far future (which would remove every finished task).
+    let (difference, overflow) = queue.clock().subtractingReportingOverflow(retention.milliseconds)
+    let cutoff = overflow ? Int64.min : difference
     // The queued tasks, read just before the compaction; a task added after this is newer than
     // the plan's head and stays.
     let (pending, head) = try log.read { view -> (Set<TaskID>, UInt64) in
@@ -52,7 +55,7 @@ extension FerryStore {
   func startAutomaticCompaction(_ policy: AutomaticCompaction) {
     let task = Task { [weak self] in
       while !Task.isCancelled {
-        try? await Task.sleep(for: policy.checkInterval)
+        try? await Task.sleep(for: policy.checkInterval.checkPeriod)
         guard let self, !Task.isCancelled else { return }
         let head = (try? self.log.head()) ?? 0
         let through = (try? self.log.compactionState())??.through ?? 0

@@ -54,6 +54,10 @@ public final class FerryStore: Sendable {
   public static func open(
     at path: String, configuration: Configuration = Configuration()
   ) async throws -> FerryStore {
+    guard configuration.rebuildChunkSize >= 1 else {
+      throw FerryError.invalidArgument(
+        "rebuildChunkSize must be at least 1 event, not \(configuration.rebuildChunkSize)")
+    }
     var logConfiguration = EventLog.Configuration(
       projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
     logConfiguration.clock = configuration.clock

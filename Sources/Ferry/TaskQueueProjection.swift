@@ -147,8 +147,9 @@ struct QueueTables<Tables: ProjectionTableReading> {
       }
       return true
     }
-    if found == nil {
-      try tables.scan("ready", from: QueueKey.task(after &+ 1)) { key, _ in
+    // No id follows the largest (`after &+ 1` would wrap around to the first task).
+    if found == nil && after < TaskID.max {
+      try tables.scan("ready", from: QueueKey.task(after + 1)) { key, _ in
         visited += 1
         found = QueueKey.trailingID(key)
         return false

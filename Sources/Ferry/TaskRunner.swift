@@ -430,7 +430,10 @@ public final class TaskRunner: Sendable {
       let policy = registration.retry ?? configuration.defaultRetry
       var retryAt: Int64?
       if retryable && attempt < policy.maxAttempts {
-        retryAt = queue.clock() &+ policy.delay(afterAttempt: attempt, random: configuration.random())
+        // Saturating: a clock near the end of time must not wrap the retry around to the past.
+        let (at, overflow) = queue.clock().addingReportingOverflow(
+          policy.delay(afterAttempt: attempt, random: configuration.random()))
+        retryAt = overflow ? Int64.max : at
       }
       return (
         run, [.runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)],
@@ -583,7 +586,7 @@ public final class TaskRunner: Sendable {
           }
         }
         // Runs of another process that dies are taken over: look for dead owners now and then.
-        let interval = configuration.deadOwnerCheckInterval
+        let interval = configuration.deadOwnerCheckInterval.checkPeriod
         let watcher = Task { [queue] in
           while !Task.isCancelled {
             try? await Task.sleep(for: interval)

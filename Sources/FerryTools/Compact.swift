@@ -12,10 +12,26 @@ import LMDB
 /// `ferry compact`: a snapshot of both sides and the removal of what the retention policy allows,
 /// in one transaction; with `copy`, then a compacted copy of the file swapped in to give the freed
 /// pages back to the file system (LMDB files never shrink in place).
+///
+/// Never creates a store: a missing directory, one without `data.mdb` and an empty `data.mdb`
+/// are refused before anything is written. With `copy`, a store another process has open is
+/// refused before anything is written too (the copy could not be swapped in).
 public func compact(path: String, retentionMs: Int64, copy: Bool, output: Output) async throws(ToolError) {
+  try refuseEmptyDataFile(path)
+  if copy {
+    guard let probe = lockOutOtherProcesses(path) else {
+      throw ToolError(
+        .unavailable,
+        "another process has the store at \(path) open: close it before compacting with --copy "
+          + "(nothing was changed)")
+    }
+    unlock(probe)
+  }
   do {
     let sizeBefore = fileSize(path)
-    let store = try await FerryStore.open(at: path)
+    var configuration = FerryStore.Configuration()
+    configuration.createIfMissing = false
+    let store = try await FerryStore.open(at: path, configuration: configuration)
     let report: CompactionReport
     do {
       report = try await store.compact(retention: .milliseconds(retentionMs))
@@ -40,6 +56,19 @@ public func compact(path: String, retentionMs: Int64, copy: Bool, output: Output
   } catch {
     throw ToolError.from(error)
   }
+}
+
+/// Refuses a store whose `data.mdb` is empty: LMDB would take it for a new environment and a
+/// writable open would create a store in it, task ids starting again at 1.
+private func refuseEmptyDataFile(_ path: String) throws(ToolError) {
+  var info = stat()
+  guard stat(path + "/data.mdb", &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, info.st_size == 0 else {
+    return
+  }
+  throw ToolError(
+    .corruptRecord,
+    "the store at \(path) is damaged: its data.mdb is empty (0 bytes), whatever it held is gone; "
+      + "nothing was changed and no store was created")
 }
 
 private func fileSize(_ path: String) -> Int {
@@ -106,8 +135,11 @@ private func unlock(_ fd: Int32) {
 
 private func copyCompacted(_ path: String) throws {
   guard let probe = lockOutOtherProcesses(path) else {
+    // It opened the store after the check before compacting: the compaction in place is done.
     throw ToolError(
-      .unavailable, "another process has the store open: close it before compacting with --copy")
+      .unavailable,
+      "another process opened the store while it was compacted: the events were removed in place, "
+        + "but the copy that gives the space back was not made; run it again with the store closed")
   }
   unlock(probe)
   let staging = path + "/.compact-\(getpid())"
@@ -132,13 +164,24 @@ private func copyCompacted(_ path: String) throws {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
-  // The copy is complete and flushed by LMDB; one rename makes it the store, atomically.
+  // The copy is complete and flushed by LMDB; one rename makes it the store, atomically. LMDB
+  // made it with mode 0644 less the umask: a store's files are 0600, whatever the umask.
   let copy = staging + "/data.mdb"
-  let fd = open(copy, O_RDONLY)
-  if fd >= 0 {
-    fsync(fd)
-    close(fd)
+  let fd = open(copy, O_RDONLY | O_CLOEXEC)
+  guard fd >= 0 else {
+    throw ToolError(
+      .storageError,
+      "could not open the compacted copy: \(String(cString: strerror(errno))); nothing was swapped")
   }
+  guard fchmod(fd, 0o600) == 0 else {
+    let code = errno
+    close(fd)
+    throw ToolError(
+      .storageError,
+      "could not make the compacted copy private: \(String(cString: strerror(code))); nothing was swapped")
+  }
+  fsync(fd)
+  close(fd)
   guard rename(copy, path + "/data.mdb") == 0 else {
     throw ToolError(
       .storageError, "could not move the compacted copy into place: \(String(cString: strerror(errno)))")

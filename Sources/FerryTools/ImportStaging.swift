@@ -64,9 +64,17 @@ struct ImportTarget {
       throw ToolError(.unavailable, "cannot list \(path): \(error.localizedDescription)")
     }
     guard entries.isEmpty else {
-      let what =
-        entries.contains("data.mdb")
-        ? "it holds a store" : "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
+      var data = stat()
+      let what: String
+      if !entries.contains("data.mdb") {
+        what = "it holds \(entries.sorted().prefix(3).joined(separator: ", "))"
+      } else if stat(path + "/data.mdb", &data) == 0 && data.st_size == 0 {
+        // An empty data.mdb is a damaged store, not an empty directory: importing over it would
+        // hide the damage under a store with other contents.
+        what = "it holds a store whose data.mdb is empty (0 bytes), a damaged store"
+      } else {
+        what = "it holds a store"
+      }
       throw ToolError(
         .badInput, "\(path) is not empty (\(what)); \(verb) only into a missing or empty directory")
     }

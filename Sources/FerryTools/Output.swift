@@ -22,9 +22,11 @@ public struct Output: Sendable {
     self.progress = progress
   }
 
-  /// Standard output, with a progress bar on standard error when it is a terminal.
+  /// Standard output, with a progress bar on standard error when it is a terminal. Every line goes
+  /// through ``terminalSafe(_:)``: whatever a store holds (a tag, a message, a key) cannot forge a
+  /// line or drive the terminal.
   public static let standard = Output(
-    line: { text in FileHandle.standardOutput.write(Data((text + "\n").utf8)) },
+    line: { text in FileHandle.standardOutput.write(Data((terminalSafe(text) + "\n").utf8)) },
     progress: { label, done, total in
       guard isatty(2) != 0, total > 0 else { return }
       let width = 30
@@ -33,6 +35,34 @@ public struct Output: Sendable {
       let end = done >= total ? "\n" : ""
       FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(done)/\(total)\(end)".utf8))
     })
+}
+
+/// `text` with every character that could forge a line or drive a terminal written as a visible
+/// escape: `\n`, `\r`, `\t`, and `\u001B` style for the other C0 controls, NUL, DEL, the C1 controls,
+/// the line and paragraph separators and the bidirectional overrides (which reorder what is shown).
+///
+/// The escapes are JSON's, and a JSON line passes through unchanged in meaning: `JSONEncoder`
+/// already escapes C0 controls, and DEL or a C1 control inside a JSON string becomes the `\u`
+/// escape JSON reads back as the same character. A backslash is left as it is, so a string that
+/// holds a backslash and an `n` looks like an escaped newline; what cannot happen is a real one.
+public func terminalSafe(_ text: String) -> String {
+  // The fast path: no byte that can begin one of those characters (C1 and U+061C begin with
+  // 0xC2 or 0xD8, the separators and bidi controls with 0xE2).
+  guard text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == 0xC2 || $0 == 0xD8 || $0 == 0xE2 })
+  else { return text }
+  var out = String.UnicodeScalarView()
+  for scalar in text.unicodeScalars {
+    switch scalar.value {
+    case 0x0A: out.append(contentsOf: #"\n"#.unicodeScalars)
+    case 0x0D: out.append(contentsOf: #"\r"#.unicodeScalars)
+    case 0x09: out.append(contentsOf: #"\t"#.unicodeScalars)
+    case 0x00...0x1F, 0x7F...0x9F, 0x061C, 0x200E, 0x200F, 0x2028...0x202E, 0x2066...0x2069:
+      let hex = String(scalar.value, radix: 16, uppercase: true)
+      out.append(contentsOf: ("\\u" + String(repeating: "0", count: 4 - hex.count) + hex).unicodeScalars)
+    default: out.append(scalar)
+    }
+  }
+  return String(out)
 }
 
 /// Pads or cuts text to a column width.

@@ -58,6 +58,7 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
+      case .storage(let lmdb) where isDamage(lmdb): return damaged(lmdb)
       case .projectionFailed(_, _, let underlying):
         if underlying is FerryError { return ToolError(.corruptRecord, log.description) }
         return ToolError(.storageError, log.description)
@@ -68,9 +69,36 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
       if case .malformedEvent = ferry { return ToolError(.corruptRecord, ferry.description) }
       return ToolError(.badInput, ferry.description)
     }
-    if let lmdb = error as? LMDBError { return ToolError(.storageError, "storage error: \(lmdb)") }
+    if let payload = error as? PayloadError {
+      // Stored bytes (a projection row, a payload) that do not decode: the store is damaged.
+      return ToolError(
+        .corruptRecord,
+        "the store is damaged: stored bytes do not decode (\(payload.reason)); nothing was changed — "
+          + "`ferry verify` names what differs, `ferry salvage` recovers what is left into a new store")
+    }
+    if let lmdb = error as? LMDBError {
+      if isDamage(lmdb) { return damaged(lmdb) }
+      return ToolError(.storageError, "storage error: \(lmdb)")
+    }
     return ToolError(.storageError, "\(error)")
   }
+}
+
+/// Whether LMDB said its pages are damaged: a page that points nowhere or holds what no page
+/// can (`MDB_PAGE_NOTFOUND`, `MDB_CORRUPTED`), as a scribbled-over page gives — or a transaction
+/// it gave up on (`MDB_BAD_TXN`), which in a read is what follows one of those that was caught
+/// on the way (the commands that read never nest transactions).
+private func isDamage(_ error: LMDBError) -> Bool {
+  error == .corrupted || error == .badTransaction || error.name == "MDB_PAGE_NOTFOUND"
+}
+
+/// The failure for damage LMDB found in its own pages.
+private func damaged(_ error: LMDBError) -> ToolError {
+  ToolError(
+    .corruptRecord,
+    "the store is damaged: LMDB found a damaged page or gave up after one (\(error.message)); "
+      + "nothing was changed — "
+      + "`ferry salvage` recovers what is left into a new store")
 }
 
 /// Opens a store for a command that only reads.

@@ -19,7 +19,8 @@ func fail(_ message: String) -> Never {
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
   fail(
-    "usage: ferry-test-worker grow-map DIR BYTES | append DIR COUNT | add-tasks DIR COUNT | run-and-hang DIR")
+    "usage: ferry-test-worker grow-map DIR BYTES | append DIR COUNT | add-tasks DIR COUNT | run-and-hang DIR"
+      + " | hold-open DIR")
 }
 let command = arguments[1]
 let directory = arguments[2]
@@ -158,6 +159,25 @@ case "record-fetch":
       say("recorded")
     } catch {
       fail("record-fetch failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "hold-open":
+  // Opens the existing store (never creating one), says "open HEAD", and keeps it open until its
+  // standard input ends; then closes it and says "closed".
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.createIfMissing = false
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open \(try store.log.head())")
+      while let _ = readLine() {}
+      store.close()
+      say("closed")
+    } catch {
+      fail("hold-open failed: \(error)")
     }
     done.signal()
   }

@@ -27,7 +27,8 @@ struct Compact: AsyncParsableCommand {
 
   func run() async throws {
     try await perform { () async throws(ToolError) -> ExitStatus in
-      try await compact(path: store.dir, retentionMs: retention * 1000, copy: copy, output: .standard)
+      try await compact(
+        path: store.dir, retentionMs: milliseconds(seconds: retention), copy: copy, output: .standard)
       return .ok
     }
   }

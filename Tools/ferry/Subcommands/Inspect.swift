@@ -19,8 +19,8 @@ struct Inspect: AsyncParsableCommand {
   }
 
   func run() async throws {
-    try await perform { () throws(ToolError) -> ExitStatus in
-      try inspect(path: store.dir, json: json, maxAgeMs: maxAge * 1000, output: .standard)
+    try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
+      try inspect(path: store.dir, json: json, maxAgeMs: milliseconds(seconds: maxAge), output: .standard)
       return .ok
     }
   }

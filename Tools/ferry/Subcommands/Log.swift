@@ -27,7 +27,7 @@ struct Log: AsyncParsableCommand {
     filter.type = type
     filter.task = task
     filter.key = key
-    try await perform { () async throws(ToolError) -> ExitStatus in
+    try await performContained(store: store.dir) { () async throws(ToolError) -> ExitStatus in
       try await printLog(path: store.dir, filter: filter, json: json, follow: follow, output: .standard)
       return .ok
     }

@@ -17,9 +17,14 @@ struct Replay: AsyncParsableCommand {
   @Flag(help: "Print JSON.") var json = false
   @Option(help: "The max age in seconds that cache ages are judged by.") var maxAge: Int64 = 3600
 
+  func validate() throws {
+    guard maxAge >= 0 else { throw ValidationError("--max-age must not be negative") }
+  }
+
   func run() async throws {
-    try await perform { () throws(ToolError) -> ExitStatus in
-      try replay(path: store.dir, until: until, json: json, maxAgeMs: maxAge * 1000, output: .standard)
+    try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
+      try replay(
+        path: store.dir, until: until, json: json, maxAgeMs: milliseconds(seconds: maxAge), output: .standard)
         ? .ok : .problemsFound
     }
   }

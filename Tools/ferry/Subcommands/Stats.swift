@@ -9,7 +9,7 @@ struct Stats: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
 
   func run() async throws {
-    try await perform { () throws(ToolError) -> ExitStatus in
+    try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
       try stats(path: store.dir, output: .standard)
       return .ok
     }

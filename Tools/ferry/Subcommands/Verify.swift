@@ -11,7 +11,7 @@ struct Verify: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
 
   func run() async throws {
-    try await perform { () throws(ToolError) -> ExitStatus in
+    try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
       try verify(path: store.dir, output: .standard) ? .ok : .problemsFound
     }
   }
