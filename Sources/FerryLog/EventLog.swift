@@ -263,6 +263,12 @@ public final class EventLog: Sendable {
         throw FerryLogError.lostCommits(path: path, acknowledged: mark.head, found: logHead)
       }
     }
+    // The log must hold exactly `head − removed` records (an O(1) check); when it does not, the
+    // keys are walked to name the first missing or misplaced sequence.
+    if !configuration.allowDamage, let problem = try environment.read({ txn in try core.countProblem(txn) }) {
+      if let gap = try environment.read({ txn in try core.firstGap(txn) }) { throw gap }
+      throw FerryLogError.damagedStore(path: path, reason: problem)
+    }
     var headMark: HeadMark?
     if !configuration.readOnly {
       let opened = HeadMark(directory: path, storeId: markId)
@@ -613,7 +619,12 @@ public final class EventLog: Sendable {
                 sequence: expected, reason: "its key has \(key.count) bytes, not 8"
               )
             }
-            guard current == expected || current - 1 <= compacted else {
+            // Keys only ever rise; a gap is allowed only where compaction removed events on purpose.
+            guard current == expected || (current > expected && current - 1 <= compacted) else {
+              if current < expected {
+                throw FerryLogError.corruptRecord(
+                  sequence: current, reason: "it is read after sequence \(expected - 1): the log's order is damaged")
+              }
               throw FerryLogError.sequenceGap(expected: expected, found: current)
             }
             expected = current &+ 1
@@ -652,8 +663,11 @@ public final class EventLog: Sendable {
     _ body: (LoggedEvent) throws -> Void
   ) throws {
     var after = first > 0 ? first - 1 : 0
-    let head = try head()
+    let (head, removedBefore) = try read { view in
+      (try view.core.head(view.transaction), try view.core.compaction(view.transaction)?.removed ?? 0)
+    }
     let end = min(last ?? head, head)
+    var seen: UInt64 = 0
     while after < end {
       let chunk = try events(after: after, limit: max(1, chunkSize), upcast: upcast)
       guard !chunk.isEmpty else {
@@ -664,12 +678,24 @@ public final class EventLog: Sendable {
         }
         break
       }
-      for event in chunk {
-        if event.sequence > end { return }
+      for event in chunk where event.sequence <= end {
         try body(event)
+        seen += 1
         after = event.sequence
       }
+      if let lastRead = chunk.last?.sequence, lastRead >= end { break }
     }
+    // A scan of the whole log must meet every record it holds (`head − removed`): a damaged branch
+    // page can make a cursor skip a leaf inside the compacted range, where gaps are otherwise
+    // legal. Skipped when a compaction ran during the scan (its removals are not this scan's).
+    guard first <= 1, end == head else { return }
+    let removedAfter = try read { view in try view.core.compaction(view.transaction)?.removed ?? 0 }
+    guard removedAfter == removedBefore, head >= removedBefore, seen != head - removedBefore else { return }
+    throw FerryLogError.damagedStore(
+      path: path,
+      reason:
+        "a scan of the whole log met \(seen) records, but its head \(head) less the \(removedBefore) compaction removed makes \(head - removedBefore)"
+    )
   }
 
   /// Reader slots left by dead processes that were cleared when this log was opened.

@@ -146,6 +146,48 @@ struct StoreCore: Sendable {
     try txn.get(meta, key: MetaKey.compaction).flatMap(CompactionState.init(bytes:))?.through ?? 0
   }
 
+  /// Why the number of records in the log disagrees with its head and what compaction removed,
+  /// or nil when it agrees: Ferry deletes records only by compaction, which counts them, so the
+  /// log holds exactly `head − removed` records. A damaged branch page that hides or repeats
+  /// records, or a lost deletion, breaks this.
+  func countProblem(_ txn: Transaction) throws -> String? {
+    let entries = UInt64(try txn.statistics(events).entries)
+    let head = try head(txn)
+    let removed = try compaction(txn)?.removed ?? 0
+    let (expected, overflow) = head.subtractingReportingOverflow(removed)
+    if overflow || entries != expected {
+      return
+        "the log holds \(entries) records, but its head \(head) less the \(removed) compaction removed makes \(overflow ? 0 : expected)"
+    }
+    return nil
+  }
+
+  /// The first place where the log's keys break their order (a missing sequence above the
+  /// compaction point, or a key that does not rise), found by walking every key; nil when none.
+  func firstGap(_ txn: Transaction) throws -> FerryLogError? {
+    let compacted = try compactedThrough(txn)
+    var expected: UInt64 = 1
+    var found: FerryLogError?
+    try txn.withCursor(events) { cursor in
+      try cursor.scan(from: nil) { key, _ in
+        guard let sequence = UInt64(bigEndianBytes: key) else {
+          found = .corruptRecord(sequence: expected, reason: "its key has \(key.count) bytes, not 8")
+          return false
+        }
+        guard sequence == expected || (sequence > expected && sequence - 1 <= compacted) else {
+          found =
+            sequence < expected
+            ? .corruptRecord(sequence: sequence, reason: "it is read after sequence \(expected - 1): the log's order is damaged")
+            : .sequenceGap(expected: expected, found: sequence)
+          return false
+        }
+        expected = sequence &+ 1
+        return true
+      }
+    }
+    return found
+  }
+
   func compaction(_ txn: Transaction) throws -> CompactionState? {
     try txn.get(meta, key: MetaKey.compaction).flatMap(CompactionState.init(bytes:))
   }
@@ -286,7 +328,8 @@ struct StoreCore: Sendable {
             sequence: expected, reason: "its key has \(key.count) bytes, not 8")
         }
         guard sequence <= last else { return false }
-        guard sequence == expected || sequence - 1 <= compacted else {
+        // Keys only ever rise; a gap is allowed only where compaction removed events on purpose.
+        guard sequence == expected || (sequence > expected && sequence - 1 <= compacted) else {
           failure = FerryLogError.sequenceGap(expected: expected, found: sequence)
           return false
         }

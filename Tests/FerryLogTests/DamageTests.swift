@@ -274,7 +274,19 @@ struct DataFile {
       let events = try env.database("events")
       try env.write { txn in _ = try txn.delete(events, key: UInt64(4).bigEndianBytes) }
     }
-    let log = try store.open { $0.readOnly = true }
+    // The open counts the records against the head and names the first missing one...
+    do {
+      try store.open { $0.readOnly = true }.close()
+      Issue.record("a log with a missing record opened")
+    } catch FerryLogError.sequenceGap(let expected, let found) {
+      #expect(expected == 4)
+      #expect(found == 5)
+    }
+    // ...and opened anyway, every scan finds it too.
+    let log = try store.open {
+      $0.readOnly = true
+      $0.allowDamage = true
+    }
     defer { log.close() }
     for scan in [
       { try log.forEachEvent { _ in } }, { try log.forEachRecord { _ in } }, { _ = try log.events(after: 2) },
@@ -291,6 +303,40 @@ struct DataFile {
     let report = try log.verify()
     #expect(!report.isHealthy)
     #expect(report.problems.first?.sequence == 4)
+  }
+
+  /// Inside the compacted range gaps are legal, so a record lost there is caught by counting:
+  /// the log holds exactly `head − removed` records.
+  @Test func aRecordLostInsideTheCompactedRangeIsCaughtByCounting() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    try await makeStore(store, count: 30)
+    do {
+      let log = try store.open()
+      _ = try await log.compact { $0.sequence % 3 == 0 }  // removes 10 of 30 on purpose
+      log.close()
+    }
+    try store.withRawEnvironment(["events"]) { env in
+      let events = try env.database("events")
+      try env.write { txn in _ = try txn.delete(events, key: UInt64(8).bigEndianBytes) }
+    }
+    do {
+      try store.open { $0.readOnly = true }.close()
+      Issue.record("a log missing a record it should hold opened")
+    } catch FerryLogError.damagedStore(_, let reason) {
+      #expect(reason.contains("holds 19 records"), "\(reason)")
+    }
+    let log = try store.open {
+      $0.readOnly = true
+      $0.allowDamage = true
+    }
+    defer { log.close() }
+    do {
+      try log.forEachEvent { _ in }
+      Issue.record("a whole-log scan missed a record silently")
+    } catch FerryLogError.damagedStore(_, let reason) {
+      #expect(reason.contains("met 19 records"), "\(reason)")
+    }
   }
 
   @Test func twoProcessesCreatingOneStoreBothSucceed() async throws {

@@ -157,7 +157,7 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
     store.close()
   }
 
-  @Test(.disabled("until the CLI contains crashes (issue 12, in progress)")) func aSeededByteFlipCampaignNeverCrashesHangsOrLies() async throws {
+  @Test func aSeededByteFlipCampaignNeverCrashesHangsOrLies() async throws {
     let root = FileManager.default.temporaryDirectory.path + "/ferry-flips-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: false)
     defer { try? FileManager.default.removeItem(atPath: root) }
@@ -228,6 +228,11 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
           byKind[flip.kind, default: (0, 0)].harmless += 1
         } else {
           silent.append(label)
+          if let keep = ProcessInfo.processInfo.environment["FERRY_FLIP_KEEP"] {
+            try? FileManager.default.copyItem(atPath: work, toPath: keep + "/silent-\(index)")
+            try? output.write(to: URL(fileURLWithPath: keep + "/silent-\(index).jsonl"))
+            try? expected.write(to: URL(fileURLWithPath: keep + "/expected.jsonl"))
+          }
         }
       case .exited(let status, _):
         if status == 9, ProcessInfo.processInfo.environment["FERRY_FLIP_DEBUG"] != nil {
