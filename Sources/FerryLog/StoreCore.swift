@@ -164,12 +164,18 @@ struct StoreCore: Sendable {
 
   /// The first place where the log's keys break their order (a missing sequence above the
   /// compaction point, or a key that does not rise), found by walking every key; nil when none.
-  func firstGap(_ txn: Transaction) throws -> FerryLogError? {
+  func firstGap(_ txn: Transaction) throws -> FerryLogError? { try walkKeys(txn).problem }
+
+  /// Walks every key of the log: how many records it holds, and the first place its keys break
+  /// their order (stopping there).
+  func walkKeys(_ txn: Transaction) throws -> (records: UInt64, problem: FerryLogError?) {
     let compacted = try compactedThrough(txn)
     var expected: UInt64 = 1
     var found: FerryLogError?
+    var records: UInt64 = 0
     try txn.withCursor(events) { cursor in
       try cursor.scan(from: nil) { key, _ in
+        records += 1
         guard let sequence = UInt64(bigEndianBytes: key) else {
           found = .corruptRecord(sequence: expected, reason: "its key has \(key.count) bytes, not 8")
           return false
@@ -185,7 +191,7 @@ struct StoreCore: Sendable {
         return true
       }
     }
-    return found
+    return (records, found)
   }
 
   func compaction(_ txn: Transaction) throws -> CompactionState? {

@@ -337,6 +337,8 @@ struct DataFile {
     } catch FerryLogError.damagedStore(_, let reason) {
       #expect(reason.contains("met 19 records"), "\(reason)")
     }
+    let report = try log.verify()
+    #expect(report.problems.contains { "\($0)".contains("holds 19 records") && $0.isDamage }, "\(report.problems)")
   }
 
   @Test func twoProcessesCreatingOneStoreBothSucceed() async throws {
