@@ -82,7 +82,9 @@ extension TaskQueue {
   ///   retries done too waits again after their time.
   ///
   /// A ready task counts as work even when no runner here can run it (no handler registered for
-  /// its tag, or its `isReadyToRun` says no): the queue cannot know other processes' handlers.
+  /// its tag, or its `isReadyToRun` says no): the queue cannot know other processes' handlers. A
+  /// run whose process died counts until it is interrupted (at the next open, pass, or a runner's
+  /// periodic look for dead owners while running automatically).
   /// This does not run anything: without a runner at work (automatic running, passes, another
   /// process) it waits until someone runs or cancels the work.
   ///
