@@ -432,7 +432,7 @@ def build_upcast_vectors():
 def build_task_vectors():
     """Schema version 2 of task.runStarted and task.errorRecorded (Specs/task-events.md 2.1): a
     version 1 record of each with the payload its upcaster must produce, and a version 2 record
-    as Ferry must encode it."""
+    as Ferry must encode it. And task.payloadUpdated (2.2) as Ferry must encode it."""
     event_id = bytes.fromhex("019bbf5a6f0070008000000000000002")
     ts = 1768467600123
     task_id = struct.pack(">Q", 42)
@@ -442,6 +442,8 @@ def build_task_vectors():
     started_v1 = task_id + attempt
     started_v2 = task_id + attempt + owner + runner
     error_v1 = task_id + payload_string("Log in to upload")
+    new_payload = b'{"item":"oat milk"}'
+    updated = task_id + struct.pack(">I", len(new_payload)) + new_payload
     vectors = [
         ("upcast-002-task-runStarted-v1", {
             "description": "task.runStarted at schema version 1 (taskId 42, attempt 3). Version 2 adds the "
@@ -475,6 +477,14 @@ def build_task_vectors():
             "hex": encode("task.errorRecorded", 2, ts, event_id, error_v1 + b"\x00", sequence=53).hex(),
             "type": "task.errorRecorded", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
             "payloadHex": (error_v1 + b"\x00").hex(),
+        }),
+        ("task-003-payloadUpdated", {
+            "description": "task.payloadUpdated at schema version 1 (Specs/task-events.md 2.2): taskId 42, "
+                           "then the new payload as bytes (u32 count, then the JSON {\"item\":\"oat milk\"}).",
+            "sequence": 54,
+            "hex": encode("task.payloadUpdated", 1, ts, event_id, updated, sequence=54).hex(),
+            "type": "task.payloadUpdated", "schemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": updated.hex(),
         }),
     ]
     return vectors

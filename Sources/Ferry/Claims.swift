@@ -173,15 +173,13 @@ enum ClaimSearch {
     return .claimed(try claim(id, row, context, owner: owner, runner: runner))
   }
 
-  /// Logs the claim and returns the run with its payload (read here, in the same transaction).
+  /// Logs the claim and returns the run with its payload — the latest payload update's, else the
+  /// add's — read here, in the same transaction.
   static func claim(
     _ id: TaskID, _ row: TaskRow, _ context: CommandContext, owner: String, runner: UInt32
   ) throws -> ClaimedRun {
-    guard let added = try context.event(at: id), case .added(_, let payload, _, _, _, _) = try TaskEvent(added)
-    else {
-      throw FerryError.malformedEvent(
-        sequence: id, type: "task.added", reason: "the queued task's add event is missing from the log")
-    }
+    let source = try QueueCommand.tables(context).payloadSource(id)
+    let payload = try TaskQueue.payload(of: id, at: source) { try context.event(at: $0) }
     let attempt = row.attempts &+ 1
     let claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
     try context.append([TaskEvent.runStarted(id, attempt: attempt, owner: owner, runner: runner).newEvent])

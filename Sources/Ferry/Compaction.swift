@@ -110,7 +110,8 @@ struct RetentionPlan: Sendable {
       case .added: task = event.sequence
       case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
         .runInterrupted(let id),
-        .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id):
+        .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
+        .payloadUpdated(let id, _):
         task = id
       case .cleared:
         // A tombstone: it stays while anything it shadows stays.

@@ -40,12 +40,13 @@ extension FerryStore {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
     var tasks: [PendingTask] = []
     var failure: (any Error)?
+    var holders: [String: TaskID?] = [:]
     try queue.tables.scan("tasks", from: nil) { key, value in
       do {
         guard let id = UInt64(bigEndianBytes: key) else {
           throw PayloadError("a task key has \(key.count) bytes")
         }
-        tasks.append(try TaskRow(bytes: Array(value)).task(id: id))
+        tasks.append(try queue.task(id, TaskRow(bytes: Array(value)), holders: &holders))
         return true
       } catch {
         failure = error
@@ -152,6 +153,9 @@ public struct EventSummary: Sendable, Equatable {
       case .revived(let id):
         taskId = id
         text = "task \(id) revived"
+      case .payloadUpdated(let id, let payload):
+        taskId = id
+        text = "task \(id) payload updated: \(String(decoding: payload.prefix(120), as: UTF8.self))"
       case .cleared: text = "queue cleared"
       case .paused: text = "queue paused"
       case .resumed: text = "queue resumed"

@@ -45,6 +45,58 @@ enum QueueCommand {
     try context.append([event.newEvent])
   }
 
+  /// Replaces a queued task's payload: refused when it is not queued (`noSuchTask`) or a run of
+  /// it is under way (`taskRunning`: its handler has the old payload, and its outcome is about
+  /// that). Ready, waiting, blocked, dead and manual tasks take it and keep their status.
+  static func updatePayload(_ id: TaskID, _ payload: [UInt8], _ context: CommandContext) throws {
+    guard let row = try tables(context).row(id) else { throw FerryError.noSuchTask(id) }
+    if row.claim != nil { throw FerryError.taskRunning(id) }
+    try context.append([TaskEvent.payloadUpdated(id, payload: payload).newEvent])
+  }
+
+  /// Cancels every queued task of a tag, or of a group, that has no run under way — one
+  /// `task.cancelled` each, in this one command — and names the tasks left because they run.
+  static func cancel(
+    _ selection: CancelSelection, _ context: CommandContext
+  ) throws -> CancelReport {
+    let queue = try tables(context)
+    var candidates: [TaskID] = []
+    switch selection {
+    case .group(let groupId):
+      let prefix = QueueKey.groupPrefix(groupId)
+      try queue.tables.scan("groups", from: prefix) { key, _ in
+        guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key)
+        else { return false }
+        candidates.append(id)
+        return true
+      }
+    case .tag(let tag):
+      // No index by tag: the rows are read in id order, and only those that begin with this tag
+      // (a row starts with it, `string` encoded) are decoded.
+      let encoded = UInt32(tag.utf8.count).bigEndianBytes + Array(tag.utf8)
+      var failure: PayloadError?
+      try queue.tables.scan("tasks", from: nil) { key, value in
+        guard value.starts(with: encoded) else { return true }
+        guard let id = UInt64(bigEndianBytes: key) else {
+          failure = PayloadError("a task key has \(key.count) bytes")
+          return false
+        }
+        candidates.append(id)
+        return true
+      }
+      if let failure { throw failure }
+    }
+    var cancelled: [TaskID] = []
+    var running: [TaskID] = []
+    for id in candidates {
+      guard let row = try queue.row(id) else { continue }
+      if case .tag(let tag) = selection, row.tag != tag { continue }
+      if row.claim != nil { running.append(id) } else { cancelled.append(id) }
+    }
+    try context.append(cancelled.map { TaskEvent.cancelled($0).newEvent })
+    return CancelReport(cancelled: cancelled, running: running)
+  }
+
   /// Pauses or resumes; returns whether the state changed (nothing is appended when it did not).
   static func setPaused(_ paused: Bool, _ context: CommandContext) throws -> Bool {
     let isPaused = try tables(context).tables.get("state", key: QueueKey.paused) == [1]
@@ -98,6 +150,12 @@ enum QueueCommand {
     if let failure { throw failure }
     return result
   }
+}
+
+/// Which tasks a cancel by selection looks at.
+enum CancelSelection: Sendable {
+  case tag(String)
+  case group(String)
 }
 
 /// A claimed run: the task, its attempt and claim, and its payload (read in the claim's command).

@@ -13,7 +13,8 @@ public struct RunningTask: Sendable {
   public let groupId: String?
   /// This run's attempt number (1 for the first run).
   public let attempt: UInt32
-  /// The payload's JSON bytes as they were added.
+  /// The payload's JSON bytes as they were added, or as the latest
+  /// ``TaskQueue/updatePayload(_:to:)`` before this run's claim left them.
   public let payloadBytes: [UInt8]
 
   /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
@@ -200,6 +201,8 @@ public enum TaskUpdate: Sendable, Equatable {
   case cancelled(TaskID)
   /// A dead task was revived.
   case revived(TaskID)
+  /// The task's payload was replaced (``TaskQueue/updatePayload(_:to:)``); its next run gets the new one.
+  case payloadUpdated(TaskID)
   /// Every task was removed.
   case cleared
   /// Automatic running was paused.
@@ -212,7 +215,7 @@ public enum TaskUpdate: Sendable, Equatable {
     switch self {
     case .current(let id, _), .added(let id), .running(let id, _), .succeeded(let id), .failed(let id, _, _),
       .interrupted(let id), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
-      .cancelled(let id), .revived(let id):
+      .cancelled(let id), .revived(let id), .payloadUpdated(let id):
       return id
     case .cleared, .paused, .resumed: return nil
     }
@@ -239,6 +242,8 @@ public struct TaskHistoryEntry: Sendable, Equatable {
     case errorResolved
     /// The task was revived.
     case revived
+    /// Its payload was replaced (``TaskQueue/updatePayload(_:to:)``).
+    case payloadUpdated
     /// The task was cancelled.
     case cancelled
     /// The queue was cleared.

@@ -17,14 +17,17 @@ package enum TaskEvent: Equatable, Sendable {
   case errorResolved(TaskID)
   case cancelled(TaskID)
   case revived(TaskID)
+  /// The task's payload is now `payload` (the JSON bytes a run is handed); its id, place in its
+  /// group and status stay.
+  case payloadUpdated(TaskID, payload: [UInt8])
   case cleared
   case paused
   case resumed
 
   package static let types = [
     "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
-    "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "queue.cleared",
-    "queue.paused", "queue.resumed",
+    "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "task.payloadUpdated",
+    "queue.cleared", "queue.paused", "queue.resumed",
   ]
 
   /// Types whose current schema version is 2, with the upcaster from version 1.
@@ -50,6 +53,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorResolved: return "task.errorResolved"
     case .cancelled: return "task.cancelled"
     case .revived: return "task.revived"
+    case .payloadUpdated: return "task.payloadUpdated"
     case .cleared: return "queue.cleared"
     case .paused: return "queue.paused"
     case .resumed: return "queue.resumed"
@@ -80,6 +84,9 @@ package enum TaskEvent: Equatable, Sendable {
       writer.write(id)
       writer.write(message)
       writer.write(endsRun)
+    case .payloadUpdated(let id, let payload):
+      writer.write(id)
+      writer.write(bytes: payload)
     case .runSucceeded(let id), .runInterrupted(let id), .errorResolved(let id), .cancelled(let id),
       .revived(let id):
       writer.write(id)
@@ -111,7 +118,16 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorResolved: return .errorResolved
     case .cancelled: return .cancelled
     case .revived: return .revived
+    case .payloadUpdated: return .payloadUpdated
     case .cleared, .paused, .resumed: return .cleared
+    }
+  }
+
+  /// The payload an add or a payload update carries (nil for the other events).
+  var carriedPayload: [UInt8]? {
+    switch self {
+    case .added(_, let payload, _, _, _, _), .payloadUpdated(_, let payload): return payload
+    default: return nil
     }
   }
 
@@ -127,6 +143,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorResolved(let id): return [.errorResolved(id)]
     case .cancelled(let id): return [.cancelled(id)]
     case .revived(let id): return [.revived(id)]
+    case .payloadUpdated(let id, _): return [.payloadUpdated(id)]
     case .cleared: return [.cleared]
     case .paused: return [.paused]
     case .resumed: return [.resumed]
@@ -168,6 +185,9 @@ package enum TaskEvent: Equatable, Sendable {
       case "task.errorResolved": self = .errorResolved(try reader.read(UInt64.self, "taskId"))
       case "task.cancelled": self = .cancelled(try reader.read(UInt64.self, "taskId"))
       case "task.revived": self = .revived(try reader.read(UInt64.self, "taskId"))
+      case "task.payloadUpdated":
+        self = .payloadUpdated(
+          try reader.read(UInt64.self, "taskId"), payload: try reader.readBytes("payload"))
       case "queue.cleared": self = .cleared
       case "queue.paused": self = .paused
       case "queue.resumed": self = .resumed

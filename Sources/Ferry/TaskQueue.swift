@@ -207,14 +207,7 @@ public final class TaskQueue: Sendable {
     if unique != .append && dataId == nil {
       throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
     }
-    let bytes: [UInt8]
-    do {
-      let encoder = JSONEncoder()
-      encoder.outputFormatting = [.sortedKeys]
-      bytes = Array(try encoder.encode(payload))
-    } catch {
-      throw FerryError.payload(taskId: nil, reason: "it does not encode as JSON: \(error)")
-    }
+    let bytes = try Self.encode(payload)
     let event = TaskEvent.added(
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
     if unique == .append {
@@ -308,7 +301,7 @@ public final class TaskQueue: Sendable {
 
   /// The queued task with this id, or nil.
   public func task(_ id: TaskID) throws -> PendingTask? {
-    try queueTables { queue in try queue.row(id)?.task(id: id) }
+    try queueTables { queue in try queue.task(id) }
   }
 
   /// Queued tasks in id order, optionally only those with this tag, group and data id.
@@ -318,6 +311,7 @@ public final class TaskQueue: Sendable {
     try queueTables { queue in
       var result: [PendingTask] = []
       var failure: (any Error)?
+      var holders: [String: TaskID?] = [:]
       try queue.tables.scan("tasks", from: nil) { key, value in
         do {
           guard let id = UInt64(bigEndianBytes: key) else {
@@ -327,7 +321,7 @@ public final class TaskQueue: Sendable {
           if let tag, row.tag != tag { return true }
           if let groupId, row.groupId != groupId { return true }
           if let dataId, row.dataId != dataId { return true }
-          result.append(row.task(id: id))
+          result.append(try queue.task(id, row, holders: &holders))
           return true
         } catch {
           failure = error
@@ -358,14 +352,11 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// Decodes a queued task's payload as `type`; ``FerryError/payload(taskId:reason:)`` when it
-  /// no longer decodes (a changed type, say).
+  /// Decodes a queued task's payload as `type` — the latest given to
+  /// ``updatePayload(_:to:)``, else the one it was added with; ``FerryError/payload(taskId:reason:)``
+  /// when it no longer decodes (a changed type, say).
   public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws -> Payload {
-    try requireTask(id)
-    guard let event = try log.event(at: id), case .added(_, let bytes, _, _, _, _) = try TaskEvent(event)
-    else {
-      throw FerryError.noSuchTask(id)
-    }
+    let bytes = try payloadBytes(of: id)
     do {
       return try JSONDecoder().decode(type, from: Data(bytes))
     } catch {
@@ -374,7 +365,7 @@ public final class TaskQueue: Sendable {
   }
 
   /// A task's history, read from the log: its add, every run start and outcome, errors recorded
-  /// and resolved, revival and its end (succeeded, cancelled, cleared). Works for finished tasks
+  /// and resolved, payload updates, revival and its end (succeeded, cancelled, cleared). Works for finished tasks
   /// too, as long as the log holds their events. Reads the log from the task's add onward.
   public func history(of id: TaskID) throws -> [TaskHistoryEntry] {
     guard let added = try log.event(at: id), added.type == "task.added" else {
@@ -404,7 +395,8 @@ public final class TaskQueue: Sendable {
         }
       case .runStarted(let task, _, _, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
         .runInterrupted(let task),
-        .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task):
+        .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
+        .payloadUpdated(let task, _):
         about = task
       case .cleared: about = id
       case .paused, .resumed: about = nil
@@ -428,13 +420,27 @@ public final class TaskQueue: Sendable {
     try queueTables { queue in try queue.head(of: groupId) }
   }
 
-  /// The JSON bytes a task was added with.
+  /// A queued task's current payload (JSON bytes): read where the queue says it is, in the same
+  /// snapshot. ``FerryError/noSuchTask(_:)`` when it is not queued.
   func payloadBytes(of id: TaskID) throws -> [UInt8] {
-    guard let event = try log.event(at: id), case .added(_, let bytes, _, _, _, _) = try TaskEvent(event)
-    else {
-      throw FerryError.noSuchTask(id)
+    try log.read { view in
+      let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+      guard try queue.row(id) != nil else { throw FerryError.noSuchTask(id) }
+      return try Self.payload(of: id, at: queue.payloadSource(id)) { try view.event(at: $0) }
     }
-    return bytes
+  }
+
+  /// The payload the event at `sequence` carries for task `id` (its add, or a payload update),
+  /// read with `event`; a missing or other event is a malformed log.
+  static func payload(
+    of id: TaskID, at sequence: UInt64, _ event: (UInt64) throws -> LoggedEvent?
+  ) throws -> [UInt8] {
+    guard let logged = try event(sequence), let payload = try TaskEvent(logged).carriedPayload else {
+      throw FerryError.malformedEvent(
+        sequence: sequence, type: sequence == id ? "task.added" : "task.payloadUpdated",
+        reason: "the event holding queued task \(id)'s payload is missing from the log")
+    }
+    return payload
   }
 
   /// The task a pass would claim next: a retry whose time has come (oldest retry time first), else
@@ -459,12 +465,6 @@ public final class TaskQueue: Sendable {
 
   private func queueTables<R>(_ body: (QueueTables<ProjectionReader>) throws -> R) throws -> R {
     try log.read { view in try body(QueueTables(view.tables(of: TaskQueueProjection.projectionName))) }
-  }
-
-  @discardableResult
-  private func requireTask(_ id: TaskID) throws -> PendingTask {
-    guard let task = try task(id) else { throw FerryError.noSuchTask(id) }
-    return task
   }
 
   static func decodeError(_ id: TaskID, _ bytes: [UInt8]) throws -> RecordedError {

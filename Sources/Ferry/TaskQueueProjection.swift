@@ -6,8 +6,9 @@ struct TaskQueueProjection: Projection {
   static let projectionName = "taskQueue"
   let name = TaskQueueProjection.projectionName
   /// 2: claims with owners (`task.runStarted` v2), the `running` index holds each claim.
-  let version: UInt32 = 2
-  let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "state"]
+  /// 3: `task.payloadUpdated`, and the `payloads` table naming the event that holds a task's payload.
+  let version: UInt32 = 3
+  let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "state"]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     guard TaskEvent.typeSet.contains(event.type) else { return }  // the other side's events
@@ -81,8 +82,12 @@ struct TaskQueueProjection: Projection {
       try queue.update(id) { row in
         if row.status == .dead { row.status = .ready }
       }
+    case .payloadUpdated(let id, _):
+      // The task keeps its id, status, claim and place; its next claim reads this event's payload.
+      guard try queue.row(id) != nil else { return }
+      try tables.put("payloads", key: QueueKey.task(id), value: event.sequence.bigEndianBytes)
     case .cleared:
-      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors"] {
+      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads"] {
         try tables.removeAll(table)
       }
     case .paused:
@@ -103,6 +108,16 @@ struct QueueTables<Tables: ProjectionTableReading> {
 
   func row(_ id: TaskID) throws -> TaskRow? {
     try tables.get("tasks", key: QueueKey.task(id)).map { try TaskRow(bytes: $0) }
+  }
+
+  /// The sequence of the event that holds a queued task's payload: its latest `task.payloadUpdated`,
+  /// else its `task.added` (whose sequence is the task's id).
+  func payloadSource(_ id: TaskID) throws -> UInt64 {
+    guard let value = try tables.get("payloads", key: QueueKey.task(id)) else { return id }
+    guard let sequence = UInt64(bigEndianBytes: value) else {
+      throw PayloadError("the payload entry of task \(id) has \(value.count) bytes")
+    }
+    return sequence
   }
 
   /// The first task of a group, or nil when the group is empty.
@@ -159,6 +174,40 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return found
   }
 
+  /// The task holding a group back: its head, when the head cannot start now — claimed, manual,
+  /// blocked, dead or waiting for a retry (whatever its time: a status never depends on the
+  /// clock). Nil when the head may start, or the group is empty.
+  func holder(of groupId: String) throws -> TaskID? {
+    guard let head = try head(of: groupId), let row = try row(head) else { return nil }
+    let mayStart = row.status == .ready && row.claim == nil && !row.manual
+    return mayStart ? nil : head
+  }
+
+  /// A queued task as the API shows it (`Specs/task-events.md` §3.3): its row's status, except
+  /// that a ready task behind a group head that cannot start now is
+  /// ``TaskStatus/waitingForGroup(behind:)``. Derived at read time: nothing of it is stored.
+  /// `holders` keeps each group's answer for the rest of a scan.
+  func task(_ id: TaskID, _ row: TaskRow, holders: inout [String: TaskID?]) throws -> PendingTask {
+    let task = row.task(id: id)
+    guard row.status == .ready, row.claim == nil, let groupId = row.groupId else { return task }
+    let holder: TaskID?
+    if let known = holders[groupId] {
+      holder = known
+    } else {
+      holder = try self.holder(of: groupId)
+      holders[groupId] = .some(holder)
+    }
+    guard let holder, holder != id else { return task }
+    return task.with(status: .waitingForGroup(behind: holder))
+  }
+
+  /// ``task(_:_:holders:)`` for one task.
+  func task(_ id: TaskID) throws -> PendingTask? {
+    guard let row = try row(id) else { return nil }
+    var holders: [String: TaskID?] = [:]
+    return try task(id, row, holders: &holders)
+  }
+
   func isEligible(_ id: TaskID, _ row: TaskRow) throws -> Bool {
     if row.manual || row.claim != nil { return false }
     guard let groupId = row.groupId else { return true }
@@ -185,6 +234,7 @@ extension QueueTables where Tables == ProjectionTables {
     try unindex(id, old)
     try tables.delete("tasks", key: QueueKey.task(id))
     try tables.delete("errors", key: QueueKey.task(id))
+    try tables.delete("payloads", key: QueueKey.task(id))
     if let dataId = old.dataId {
       try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
     }

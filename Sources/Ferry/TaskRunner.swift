@@ -29,14 +29,21 @@ public final class TaskRunner: Sendable {
     /// While running automatically, how often to look for runs whose owner died (another process
     /// killed mid-run) so that their tasks run again here.
     public var deadOwnerCheckInterval: Duration = .seconds(2)
+    /// The time limit of a run of tags registered without one (nil: no limit). See
+    /// ``TaskRunner/register(tag:retry:timeLimit:isReadyToRun:handler:)``.
+    public var defaultTimeLimit: Duration?
+    /// How long a run past its time limit has, once its handler is cancelled, to end before the
+    /// runner logs the timeout and stops waiting for it.
+    public var timeLimitGrace: Duration = .seconds(5)
 
-    /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff.
+    /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff, no time limit.
     public init() {}
   }
 
   /// A handler with its policies.
   struct Registration: Sendable {
     let retry: RetryPolicy?
+    let timeLimit: Duration?
     let isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
     let run: @Sendable (RunningTask) async throws -> TaskResult
   }
@@ -72,14 +79,33 @@ public final class TaskRunner: Sendable {
     self.number = queue.nextRunnerNumber()
   }
 
-  /// Registers the handler of a tag (replacing any earlier one), with an optional retry policy and
-  /// an optional check that the task may run now (a `false` skips it with ``SkipReason/notReady``).
+  /// Registers the handler of a tag (replacing any earlier one), with an optional retry policy, an
+  /// optional time limit per run and an optional check that the task may run now (a `false`
+  /// skips it with ``SkipReason/notReady``).
+  ///
+  /// A run still going when its **time limit** (measured on the store's clock; at least 1 ms;
+  /// ``Configuration/defaultTimeLimit`` when nil) has passed is cancelled: the handler's task is
+  /// cancelled, and a handler that then throws — `CancellationError` or anything else — has
+  /// failed with "timed out after …", a retryable failure under the tag's retry policy, so its
+  /// group goes on after the backoff. A handler that returns a result after all has that result
+  /// logged. A handler that ignores cancellation gets ``Configuration/timeLimitGrace`` more; then
+  /// the runner logs the timeout and stops waiting for it, so it never holds its group (or the
+  /// pass) for ever. Whatever it returns later is dropped: its run's one outcome is logged.
+  ///
+  /// ```swift
+  /// runner.register(tag: "upload", timeLimit: .seconds(30)) { task in
+  ///   try await api.upload(task.payload(as: Upload.self))   // URLSession stops when cancelled
+  ///   return .succeeded
+  /// }
+  /// ```
   public func register(
-    tag: String, retry: RetryPolicy? = nil, isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
+    tag: String, retry: RetryPolicy? = nil, timeLimit: Duration? = nil,
+    isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
     handler: @escaping @Sendable (RunningTask) async throws -> TaskResult
   ) {
     let loop = state.withLock { s in
-      s.handlers[tag] = Registration(retry: retry, isReadyToRun: isReadyToRun, run: handler)
+      s.handlers[tag] = Registration(
+        retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun, run: handler)
       unhandled.forget()
       return s.automatic
     }
@@ -445,24 +471,60 @@ public final class TaskRunner: Sendable {
     }
   }
 
-  /// Calls the handler; a throw becomes a failure, except cancellation, which is rethrown.
+  /// Calls the handler — under its time limit, when it has one; a throw becomes a failure, except
+  /// a stopped pass's cancellation, which is rethrown.
   private func call(_ registration: Registration, _ run: ClaimedRun) async throws(CancellationError) -> TaskResult {
     let task = run.task
-    do {
-      let running = RunningTask(
-        id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
-        payloadBytes: run.payload)
-      return try await registration.run(running)
-    } catch let cancellation as CancellationError {
+    let running = RunningTask(
+      id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
+      payloadBytes: run.payload)
+    guard let limit = registration.timeLimit ?? configuration.defaultTimeLimit else {
+      do {
+        return try await registration.run(running)
+      } catch {
+        return try failure(error, of: task.id)
+      }
+    }
+    let limitMs = max(1, limit.milliseconds)
+    let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
+    let timedOut = "timed out after \(Self.readable(milliseconds: limitMs))"
+    switch await HandlerRun.run(
+      registration.run, running, limitMs: limitMs, graceMs: graceMs, clock: queue.clock, sleep: queue.sleep)
+    {
+    case .ended(.success(let result), _):
+      return result
+    case .ended(.failure(let error), timedOut: false):
+      return try failure(error, of: task.id)
+    case .ended(.failure, timedOut: true):
+      if Task.isCancelled { throw CancellationError() }  // the pass was stopped too: interrupted
+      return .failed(timedOut, retryable: true)
+    case .abandoned:
+      if Task.isCancelled { throw CancellationError() }
+      return .failed(
+        "\(timedOut); the handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
+          + "cancelled and was left running (what it returns is not logged)", retryable: true)
+    }
+  }
+
+  /// `12 s`, or `1500 ms` when not whole seconds.
+  static func readable(milliseconds: Int64) -> String {
+    milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(milliseconds) ms"
+  }
+
+  /// What a handler's throw means: a stopped pass's cancellation is rethrown (the run is
+  /// interrupted); anything else is a failure.
+  private func failure(_ error: any Error, of id: TaskID) throws(CancellationError) -> TaskResult {
+    switch error {
+    case let cancellation as CancellationError:
       // Only a stopped pass interrupts a run; a handler's own cancellation is a failure like any
       // other (treated as an interruption it would run again at once, forever).
       if Task.isCancelled { throw cancellation }
       return .failed("the handler threw CancellationError", retryable: true)
-    } catch let error as FerryError {
+    case let error as FerryError:
       // A payload of this task that no longer decodes: retrying cannot help.
-      if case .payload(task.id, _) = error { return .failed("\(error)", retryable: false) }
+      if case .payload(id, _) = error { return .failed("\(error)", retryable: false) }
       return .failed("\(error)", retryable: true)
-    } catch {
+    default:
       return .failed("the handler threw: \(error)", retryable: true)
     }
   }

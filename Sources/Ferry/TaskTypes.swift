@@ -16,7 +16,8 @@ public enum UniquePolicy: UInt8, Sendable, CaseIterable {
 
 /// Where a queued task stands.
 public enum TaskStatus: Sendable, Equatable {
-  /// May run (when it heads its group, and is not manual).
+  /// May run: it heads its group (or has none) and is not manual — or it is behind a group head
+  /// that may start now, and runs after it in the normal course.
   case ready
   /// A handler is running it (or was, when the process died; see `runInterrupted`).
   case running
@@ -26,6 +27,11 @@ public enum TaskStatus: Sendable, Equatable {
   case blockedByError
   /// Failed for good (not retryable, or out of attempts); kept until revived or cancelled.
   case dead
+  /// Ready itself, but queued behind the head of its group (the task `behind`), which cannot start
+  /// now: it is running, blocked by an error, dead, waiting for a retry time, or manual. It is
+  /// ready again once that head leaves the queue or may start (an error resolved, a revival, a
+  /// run's end). Derived when the task is read; nothing of it is logged or stored.
+  case waitingForGroup(behind: TaskID)
 }
 
 /// A task in the queue.
@@ -50,6 +56,24 @@ public struct PendingTask: Sendable, Equatable {
   public let lastFailure: String?
   /// How many errors have been recorded on it, resolved or not.
   public let errorCount: UInt32
+
+  /// The same task with another status.
+  func with(status: TaskStatus) -> PendingTask {
+    PendingTask(
+      id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
+      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+  }
+}
+
+/// What ``TaskQueue/cancel(tag:)`` or ``TaskQueue/cancel(group:)`` did.
+public struct CancelReport: Sendable, Equatable {
+  /// The tasks cancelled, in id order: they left the queue, and no run of them starts again.
+  public let cancelled: [TaskID]
+  /// The tasks of the tag or group left in the queue because a run of them was under way: each
+  /// run goes on, and its outcome is logged as usual (a success takes the task out of the queue;
+  /// a failure leaves it queued). Cancel them one by one (``TaskQueue/cancel(_:)``) to have them
+  /// leave the queue whatever their run's outcome.
+  public let running: [TaskID]
 }
 
 /// A user-fixable error recorded on a task and not yet resolved.
@@ -70,6 +94,9 @@ public enum FerryError: Error, Sendable, CustomStringConvertible {
   case invalidArgument(String)
   /// No task with this id is in the queue.
   case noSuchTask(TaskID)
+  /// A run of the task is under way (claimed by a runner, in this process or another), so the
+  /// change asked for is refused: the handler already has the task as it was.
+  case taskRunning(TaskID)
   /// A task's payload could not be encoded or decoded as the type asked for.
   case payload(taskId: TaskID?, reason: String)
   /// ``RunFilter/collection(_:)`` named a collection not given at setup.
@@ -82,6 +109,7 @@ public enum FerryError: Error, Sendable, CustomStringConvertible {
     switch self {
     case .invalidArgument(let message): return "invalid argument: \(message)"
     case .noSuchTask(let id): return "no task \(id) in the queue"
+    case .taskRunning(let id): return "task \(id) is running: a handler has it as it was"
     case .payload(let taskId, let reason):
       return "payload" + (taskId.map { " of task \($0)" } ?? "") + ": \(reason)"
     case .unknownCollection(let name): return "no collection named '\(name)' was given at setup"

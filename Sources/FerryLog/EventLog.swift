@@ -745,6 +745,15 @@ public struct LogView {
   /// The head of the log in this snapshot (for a view of the past, the sequence it was built up to).
   public func head() throws -> UInt64 { try fixedHead ?? core.head(transaction) }
 
+  /// The event at `sequence` in this snapshot, decoded and upcast; nil when there is none (or it
+  /// is past the head of a view of the past).
+  public func event(at sequence: UInt64) throws -> LoggedEvent? {
+    if let fixedHead, sequence > fixedHead { return nil }
+    return try transaction.withValue(core.events, key: sequence.bigEndianBytes) { buffer in
+      try buffer.map { try core.decode($0, sequence: sequence) }
+    }
+  }
+
   /// The tables of the projection named `name`.
   public func tables(of name: String) throws -> ProjectionReader {
     if let reason = stale[name] { throw FerryLogError.projectionNotCurrent(projection: name, reason: reason) }

@@ -15,10 +15,12 @@ public struct InspectReport: Codable, Sendable, Equatable {
     public var dataId: String?
     /// Whether it is manual.
     public var manual: Bool
-    /// ready, running, waiting, blocked or dead.
+    /// ready, running, waiting, blocked, dead or waitingForGroup.
     public var status: String
     /// When a waiting task may run again (Unix ms).
     public var eligibleAt: Int64?
+    /// For a task waiting for its group: the group's head it waits behind.
+    public var behind: UInt64?
     /// Runs started.
     public var attempts: UInt32
     /// When it was added (Unix ms).
@@ -71,6 +73,8 @@ public struct InspectReport: Codable, Sendable, Equatable {
   public struct Totals: Codable, Sendable, Equatable {
     /// Counts of tasks by status, groups, errors, caches and too-old caches.
     public var tasks = 0, ready = 0, running = 0, waiting = 0, blocked = 0, dead = 0, manual = 0, groups = 0
+    /// Tasks ready themselves but behind a group head that cannot run now.
+    public var waitingForGroup = 0
     /// Unresolved errors.
     public var errors = 0, caches = 0, tooOld = 0
   }
@@ -108,6 +112,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
       if task.manual { totals.manual += 1 }
       let status: String
       var eligibleAt: Int64?
+      var behind: UInt64?
       switch task.status {
       case .ready:
         status = "ready"
@@ -125,11 +130,16 @@ public struct InspectReport: Codable, Sendable, Equatable {
       case .dead:
         status = "dead"
         totals.dead += 1
+      case .waitingForGroup(let head):
+        status = "waitingForGroup"
+        behind = head
+        totals.waitingForGroup += 1
       }
       return Task(
         id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
         status: status,
-        eligibleAt: eligibleAt, attempts: task.attempts, addedAt: task.addedAt, lastFailure: task.lastFailure,
+        eligibleAt: eligibleAt, behind: behind, attempts: task.attempts, addedAt: task.addedAt,
+        lastFailure: task.lastFailure,
         error: errorByTask[task.id])
     }
     groups = snapshot.groups.map { Group(group: $0.group, tasks: $0.tasks) }
@@ -162,15 +172,17 @@ public struct InspectReport: Codable, Sendable, Equatable {
       out.append("  (none)")
     } else {
       out.append(
-        "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 10)
+        "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 16)
           + column("attempts", 9)
           + column("next eligible", 26) + "error / last failure")
       for task in tasks {
-        let next = task.eligibleAt.map(isoTime) ?? (task.status == "ready" ? "now" : "-")
+        let next =
+          task.eligibleAt.map(isoTime) ?? task.behind.map { "after task \($0)" }
+          ?? (task.status == "ready" ? "now" : "-")
         let note = task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" } ?? ""
         out.append(
           "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
-            + column(task.group ?? "-", 14) + column(task.status, 10) + column("\(task.attempts)", 9)
+            + column(task.group ?? "-", 14) + column(task.status, 16) + column("\(task.attempts)", 9)
             + column(next, 26)
             + note)
       }
@@ -202,7 +214,8 @@ public struct InspectReport: Codable, Sendable, Equatable {
     out.append("")
     out.append(
       "totals: \(totals.tasks) tasks (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
-        + "\(totals.blocked) blocked, \(totals.dead) dead, \(totals.manual) manual), \(totals.groups) groups, "
+        + "\(totals.blocked) blocked, \(totals.dead) dead, \(totals.waitingForGroup) waiting for their group, "
+        + "\(totals.manual) manual), \(totals.groups) groups, "
         + "\(totals.errors) errors, \(totals.caches) caches (\(totals.tooOld) too old)")
     return out
   }

@@ -4,9 +4,10 @@ import Testing
 @testable import Ferry
 @testable import FerryLog
 
-/// The golden vectors of the queue's schema-2 events (`Specs/task-events.md` §2.1), written by the
-/// independent generator (`Tools/make-vectors.py`): version 1 records upcast to what version 2
-/// says, and version 2 events encode to exactly the generator's bytes.
+/// The golden vectors of the queue's schema-2 events (`Specs/task-events.md` §2.1) and of
+/// `task.payloadUpdated` (§2.2), written by the independent generator (`Tools/make-vectors.py`):
+/// version 1 records upcast to what version 2 says, and current events encode to exactly the
+/// generator's bytes.
 @Suite struct TaskEventVectorTests {
   struct Vector: Decodable {
     let sequence: UInt64
@@ -54,8 +55,9 @@ import Testing
   @Test(arguments: [
     ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
     ("task-002-errorRecorded-v2", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: false)),
+    ("task-003-payloadUpdated", TaskEvent.payloadUpdated(42, payload: Array(#"{"item":"oat milk"}"#.utf8))),
   ])
-  func versionTwoEventsEncodeToTheGeneratorsBytes(_ name: String, _ event: TaskEvent) throws {
+  func currentEventsEncodeToTheGeneratorsBytes(_ name: String, _ event: TaskEvent) throws {
     let vector = try Self.load(name)
     #expect(event.payload == Self.bytes(vector.payloadHex ?? ""))
     let id = try #require(EventID(bytes: Self.bytes(vector.eventId)))
@@ -64,6 +66,8 @@ import Testing
       payload: event.payload, sequence: vector.sequence)
     #expect(record == Self.bytes(vector.hex))
     let decoded = try EventRecord.decode(record, sequence: vector.sequence)
+    #expect(decoded.type == vector.type)
+    #expect(decoded.schemaVersion == event.schemaVersion)
     #expect(try TaskEvent(FerryStore.catalog.upcast(decoded)) == event)
   }
 }

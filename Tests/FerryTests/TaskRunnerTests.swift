@@ -90,7 +90,7 @@ func runner(
     report = try await run.run()
     #expect(report.entries.isEmpty)  // nothing runnable: a waiting task costs a pass nothing
     #expect(try await run.run(.task(bad)).outcome(of: bad) == .skipped(.waitingForRetry(until: start + 1000)))
-    #expect(try queue.task(after)?.status == .ready)
+    #expect(try queue.task(after)?.status == .waitingForGroup(behind: bad))
 
     fixture.time = start + 1000
     report = try await run.run()

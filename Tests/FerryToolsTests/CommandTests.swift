@@ -95,6 +95,35 @@ struct DemoStore {
     #expect(report.totals.manual == 1)
   }
 
+  /// Issue 14's status and payload updates as the tools show them: a task behind a blocked group
+  /// head is `waitingForGroup` (after that head) in `ferry inspect`, and `ferry log` reads a
+  /// `task.payloadUpdated` out.
+  @Test func inspectShowsTasksWaitingForTheirGroupAndLogShowsPayloadUpdates() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    do {
+      let store = try await FerryStore.open(at: demo.path)
+      defer { store.close() }
+      let head = try await store.queue.add(tag: "save-note", payload: ["text": "typo"], groupId: "note-1")
+      _ = try await store.queue.add(tag: "save-note", payload: ["text": "later"], groupId: "note-1")
+      try await store.queue.recordError(head, message: "the title is too long")
+      try await store.queue.updatePayload(head, to: ["text": "fixed"])
+    }
+    let table = try ferry(["inspect", demo.path])
+    #expect(table.status == 0)
+    let behind = table.stdout.split(separator: "\n").first { $0.contains("waitingForGroup") }
+    #expect(behind?.contains("after task 1") == true, "\(table.stdout)")
+    #expect(table.stdout.contains("1 waiting for their group"))
+    let json = try ferry(["inspect", demo.path, "--json"])
+    let report = try JSONDecoder().decode(InspectReport.self, from: Data(json.stdout.utf8))
+    #expect(report.tasks.map(\.status) == ["blocked", "waitingForGroup"])
+    #expect(report.tasks.map(\.behind) == [nil, 1])
+    #expect(report.totals.waitingForGroup == 1)
+    let log = try ferry(["log", demo.path, "--type", "task.payloadUpdated"])
+    #expect(log.status == 0)
+    #expect(log.stdout.contains(#"task 1 payload updated: {"text":"fixed"}"#), "\(log.stdout)")
+  }
+
   @Test func logFiltersAndReplayTravelsInTime() async throws {
     let demo = DemoStore()
     defer { demo.remove() }

@@ -1,0 +1,140 @@
+import FerryLog
+import Foundation
+
+/// What an app does to queued work beyond adding it: change a task's payload, cancel a tag's or a
+/// group's tasks, and wait until nothing is left to run (`Specs/task-events.md` §2.2, §4.1, §4.5).
+/// Each change is a command, decided inside the commit.
+extension TaskQueue {
+  /// Replaces a queued task's payload; durable when it returns. The task keeps its id, its place
+  /// in its group, its status and its attempts, and its next run is handed the new payload.
+  ///
+  /// The main use: a run recorded an error the user must fix (the task is blocked), the user
+  /// fixes the item, and the fix is what gets sent:
+  ///
+  /// ```swift
+  /// try await queue.updatePayload(id, to: Note(text: fixedText))
+  /// try await queue.resolveError(id)     // the task runs again, with the new payload
+  /// ```
+  ///
+  /// - A **blocked** task takes the update and stays blocked until ``resolveError(_:)``: the
+  ///   update does not resolve anything by itself.
+  /// - A **dead** task takes it and stays dead until ``revive(_:)``.
+  /// - A **waiting** task (a retry time ahead) keeps its retry time; a manual task stays manual.
+  ///
+  /// Throws ``FerryError/noSuchTask(_:)`` when the task is not queued, and
+  /// ``FerryError/taskRunning(_:)`` while a run of it is under way — in any runner, in this
+  /// process or another — since that run has the old payload and its outcome is about it; update
+  /// it once the run has ended (a failed run leaves it queued).
+  public func updatePayload(_ id: TaskID, to payload: some Encodable & Sendable) async throws {
+    let bytes = try Self.encode(payload)
+    try await log.execute { context in try QueueCommand.updatePayload(id, bytes, context) }
+    publish(.payloadUpdated(id))
+  }
+
+  /// Cancels every queued task with this tag that has no run under way, in one commit, and
+  /// returns them (``CancelReport/cancelled``). Tasks of the tag whose run is under way — in any
+  /// runner, in this process or another — are left alone, and listed in
+  /// ``CancelReport/running``: their runs finish and are logged as usual. Observers get
+  /// ``TaskUpdate/cancelled(_:)`` for each task cancelled.
+  ///
+  /// The queue has no index by tag: this reads every queued task's row (decoding only those of
+  /// the tag), inside the commit.
+  @discardableResult
+  public func cancel(tag: String) async throws -> CancelReport {
+    try await cancel(.tag(tag))
+  }
+
+  /// Cancels every queued task of a group that has no run under way, in one commit, and returns
+  /// them (``CancelReport/cancelled``). A run under way (only the group's head can have one) is
+  /// left alone and listed in ``CancelReport/running``: it finishes and is logged as usual.
+  /// Observers get ``TaskUpdate/cancelled(_:)`` for each task cancelled.
+  @discardableResult
+  public func cancel(group groupId: String) async throws -> CancelReport {
+    try await cancel(.group(groupId))
+  }
+
+  private func cancel(_ selection: CancelSelection) async throws -> CancelReport {
+    let report = try await log.execute { context in try QueueCommand.cancel(selection, context) }
+    for id in report.cancelled { publish(.cancelled(id)) }
+    return report
+  }
+
+  /// Whether the store's queue is idle now: no run is under way, in any process, and no task
+  /// could be claimed at `now` (the clock's time when nil). See ``waitUntilIdle()`` for what
+  /// counts as work.
+  public func isIdle(at now: Int64? = nil) throws -> Bool {
+    let time = now ?? clock()
+    return try log.read { view in
+      try Self.isIdle(QueueTables(view.tables(of: TaskQueueProjection.projectionName)), now: time)
+    }
+  }
+
+  /// Returns once the store's queue is idle: no task is running and none is runnable, in this
+  /// process or any other on the store. At once when it is idle already.
+  ///
+  /// *Work* is a run under way (a claim without an outcome yet, whoever owns it) and, unless the
+  /// queue is paused, a task a pass would claim now: a ready task that heads its group (or has
+  /// none) and is not manual, or a retry whose time has come. What is **not** work:
+  /// - tasks that are manual, blocked by an error, dead, or behind a group head that cannot run;
+  /// - every ready task while the queue is paused (``pause()``) — runs under way still count;
+  /// - a retry whose time is still ahead: the queue is idle until it comes (then it is work again,
+  ///   for the next call). Idle answers "is there anything to do now", so a caller that wants the
+  ///   retries done too waits again after their time.
+  ///
+  /// A ready task counts as work even when no runner here can run it (no handler registered for
+  /// its tag, or its `isReadyToRun` says no): the queue cannot know other processes' handlers. A
+  /// run whose process died counts until it is interrupted (at the next open, pass, or a runner's
+  /// periodic look for dead owners while running automatically).
+  /// This does not run anything: without a runner at work (automatic running, passes, another
+  /// process) it waits until someone runs or cancels the work.
+  ///
+  /// It does not poll: it looks at the queue's indexes (three first keys) now, and again each time
+  /// the queue changes — this process's changes as they are made, other processes' as the queue's
+  /// observation reads them from the log (within a fraction of a second).
+  ///
+  /// Throws `CancellationError` when the waiting task is cancelled, and ``FerryLogError/closed``
+  /// when the queue is closed meanwhile.
+  public func waitUntilIdle() async throws {
+    // Subscribed before the first look, so that no change falls between the look and the wait.
+    let changes = updates()
+    if try isIdle() { return }
+    for await _ in changes {
+      if try isIdle() { return }
+    }
+    try Task.checkCancellation()
+    throw FerryLogError.closed
+  }
+
+  /// The idle rule of ``waitUntilIdle()``, on the queue's indexes: the first keys of `running`,
+  /// `ready` and `waiting` (by time), and the pause flag.
+  static func isIdle(_ queue: QueueTables<some ProjectionTableReading>, now: Int64) throws -> Bool {
+    func isEmpty(_ table: String) throws -> Bool {
+      var empty = true
+      try queue.tables.scan(table, from: nil) { _, _ in
+        empty = false
+        return false
+      }
+      return empty
+    }
+    if try !isEmpty("running") { return false }
+    if try queue.tables.get("state", key: QueueKey.paused) == [1] { return true }
+    if try !isEmpty("ready") { return false }
+    var due = false
+    try queue.tables.scan("waiting", from: nil) { key, _ in
+      due = (QueueKey.waitingTime(key)?.at ?? .min) <= now
+      return false
+    }
+    return !due
+  }
+
+  /// A payload's JSON bytes (keys sorted, so equal values give equal bytes).
+  static func encode(_ payload: some Encodable & Sendable) throws -> [UInt8] {
+    do {
+      let encoder = JSONEncoder()
+      encoder.outputFormatting = [.sortedKeys]
+      return Array(try encoder.encode(payload))
+    } catch {
+      throw FerryError.payload(taskId: nil, reason: "it does not encode as JSON: \(error)")
+    }
+  }
+}
