@@ -54,10 +54,12 @@ import Testing
     try #require(tree.leaves.count >= 4)
     let target = tree.leaves[tree.leaves.count / 2]
     let meta = try newestMeta(dir + "/data.mdb")
-    try overwrite(dir + "/data.mdb", at: meta.offset + 80, with: withUnsafeBytes(of: target.littleEndian) { Array($0) })
+    try overwrite(
+      dir + "/data.mdb", at: meta.offset + 80, with: withUnsafeBytes(of: target.littleEndian) { Array($0) })
 
     let verify = try runFerry(["verify", dir], tmp: scratch.path)
-    #expect(verify.status == 6, "verify over a free list that points into the log: \(verify.status) \(verify.out)")
+    #expect(
+      verify.status == 6, "verify over a free list that points into the log: \(verify.status) \(verify.out)")
 
     let write = try worker(["add-tasks", dir, "100"])
     let after = try exportedEvents(dir, tmp: scratch.path)
@@ -83,9 +85,11 @@ import Testing
     let pageSize = try newestMeta(dataFile).pageSize
     let oldMetas = [UInt8](try Data(contentsOf: URL(fileURLWithPath: dataFile)).prefix(2 * pageSize))
     let oldMark = try Data(contentsOf: URL(fileURLWithPath: dir + "/ferry-head"))
-    let head = try #require(UInt64(try runFerry(["stats", dir], tmp: scratch.path).out
-      .split(separator: "\n").first { $0.hasPrefix("newest event: ") }?
-      .split(separator: " ")[2] ?? ""))
+    let head = try #require(
+      UInt64(
+        try runFerry(["stats", dir], tmp: scratch.path).out
+          .split(separator: "\n").first { $0.hasPrefix("newest event: ") }?
+          .split(separator: " ")[2] ?? ""))
     let added = try worker(["add-tasks", dir, "1"])
     try #require(added.status == 0, "\(added.stderr)")
     // The crash: the new pages are in the file, the meta pages and the mark are those of before.
@@ -224,7 +228,8 @@ import Testing
     default:
       let tree = try eventsTree(dir + "/data.mdb")
       let leaf = try #require(tree.leaves.first)
-      try overwrite(dir + "/data.mdb", at: meta.offset + 128, with: withUnsafeBytes(of: leaf.littleEndian) { Array($0) })
+      try overwrite(
+        dir + "/data.mdb", at: meta.offset + 128, with: withUnsafeBytes(of: leaf.littleEndian) { Array($0) })
     }
     let verify = try runFerry(["verify", dir], tmp: scratch.path)
     #expect(verify.status == 6, "\(field): \(verify.status) \(verify.stderr)")
