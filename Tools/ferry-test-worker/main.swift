@@ -292,6 +292,28 @@ case "attack2-open-add-close-loop":
     done.signal()
   }
   done.wait()
+case "dmg-churn":
+  // (damage attack tests) COUNT times: adds a "job" task and runs it to success, printing
+  // "done ID" after each run, so that the store gains events compaction may remove.
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("dmg-churn DIR COUNT") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let queue = try await TaskQueue.open(at: directory)
+      let runner = TaskRunner(queue: queue)
+      runner.register(tag: "job") { _ in .succeeded }
+      for i in 0..<count {
+        let id = try await queue.add(tag: "job", payload: ["n": i])
+        _ = try await runner.run(.task(id))
+        say("done \(id)")
+      }
+      queue.close()
+    } catch {
+      fail("dmg-churn failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 default:
   fail("unknown command \(command)")
 }
