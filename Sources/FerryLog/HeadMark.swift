@@ -63,9 +63,10 @@ final class HeadMark: Sendable {
 
   /// Reads the mark in `directory`.
   static func read(in directory: String) -> Found {
-    let fd = open(path(in: directory), O_RDONLY | O_CLOEXEC)
+    let fd = open(path(in: directory), O_RDONLY | O_CLOEXEC | O_NONBLOCK)
     guard fd >= 0 else { return errno == ENOENT ? .missing : .unreadable }
     defer { close(fd) }
+    guard isRegularFile(fd) else { return .unreadable }
     var buffer = [UInt8](repeating: 0, count: length + 1)
     let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, length + 1, 0) }
     guard got == length, let contents = Contents(bytes: Array(buffer[0..<length])) else { return .unreadable }
@@ -76,9 +77,10 @@ final class HeadMark: Sendable {
   /// a flush. Best effort: a failure to write the mark never fails the caller's commit.
   @discardableResult
   static func write(_ contents: Contents, in directory: String) -> Bool {
-    let fd = open(path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    let fd = open(path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0o600)
     guard fd >= 0 else { return false }
     defer { close(fd) }
+    guard isRegularFile(fd) else { return false }
     return write(contents, to: fd)
   }
 
@@ -96,7 +98,20 @@ final class HeadMark: Sendable {
 
   init(directory: String, storeId: [UInt8]) {
     self.storeId = storeId
-    fd = open(Self.path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    let opened = open(Self.path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0o600)
+    if opened >= 0 && !Self.isRegularFile(opened) {
+      close(opened)
+      fd = -1
+    } else {
+      fd = opened
+    }
+  }
+
+  /// Only a regular file is a mark: a FIFO or device put in its place is never read or written
+  /// (a FIFO would block the open for ever).
+  static func isRegularFile(_ fd: Int32) -> Bool {
+    var info = stat()
+    return fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
   }
 
   deinit {
@@ -119,5 +134,15 @@ final class HeadMark: Sendable {
       }
       if Self.write(Contents(storeId: storeId, head: head), to: fd) { written = head }
     }
+  }
+}
+
+extension EventLog {
+  /// The highest sequence number the store in `directory` acknowledged, from its head mark
+  /// (`storage-layout.md` §9); nil when it has no readable mark. For tools that read a damaged
+  /// store's files without opening it (salvage).
+  public static func acknowledgedHead(in directory: String) -> UInt64? {
+    if case .mark(let contents) = HeadMark.read(in: directory), !contents.isCreating { return contents.head }
+    return nil
   }
 }

@@ -68,6 +68,9 @@ public struct SalvageReport: Codable, Sendable, Equatable {
   public var notResurrected: Int
   /// Values found but not believed: sequences far beyond everything else (a damaged key or meta row).
   public var ignored: [String]
+  /// Records found past both the live tree's head and the head mark when the tree read in full:
+  /// written by a commit that never completed (so never acknowledged), left out.
+  public var unacknowledged: Int = 0
   /// The highest sequence the new log holds: the highest seen in the live tree, the records, or the
   /// `meta` rows that remember the log's head.
   public var highestSequence: UInt64
@@ -90,6 +93,10 @@ public struct SalvageReport: Codable, Sendable, Equatable {
       "read \(source): \(fileBytes) bytes, \(pagesScanned) pages of \(pageSize) bytes (page size \(sizeNote))"
     )
     lines.append("raw scan: \(recordsFound) valid record copies of \(sequencesFound) sequences")
+    if unacknowledged > 0 {
+      lines.append(
+        "left out \(unacknowledged) records past the log's acknowledged end (a commit that never completed)")
+    }
     lines.append("live tree: \(liveTree)")
     if let compactedThrough {
       lines.append(
@@ -179,11 +186,11 @@ public func salvage(
 
   let (scan, sizeSource) = scanWithBestPageSize(file, output: output)
   // How far the child reads the tree one sequence at a time: as far as the raw scan says the log went.
-  let hint = SalvagePlan(scan: scan, tree: LiveTree()).top
+  let hint = SalvagePlan(scan: scan, tree: LiveTree(), acknowledged: nil).top
   let tree =
     treeReader.map { LiveTree.read(executable: $0, store: source, through: hint) }
     ?? LiveTree(failure: "not read (no ferry executable to read it with)")
-  let plan = SalvagePlan(scan: scan, tree: tree)
+  let plan = SalvagePlan(scan: scan, tree: tree, acknowledged: EventLog.acknowledgedHead(in: (dataPath as NSString).deletingLastPathComponent))
   var report = plan.report()
   guard report.recovered > 0 else {
     throw ToolError(
@@ -698,6 +705,8 @@ struct SalvagePlan: Sendable {
   let tree: LiveTree
   /// The highest sequence of the new log.
   let top: UInt64
+  /// Records past the acknowledged end, left out.
+  let unacknowledged: Int
   /// The compaction point (0 when none); ``compacted`` says whether there is one.
   let through: UInt64
   let compacted: Bool
@@ -715,9 +724,17 @@ struct SalvagePlan: Sendable {
     case uncertain
   }
 
-  init(scan: RawScan, tree: LiveTree) {
+  init(scan: RawScan, tree: LiveTree, acknowledged: UInt64?) {
     self.scan = scan
     self.tree = tree
+    // A tree read in full, with nothing failed, knows the log's end; with the head mark (which
+    // keeps what lost commits took away) it bounds what was ever acknowledged. Records past both
+    // were written by a commit that never completed.
+    var cap = UInt64.max
+    if tree.finished, tree.failed.count == 0, tree.crashed.count == 0, tree.bad.isEmpty, let head = tree.head {
+      cap = max(head, acknowledged ?? 0)
+    }
+    self.unacknowledged = scan.records.keys.filter { $0 > cap }.count
     // Everything that says how far the log went, cut at the first implausible jump.
     var values: [(UInt64, String)] = scan.records.keys.map { ($0, "a record's key") }
     values += tree.events.keys.filter { scan.records[$0] == nil }.map {
@@ -731,6 +748,7 @@ struct SalvagePlan: Sendable {
       values += scan.compactionRows.map { ($0.through, "a compaction point in a meta row") }
     }
     values += scan.projectionPositions.map { ($0, "a projection's position in a meta row") }
+    values = values.filter { $0.0 <= cap }
     values.sort { $0.0 < $1.0 }
     var top: UInt64 = 0
     var ignored: [String] = []
@@ -818,7 +836,8 @@ struct SalvagePlan: Sendable {
       lost: lostCount, lostRanges: lost.descriptions(limit: SalvageReport.rangesListed),
       uncertain: uncertainCount, uncertainRanges: uncertain.descriptions(limit: SalvageReport.rangesListed),
       compactedThrough: compacted ? through : nil, compactionSource: compactionSource,
-      removedByCompaction: removed, notResurrected: notResurrected, ignored: ignored, highestSequence: top,
+      removedByCompaction: removed, notResurrected: notResurrected, ignored: ignored,
+      unacknowledged: unacknowledged, highestSequence: top,
       markers: lostCount, interruptedRuns: 0,
       complete: lostCount == 0 && uncertainCount == 0 && undecided == 0 && ignored.isEmpty)
   }

@@ -1,3 +1,5 @@
+import CLMDB
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Darwin)
@@ -42,12 +44,16 @@ public struct DataFileCheck: Sendable, Equatable {
   /// Reads the meta pages of the data file at `file`. Throws ``LMDBError`` with the OS error when
   /// the file cannot be opened or read (`EACCES` for permission, for example).
   public static func read(_ file: String) throws -> DataFileCheck {
-    let fd = open(file, O_RDONLY | O_CLOEXEC)
+    let fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
     guard fd >= 0 else {
       let code = errno
       throw LMDBError(code: code, operation: "opening \(file) to check its meta pages")
     }
     defer { close(fd) }
+    var kind = stat()
+    guard fstat(fd, &kind) == 0, (kind.st_mode & S_IFMT) == S_IFREG else {
+      throw LMDBError(code: MDB_CORRUPTED, message: "data.mdb is not a regular file")
+    }
     // The meta pages are read before the length: another process committing meanwhile only ever
     // makes the file longer than the pages they name.
     let size = Int.max
@@ -95,6 +101,24 @@ public struct DataFileCheck: Sendable, Equatable {
     return Meta(
       magic: u32(16), version: u32(20), pageSize: u32(40), mapSize: u64(32), lastPage: u64(136),
       transaction: u64(144), freeRoot: u64(80), mainRoot: u64(128))
+  }
+
+  /// Checks LMDB's free-page list against the live trees, and any pages past the end of the file,
+  /// for the state of transaction `transaction` (which the caller keeps pinned with a read
+  /// transaction, so that no page of it is reused meanwhile). Nil when healthy, or when the meta
+  /// page of that transaction is no longer on disk (later commits replaced it: the check is skipped).
+  public static func freeListProblem(_ file: String, transaction: UInt64) throws -> String? {
+    let check = try read(file)
+    guard let meta = check.metas.compactMap({ $0 }).first(where: { $0.magic == magic && $0.transaction == transaction }),
+      (512...65536).contains(meta.pageSize)
+    else { return nil }
+    let fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+    guard fd >= 0 else {
+      let code = errno
+      throw LMDBError(code: code, operation: "opening \(file) to check its free pages")
+    }
+    defer { close(fd) }
+    return FreeListCheck(fd: fd, pageSize: Int(meta.pageSize), meta: meta, fileSize: check.fileSize).problem
   }
 
   /// The meta page LMDB would use: the valid one with the larger transaction id.
@@ -148,9 +172,13 @@ public struct DataFileCheck: Sendable, Equatable {
     if overflow || overflow2 || needed > UInt64(Int.max) {
       return "the newest meta page gives an impossible last page (\(newest.lastPage))"
     }
-    if UInt64(fileSize) < needed {
+    // A file shorter than `needed` may be healthy (pages allocated and freed in one transaction
+    // are never written): ``FreeListCheck`` tells, once a read transaction pins the state. Only
+    // a file that cannot even hold the trees' roots is refused here.
+    let roots = [newest.freeRoot, newest.mainRoot].filter { $0 != .max }
+    if let root = roots.max(), (root + 1) * pageSize > UInt64(fileSize) {
       return
-        "its data file is \(fileSize) bytes but its newest meta page uses pages up to \(newest.lastPage) (\(needed) bytes): the file was truncated"
+        "its data file is \(fileSize) bytes but its newest meta page puts a root at page \(root), past its end: the file was truncated"
     }
     // No machine maps more than 2^47 bytes of user address space: a larger map size is damage.
     if newest.mapSize > 1 << 46 {

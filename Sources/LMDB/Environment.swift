@@ -222,6 +222,20 @@ public final class Environment: @unchecked Sendable {
       maxKeySize: Int(mdb_env_get_maxkeysize(env)), staleReadersCleared: Int(cleared),
       mapSize: envInfo.me_mapsize)
     keepRegistration = true
+    if options.checkDataFile {
+      // With the newest state pinned by a read transaction (no page of it can be reused meanwhile),
+      // LMDB's free-page list is checked against the live trees, read with plain preads: a
+      // damaged list would make the next write overwrite pages in use.
+      do {
+        let problem = try environment.read { txn in
+          try DataFileCheck.freeListProblem(path + "/data.mdb", transaction: UInt64(mdb_txn_id(txn.txn)))
+        }
+        if let problem { throw LMDBError(code: MDB_CORRUPTED, message: problem) }
+      } catch {
+        environment.close()
+        throw error
+      }
+    }
     try environment.openDatabases(databases)
     return environment
   }

@@ -94,8 +94,8 @@ struct DataFile {
     let newest = try #require(check.metas.firstIndex { $0 == check.newest })
     let offset = try file.metaOffset(slot: newest) + DataFile.lastPage
     try file.writeU64(file.readU64(at: offset) + (1 << 20), at: offset)
-    expectDamaged(store, readOnly: false, "truncated")
-    expectDamaged(store, readOnly: true, "truncated")
+    expectDamaged(store, readOnly: false, "pages it uses")
+    expectDamaged(store, readOnly: true, "pages it uses")
     // Opened anyway (salvage mode), the retry loop for the map size is bounded: an error, no hang.
     let started = ContinuousClock.now
     do {
