@@ -1,4 +1,5 @@
 import Foundation
+import CLMDB
 import LMDB
 import Synchronization
 
@@ -111,9 +112,26 @@ public final class EventLog: Sendable {
   public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog
   {
     do {
-      return try openStore(at: path, configuration: configuration)
-    } catch let error as LMDBError {
-      throw translateOpenError(error, path: path)
+      do {
+        return try openStore(at: path, configuration: configuration)
+      } catch let error as LMDBError {
+        throw translateOpenError(error, path: path)
+      }
+    } catch let error as FerryLogError {
+      // A directory whose head mark names a store that LMDB no longer reads as one (its main
+      // database's record damaged: other database names, a missing `events`) is a damaged store.
+      guard !configuration.allowDamage, case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating else {
+        throw error
+      }
+      switch error {
+      case .notAStore(_, let reason):
+        throw FerryLogError.damagedStore(
+          path: path, reason: "it held a store with events up to sequence \(mark.head), but LMDB now reads it as no store: \(reason)")
+      case .storage(let lmdb) where lmdb.code == MDB_NOTFOUND || lmdb.code == MDB_INCOMPATIBLE || lmdb.code == MDB_BAD_DBI:
+        throw FerryLogError.damagedStore(
+          path: path, reason: "it held a store with events up to sequence \(mark.head), but LMDB cannot open its databases: \(lmdb.message)")
+      default: throw error
+      }
     }
   }
 

@@ -21,6 +21,10 @@ public struct VerifyReport: Sendable {
     case unreadableRecord(sequence: UInt64, reason: String)
     /// A sequence number missing from the log.
     case sequenceGap(expected: UInt64, found: UInt64?)
+    /// A record with a valid CRC that this code cannot read: an event type, schema version or
+    /// record format it does not know (written by a newer Ferry, or by another application through
+    /// FerryLog). Not damage.
+    case unreadableByThisVersion(sequence: UInt64, reason: String)
     /// A projection that threw while being rebuilt.
     case projectionFailed(projection: String, sequence: UInt64, reason: String)
     /// A projection's stored state is not where it should be.
@@ -35,6 +39,8 @@ public struct VerifyReport: Sendable {
     public var description: String {
       switch self {
       case .unreadableRecord(let sequence, let reason): return "record \(sequence): \(reason)"
+      case .unreadableByThisVersion(let sequence, let reason):
+        return "record \(sequence) cannot be read by this version: \(reason)"
       case .sequenceGap(let expected, let found):
         return "sequence \(expected) is missing" + (found.map { " (\($0) follows)" } ?? " (the log ends)")
       case .projectionFailed(let projection, let sequence, let reason):
@@ -60,7 +66,7 @@ public struct VerifyReport: Sendable {
     /// The sequence number the problem is about, when it is about one record.
     public var sequence: UInt64? {
       switch self {
-      case .unreadableRecord(let sequence, _): return sequence
+      case .unreadableRecord(let sequence, _), .unreadableByThisVersion(let sequence, _): return sequence
       case .sequenceGap(let expected, _): return expected
       case .projectionFailed(_, let sequence, _): return sequence
       default: return nil
@@ -399,7 +405,7 @@ extension EventLog {
           report.problems.append(.unreadableRecord(sequence: sequence, reason: reason))
         case .unsupportedRecordFormat(let sequence, _, _), .unknownEventType(_, let sequence?),
           .unsupportedSchemaVersion(_, _, _, let sequence?):
-          report.problems.append(.unreadableRecord(sequence: sequence, reason: error.description))
+          report.problems.append(.unreadableByThisVersion(sequence: sequence, reason: error.description))
         case .sequenceGap(let expected, let found):
           report.problems.append(.sequenceGap(expected: expected, found: found))
         case .projectionFailed(let projection, let sequence, let underlying):

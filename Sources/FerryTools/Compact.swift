@@ -142,9 +142,11 @@ private func copyCompacted(_ path: String) throws {
         + "but the copy that gives the space back was not made; run it again with the store closed")
   }
   unlock(probe)
+  removeStaleCompactionCopies(in: path)
   let staging = path + "/.compact-\(getpid())"
   try? FileManager.default.removeItem(atPath: staging)
-  try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: false)
+  try FileManager.default.createDirectory(
+    atPath: staging, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
   defer { try? FileManager.default.removeItem(atPath: staging) }
   let environment = try Environment.open(path: path, options: Environment.Options())
   let before = try environment.info().lastTransaction
@@ -198,4 +200,16 @@ private func copyCompacted(_ path: String) throws {
   // the file (they are per process); the waiting opener then finds the lock file current.
   let fresh = try Environment.open(path: path, options: Environment.Options())
   fresh.close()
+}
+
+/// Removes the staging directories (`.compact-<pid>`) that killed `compact --copy` runs left in the
+/// store — whole copies of the store — when their process is gone.
+func removeStaleCompactionCopies(in path: String) {
+  guard let entries = try? FileManager.default.contentsOfDirectory(atPath: path) else { return }
+  for entry in entries where entry.hasPrefix(".compact-") {
+    guard let pid = Int32(entry.dropFirst(".compact-".count)), pid > 0 else { continue }
+    if pid == getpid() { continue }
+    if kill(pid, 0) == 0 || errno == EPERM { continue }  // still running (or not ours to judge)
+    try? FileManager.default.removeItem(atPath: path + "/" + entry)
+  }
 }

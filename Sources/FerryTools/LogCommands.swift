@@ -169,7 +169,17 @@ public func replay(
 /// A log that is itself damaged (an unreadable record, a missing sequence) is exit 6, like every
 /// other command that meets it; projections that only differ from the log stay exit 1.
 private func throwIfDamaged(_ report: VerifyReport, path: String) throws(ToolError) {
-  guard let damage = report.problems.first(where: \.isDamage) else { return }
+  guard let damage = report.problems.first(where: \.isDamage) else {
+    if let newer = report.problems.first(where: {
+      if case .unreadableByThisVersion = $0 { return true }
+      return false
+    }) {
+      throw ToolError(
+        .newerFormat,
+        "\(newer) — written by a newer Ferry or by another application through FerryLog (its CRC holds: this is not damage); read it with the code that wrote it")
+    }
+    return
+  }
   throw ToolError(
     .corruptRecord,
     "the log of \(path) is damaged: \(damage); `ferry salvage \(path) NEW_DIR` recovers what is left")

@@ -51,9 +51,12 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
       case .noSuchStore: return ToolError(.noSuchStore, log.description)
       case .notAStore: return ToolError(.notAStore, log.description)
       case .newerFormat: return ToolError(.newerFormat, log.description)
-      case .corruptRecord, .unsupportedRecordFormat, .unknownEventType, .unsupportedSchemaVersion,
-        .sequenceGap:
+      case .corruptRecord, .sequenceGap:
         return ToolError(.corruptRecord, log.description)
+      case .unsupportedRecordFormat, .unknownEventType, .unsupportedSchemaVersion:
+        // A record with a valid CRC this version cannot read: newer software wrote it, not damage.
+        return ToolError(
+          .newerFormat, log.description + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
       case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
