@@ -464,6 +464,9 @@ public final class EventLog: Sendable {
     }()
     var dataFile = stat()
     if stat(path + "/data.mdb", &dataFile) == 0 {
+      guard (dataFile.st_mode & S_IFMT) == S_IFREG else {
+        throw FerryLogError.damagedStore(path: path, reason: "data.mdb is not a regular file")
+      }
       guard dataFile.st_size == 0 else { return .existing }
       if configuration.allowDamage { return .existing }
       if let held = heldAStore {
@@ -472,6 +475,10 @@ public final class EventLog: Sendable {
           reason: "data.mdb is empty (0 bytes) but this directory held a store with events up to sequence \(held)")
       }
       guard creating else {
+        if case .mark = mark {
+          throw FerryLogError.notAStore(
+            path: path, reason: "a store is being created here (or its creation was killed): open it read-write to finish it")
+        }
         throw FerryLogError.damagedStore(path: path, reason: "data.mdb is empty (0 bytes)")
       }
       return .interruptedCreation

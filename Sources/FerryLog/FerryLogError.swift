@@ -109,13 +109,18 @@ public enum FerryLogError: Error, CustomStringConvertible {
       return "the snapshot of '\(projection)' cannot be used: \(reason)"
     case .closed: return "the event log is closed"
     case .damagedStore(let path, let reason):
+      if reason.contains("data.mdb is missing") {
+        return "the store at \(path) is damaged: \(reason); restore data.mdb from a copy (there is nothing to salvage)"
+      }
       return
         "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"
     case .lostCommits(let path, let acknowledged, let found):
       return
         "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "
-        + "its log now ends at \(found) (a meta page rolled back or the data file was replaced by an older copy); "
-        + "nothing was written to it — `ferry salvage \(path) NEW_DIR` recovers what is left"
+        + "its log now ends at \(found) (a meta page rolled back, the data file was replaced by an older copy, "
+        + "or a copy took data.mdb before ferry-head while an app was writing); nothing was written to it — "
+        + "for a copy, copy the store again with the app closed (or `ferry export` it); "
+        + "`ferry salvage \(path) NEW_DIR` recovers what is left"
     case .diskFull(let path):
       return
         "the disk holding \(path) is full: free some space and try again; nothing acknowledged was lost"
