@@ -70,10 +70,25 @@ struct FreeListCheck {
         guard depth <= 32 else { return "a tree is deeper than LMDB allows" }
         let known = !live.insert(page).inserted
         if known { return "page \(page) is named twice in the trees" }
-        // A sub-database's leaves (at its recorded depth) are named by their parents: not read.
-        if !readLeaves && depth >= treeDepth && depth > 1 { continue }
+        // A sub-database's leaves (at its recorded depth) are named by their parents: only their
+        // header is read — the page number in it is what LMDB frees when it next copies the page,
+        // so a wrong one would hand a live page to the free list.
+        if !readLeaves && depth >= treeDepth && depth > 1 {
+          guard page < pagesInFile, reads < Self.pageLimit else { return "page \(page) of a tree lies past the end of the file" }
+          reads += 1
+          var header = [UInt8](repeating: 0, count: 16)
+          let got = header.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 16, off_t(page) * off_t(pageSize)) }
+          guard got == 16 else { return "page \(page) cannot be read" }
+          var number: UInt64 = 0
+          for index in (0..<8).reversed() { number = number << 8 | UInt64(header[index]) }
+          let flags = UInt64(header[10]) | UInt64(header[11]) << 8
+          guard number == page else { return "page \(page) says it is page \(number)" }
+          guard flags & 0x03 != 0 else { return "page \(page) of a tree is neither a branch nor a leaf page (flags \(flags))" }
+          continue
+        }
         // A page past the end of the file is read by nobody here; LMDB would fault on it.
         guard readPage(page) else { return "page \(page) of a tree lies past the end of the file" }
+        guard u64(0) == page else { return "page \(page) says it is page \(u64(0))" }
         let flags = u16(10)
         if flags & 0x01 != 0 {
           guard let offsets = nodes() else { return "branch page \(page) is malformed" }

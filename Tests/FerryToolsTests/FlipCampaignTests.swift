@@ -131,6 +131,31 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
   return .exited(process.terminationStatus, stdout)
 }
 
+enum WriteOutcome {
+  case kept, refused, lostOnWrite
+  case crashedWriting(String)
+}
+
+/// Appends three events to the store at `path` from another process (as an app would), then
+/// exports it: the events it had must all still be there, unless the write was refused.
+func writeThenExport(_ path: String) throws -> WriteOutcome {
+  guard case .exited(0, let before) = try runFerry(["export", path], limit: 30) else { return .refused }
+  let process = Process()
+  process.executableURL = productURL("ferry-test-worker")
+  process.arguments = ["append", path, "3"]
+  process.standardOutput = FileHandle.nullDevice
+  process.standardError = FileHandle.nullDevice
+  process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
+  try process.run()
+  process.waitUntilExit()
+  if process.terminationReason == .uncaughtSignal { return .crashedWriting("signal \(process.terminationStatus)") }
+  guard process.terminationStatus == 0 else { return .refused }
+  guard case .exited(0, let after) = try runFerry(["export", path], limit: 30) else { return .lostOnWrite }
+  let old = String(decoding: before, as: UTF8.self).split(separator: "\n").dropFirst()
+  let new = String(decoding: after, as: UTF8.self).split(separator: "\n").dropFirst()
+  return Array(new.prefix(old.count)) == Array(old) && new.count == old.count + 3 ? .kept : .lostOnWrite
+}
+
 @Suite(.timeLimit(.minutes(15)), .serialized) struct FlipCampaignTests {
   /// A store of more than a thousand events with every kind of page: big payloads (overflow pages),
   /// a compaction that frees pages, cache fetches, tasks run, and more events after.
@@ -224,8 +249,15 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
       case .signalled(let signal): crashed.append(label + " (signal \(signal))")
       case .exited(0, let output):
         if output == expected {
-          harmless += 1
-          byKind[flip.kind, default: (0, 0)].harmless += 1
+          // Harmless to read; it must be harmless to write too: an app appending to this store
+          // either is refused (a typed error) or keeps every event it had.
+          switch try writeThenExport(work) {
+          case .kept, .refused:
+            harmless += 1
+            byKind[flip.kind, default: (0, 0)].harmless += 1
+          case .crashedWriting(let how): crashed.append(label + " (the app's write: \(how))")
+          case .lostOnWrite: silent.append(label + " (an app's write destroyed acknowledged events)")
+          }
         } else {
           silent.append(label)
           if let keep = ProcessInfo.processInfo.environment["FERRY_FLIP_KEEP"] {
