@@ -101,6 +101,9 @@ final class RunOwner: Sendable {
     }
     guard fd >= 0 else { return }
     if remove { unlink(path) }
+    // Unlocked before it is closed: a process being spawned meanwhile (between its fork and its
+    // exec) shares this open file, and close() alone would leave the lock held until it execs.
+    flock(fd, LOCK_UN)
     close(fd)
   }
 
@@ -134,7 +137,9 @@ final class RunOwner: Sendable {
     defer { close(fd) }
     var info = stat()
     guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return .alive }
-    return flock(fd, LOCK_EX | LOCK_NB) == 0 ? .dead : .alive
+    guard flock(fd, LOCK_EX | LOCK_NB) == 0 else { return .alive }
+    flock(fd, LOCK_UN)  // never left held by a process spawned before the close
+    return .dead
   }
 
   /// Whether a process with the pid written in an owner id exists (on this machine).
@@ -163,7 +168,10 @@ final class RunOwner: Sendable {
   private static func removeIfUnlocked(_ path: String) {
     let fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
     guard fd >= 0 else { return }
-    if flock(fd, LOCK_EX | LOCK_NB) == 0 { unlink(path) }
+    if flock(fd, LOCK_EX | LOCK_NB) == 0 {
+      unlink(path)
+      flock(fd, LOCK_UN)
+    }
     close(fd)
   }
 
