@@ -1,4 +1,5 @@
 import CLMDB
+import Foundation
 import LMDB
 
 #if canImport(Glibc)
@@ -164,4 +165,9 @@ extension FerryLogError {
     default: self = .storage(error)
     }
   }
+}
+
+extension FerryLogError: LocalizedError {
+  /// The one-line message, so that `localizedDescription` carries it.
+  public var errorDescription: String? { description }
 }

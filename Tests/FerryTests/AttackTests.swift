@@ -453,7 +453,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     let status = try await child.wait()
     #expect(status == 0, "\(child.output)")
     #expect(child.output.contains { $0.hasPrefix("first error") }, "\(child.output)")
-    #expect(child.output.contains("second Optional(Ferry.TaskOutcome.succeeded)"), "\(child.output)")
+    #expect(child.output.contains("second Optional(succeeded)"), "\(child.output)")
   }
 
   // MARK: Cost of a pass
