@@ -1,5 +1,6 @@
 import Ferry
 import FerryLog
+import FerryTools
 import Foundation
 import LMDB
 import Synchronization
@@ -87,18 +88,6 @@ struct PageMap {
   }
 
   func pages(of kind: PageKind) -> [Int] { kinds.filter { $0.value == kind }.map(\.key).sorted() }
-}
-
-/// SplitMix64: a small seeded generator, so a campaign is the same every run.
-struct SeededGenerator: RandomNumberGenerator {
-  var state: UInt64
-  mutating func next() -> UInt64 {
-    state &+= 0x9E37_79B9_7F4A_7C15
-    var z = state
-    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-    return z ^ (z >> 31)
-  }
 }
 
 /// How a run of `ferry` ended, with a time limit: a signal that reached the caller, a hang, or an
@@ -197,7 +186,7 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
     let original = try [UInt8](Data(contentsOf: URL(fileURLWithPath: pristine + "/data.mdb")))
     let map = try PageMap(file: original)
     let flipsPerKind = Int(ProcessInfo.processInfo.environment["FERRY_FLIPS_PER_KIND"] ?? "") ?? 110
-    var generator = SeededGenerator(state: UInt64(ProcessInfo.processInfo.environment["FERRY_FLIP_SEED"] ?? "") ?? 12)
+    var generator = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["FERRY_FLIP_SEED"] ?? "") ?? 12)
     var plan: [(kind: PageKind, offset: Int, mask: UInt8)] = []
     for kind in PageKind.allCases {
       let pages = map.pages(of: kind)
