@@ -265,8 +265,14 @@ public final class EventLog: Sendable {
     // read before the log's head: a mark is written only after its commit is durable, so a
     // snapshot begun after reading it holds at least that head, even while another process appends.
     let found = HeadMark.read(in: path)
-    let (logHead, storeId) = try environment.read { txn in
-      (try core.head(txn), try txn.get(core.meta, key: MetaKey.storeId))
+    // One snapshot for the head, the store id and the record count (O(1): the log must hold
+    // exactly `head − removed` records; only when it does not are the keys walked, to name the
+    // first missing or misplaced sequence).
+    let (logHead, storeId, countProblem) = try environment.read { txn in
+      (
+        try core.head(txn), try txn.get(core.meta, key: MetaKey.storeId),
+        configuration.allowDamage ? nil : try core.countProblem(txn).map { ($0, try core.walkKeys(txn).problem) }
+      )
     }
     let markId = storeId ?? HeadMark.creatingId
     if !configuration.allowDamage, case .mark(let mark) = found, !mark.isCreating {
@@ -281,11 +287,8 @@ public final class EventLog: Sendable {
         throw FerryLogError.lostCommits(path: path, acknowledged: mark.head, found: logHead)
       }
     }
-    // The log must hold exactly `head − removed` records (an O(1) check); when it does not, the
-    // keys are walked to name the first missing or misplaced sequence.
-    if !configuration.allowDamage, let problem = try environment.read({ txn in try core.countProblem(txn) }) {
-      if let gap = try environment.read({ txn in try core.firstGap(txn) }) { throw gap }
-      throw FerryLogError.damagedStore(path: path, reason: problem)
+    if let (problem, gap) = countProblem {
+      throw gap ?? FerryLogError.damagedStore(path: path, reason: problem)
     }
     var headMark: HeadMark?
     if !configuration.readOnly {
@@ -644,13 +647,8 @@ public final class EventLog: Sendable {
                 sequence: expected, reason: "its key has \(key.count) bytes, not 8"
               )
             }
-            // Keys only ever rise; a gap is allowed only where compaction removed events on purpose.
-            guard current == expected || (current > expected && current - 1 <= compacted) else {
-              if current < expected {
-                throw FerryLogError.corruptRecord(
-                  sequence: current, reason: "it is read after sequence \(expected - 1): the log's order is damaged")
-              }
-              throw FerryLogError.sequenceGap(expected: expected, found: current)
+            if let problem = StoreCore.orderProblem(current, expected: expected, compacted: compacted) {
+              throw problem
             }
             expected = current &+ 1
             result.append(

@@ -162,9 +162,17 @@ struct StoreCore: Sendable {
     return nil
   }
 
-  /// The first place where the log's keys break their order (a missing sequence above the
-  /// compaction point, or a key that does not rise), found by walking every key; nil when none.
-  func firstGap(_ txn: Transaction) throws -> FerryLogError? { try walkKeys(txn).problem }
+  /// Why `sequence` cannot be the next key of a scan that expects `expected`, or nil when it can:
+  /// keys only ever rise, and a gap is allowed only where compaction removed events on purpose
+  /// (at or below `compacted`). The one rule every scan of the log applies.
+  static func orderProblem(_ sequence: UInt64, expected: UInt64, compacted: UInt64) -> FerryLogError? {
+    if sequence == expected || (sequence > expected && sequence - 1 <= compacted) { return nil }
+    if sequence < expected {
+      return .corruptRecord(
+        sequence: sequence, reason: "it is read after sequence \(expected - 1): the log's order is damaged")
+    }
+    return .sequenceGap(expected: expected, found: sequence)
+  }
 
   /// Walks every key of the log: how many records it holds, and the first place its keys break
   /// their order (stopping there).
@@ -180,11 +188,8 @@ struct StoreCore: Sendable {
           found = .corruptRecord(sequence: expected, reason: "its key has \(key.count) bytes, not 8")
           return false
         }
-        guard sequence == expected || (sequence > expected && sequence - 1 <= compacted) else {
-          found =
-            sequence < expected
-            ? .corruptRecord(sequence: sequence, reason: "it is read after sequence \(expected - 1): the log's order is damaged")
-            : .sequenceGap(expected: expected, found: sequence)
+        if let problem = Self.orderProblem(sequence, expected: expected, compacted: compacted) {
+          found = problem
           return false
         }
         expected = sequence &+ 1
@@ -334,9 +339,8 @@ struct StoreCore: Sendable {
             sequence: expected, reason: "its key has \(key.count) bytes, not 8")
         }
         guard sequence <= last else { return false }
-        // Keys only ever rise; a gap is allowed only where compaction removed events on purpose.
-        guard sequence == expected || (sequence > expected && sequence - 1 <= compacted) else {
-          failure = FerryLogError.sequenceGap(expected: expected, found: sequence)
+        if let problem = Self.orderProblem(sequence, expected: expected, compacted: compacted) {
+          failure = problem
           return false
         }
         let event = try decode(value, sequence: sequence)
