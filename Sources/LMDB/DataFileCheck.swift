@@ -44,20 +44,31 @@ public struct DataFileCheck: Sendable, Equatable {
   /// Reads the meta pages of the data file at `file`. Throws ``LMDBError`` with the OS error when
   /// the file cannot be opened or read (`EACCES` for permission, for example).
   public static func read(_ file: String) throws -> DataFileCheck {
+    let fd = try openDataFile(file)
+    defer { close(fd) }
+    return try read(fd, file: file)
+  }
+
+  /// Opens the data file for plain reads (never blocking on a FIFO put in its place); only a
+  /// regular file is accepted.
+  private static func openDataFile(_ file: String) throws -> Int32 {
     let fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
     guard fd >= 0 else {
       let code = errno
       throw LMDBError(code: code, operation: "opening \(file) to check its meta pages")
     }
-    defer { close(fd) }
     var kind = stat()
     guard fstat(fd, &kind) == 0, (kind.st_mode & S_IFMT) == S_IFREG else {
+      close(fd)
       throw LMDBError(code: MDB_CORRUPTED, message: "data.mdb is not a regular file")
     }
+    return fd
+  }
+
+  private static func read(_ fd: Int32, file: String) throws -> DataFileCheck {
     // The meta pages are read before the length: another process committing meanwhile only ever
     // makes the file longer than the pages they name.
-    let size = Int.max
-    let first = try readMeta(fd, at: 0, fileSize: size, file: file)
+    let first = try readMeta(fd, at: 0, file: file)
     // The page size comes from meta page 0; when that page is damaged, try the usual sizes so
     // that meta page 1 is still described.
     var candidates = [Int(sysconf(Int32(_SC_PAGESIZE))), 4096, 16384, 65536]
@@ -66,13 +77,13 @@ public struct DataFileCheck: Sendable, Equatable {
     }
     var second: Meta?
     for pageSize in candidates where (512...65536).contains(pageSize) {
-      if let meta = try readMeta(fd, at: pageSize, fileSize: size, file: file), meta.magic == magic {
+      if let meta = try readMeta(fd, at: pageSize, file: file), meta.magic == magic {
         second = meta
         break
       }
     }
     if second == nil, let pageSize = candidates.first {
-      second = try readMeta(fd, at: pageSize, fileSize: size, file: file)
+      second = try readMeta(fd, at: pageSize, file: file)
     }
     var info = stat()
     guard fstat(fd, &info) == 0 else {
@@ -82,7 +93,7 @@ public struct DataFileCheck: Sendable, Equatable {
     return DataFileCheck(fileSize: Int(info.st_size), metas: [first, second])
   }
 
-  private static func readMeta(_ fd: Int32, at offset: Int, fileSize: Int, file: String) throws -> Meta? {
+  private static func readMeta(_ fd: Int32, at offset: Int, file: String) throws -> Meta? {
     var buffer = [UInt8](repeating: 0, count: 152)
     let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 152, off_t(offset)) }
     guard got == 152 else {
@@ -108,16 +119,12 @@ public struct DataFileCheck: Sendable, Equatable {
   /// transaction, so that no page of it is reused meanwhile). Nil when healthy, or when the meta
   /// page of that transaction is no longer on disk (later commits replaced it: the check is skipped).
   public static func freeListProblem(_ file: String, transaction: UInt64) throws -> String? {
-    let check = try read(file)
+    let fd = try openDataFile(file)
+    defer { close(fd) }
+    let check = try read(fd, file: file)
     guard let meta = check.metas.compactMap({ $0 }).first(where: { $0.magic == magic && $0.transaction == transaction }),
       (512...65536).contains(meta.pageSize)
     else { return nil }
-    let fd = open(file, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-    guard fd >= 0 else {
-      let code = errno
-      throw LMDBError(code: code, operation: "opening \(file) to check its free pages")
-    }
-    defer { close(fd) }
     return FreeListCheck(fd: fd, pageSize: Int(meta.pageSize), meta: meta, fileSize: check.fileSize).problem
   }
 
