@@ -95,30 +95,11 @@ private func lockOutOtherProcesses(_ path: String) -> Int32? {
   return fd
 }
 
-/// The newest transaction id committed to an LMDB data file, read from its two meta pages (every
-/// commit writes a higher one), or nil when the file cannot be read as LMDB's. Read with the file
+/// The newest transaction id committed to an LMDB data file, read from its meta pages with plain
+/// reads (``DataFileCheck``), or nil when the file cannot be read as LMDB's. Read with the file
 /// closed by LMDB: this process's environment on it is closed first.
-///
-/// LMDB's meta page (mdb.c, 64-bit): a 16-byte page header, then `mm_magic` (u32, 0xBEEFC0DE),
-/// `mm_version` (u32), `mm_address`, `mm_mapsize`, two 48-byte `MDB_db` (the first's `md_pad`
-/// holds the page size), `mm_last_pg`, `mm_txnid` — at byte 144. Meta page 1 starts one page in.
 private func lastCommittedTransaction(_ file: String) -> UInt64? {
-  guard let handle = FileHandle(forReadingAtPath: file) else { return nil }
-  defer { try? handle.close() }
-  guard let first = try? handle.read(upToCount: 152), first.count == 152 else { return nil }
-  func u32(_ data: Data, _ at: Int) -> UInt32 {
-    data.subdata(in: at..<(at + 4)).withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(as: UInt32.self)) }
-  }
-  func u64(_ data: Data, _ at: Int) -> UInt64 {
-    data.subdata(in: at..<(at + 8)).withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(as: UInt64.self)) }
-  }
-  guard u32(first, 16) == 0xBEEF_C0DE else { return nil }
-  let pageSize = Int(u32(first, 40))
-  guard (512...65536).contains(pageSize) else { return nil }
-  guard (try? handle.seek(toOffset: UInt64(pageSize))) != nil,
-    let second = try? handle.read(upToCount: 152), second.count == 152, u32(second, 16) == 0xBEEF_C0DE
-  else { return nil }
-  return max(u64(first, 144), u64(second, 144))
+  (try? DataFileCheck.read(file))?.newest?.transaction
 }
 
 /// Gives the lock of ``lockOutOtherProcesses(_:)`` back.
