@@ -183,7 +183,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
     source: CacheSource(
       fetch: { server.state.withLock { $0.items } }, save: { items in listItems.withLock { $0 = items } },
       load: { listItems.withLock { $0 } }),
-    requires: PendingTasksGate(runner: runner, collection: "grocery-changes"))
+    requires: try PendingTasksGate(runner: runner, collection: "grocery-changes"))
   let hours = try CacheRepository(
     key: "store-hours", ledger: store.ledger, maxAge: .seconds(86_400),
     source: CacheSource(fetch: { "8:00–20:00" }, save: { _ in }, load: { "8:00–20:00" }))
