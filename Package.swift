@@ -39,6 +39,9 @@ let package = Package(
       dependencies: ["Ferry", "FerryLog", "LMDB"],
       path: "Tools/ferry-test-worker"
     ),
+    // The README's push and pull examples, compiled and run by ReadmeExampleTests.
+    .executableTarget(
+      name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),
     .executableTarget(
       name: "ferry-crash-worker",
       dependencies: ["FerryTools"],
