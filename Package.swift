@@ -17,11 +17,11 @@ let package = Package(
   ],
   targets: [
     .systemLibrary(
-      name: "CLMDB",
+      name: "CFerryLMDB",
       pkgConfig: "lmdb",
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
-    .target(name: "LMDB", dependencies: ["CLMDB"]),
+    .target(name: "LMDB", dependencies: ["CFerryLMDB"]),
     .target(name: "FerryLog", dependencies: ["LMDB"]),
     .target(name: "Ferry", dependencies: ["FerryLog"]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),

@@ -1,5 +1,5 @@
 import Foundation
-import CLMDB
+import CFerryLMDB
 import LMDB
 import Synchronization
 
