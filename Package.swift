@@ -44,7 +44,7 @@ let package = Package(
       name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),
     .executableTarget(
       name: "ferry-crash-worker",
-      dependencies: ["FerryTools"],
+      dependencies: ["FerryTools", "FerryLog"],
       path: "Tools/ferry-crash-worker"
     ),
     // Helpers the test targets share (where the built executables are); not a product.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Tries the README's install section the way an app would: a fresh package in a temporary
 # directory that depends on this checkout, links only the `Ferry` product, builds, and runs a task.
+# Then checks the module walls from the app's side: an app that names Ferry's crash points (the
+# kill switch of its crash tests, `package` access) must not compile.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/Tools/setup.sh" >/dev/null
@@ -47,3 +49,21 @@ fi
 output=$("$app/.build/debug/NotesApp")
 echo "$output"
 [[ "$output" == *"1 ran (1 succeeded, 0 failed)"* ]] || { echo "ferry: the install check's task did not run" >&2; exit 1; }
+
+# The wall: the same app naming CrashPoint must fail to compile, for that reason.
+cat >"$app/Sources/NotesApp/main.swift" <<'SWIFT'
+import Ferry
+import FerryLog
+
+CrashPoint.reach(CrashPoint.beforeCommit)
+SWIFT
+if (cd "$app" && swift build >"$log" 2>&1); then
+  echo "ferry: an app linking Ferry can name CrashPoint: the crash tests' kill switch is visible to apps" >&2
+  exit 1
+fi
+if ! grep -qE "CrashPoint.*(package|inaccessible|cannot find)|(package|inaccessible|cannot find).*CrashPoint" "$log"; then
+  cat "$log" >&2
+  echo "ferry: the app naming CrashPoint failed to build for another reason" >&2
+  exit 1
+fi
+echo "install check: an app cannot name CrashPoint ($(grep -m1 -oE "'CrashPoint' is inaccessible[^;]*|cannot find 'CrashPoint' in scope" "$log"))"

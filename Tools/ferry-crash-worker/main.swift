@@ -4,6 +4,7 @@ import FerryTools
 // `ack` line after each durable event; `runner` is a second process running passes on the same
 // store; `check` reopens a store after a kill and checks every
 // invariant against the acknowledgements read from a file. The work is FerryTools' (tested there).
+import FerryLog
 import Foundation
 import Synchronization
 
@@ -14,6 +15,7 @@ func fail(_ message: String) -> Never {
   exit(2)
 }
 
+CrashPoint.armFromEnvironment()  // only this worker is killed at labelled points
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
   fail("usage: ferry-crash-worker workload DIR SEED [OPS] | runner DIR SEED | check DIR ACKFILE")
