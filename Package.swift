@@ -78,6 +78,8 @@ let package = Package(
       dependencies: [
         "FerryLog", "LMDB", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),
   ],

@@ -68,7 +68,7 @@ public final class EventLog: Sendable {
     /// Where the log's metrics go (swift-metrics): nil, the default, uses `MetricsSystem.factory`
     /// as it is at open — the no-op handler unless the app bootstrapped a backend, and then
     /// nothing is measured at all. A factory given here is used instead (one per store, say, or
-    /// a test's). The metrics are listed on ``LogInstruments``.
+    /// a test's). The README's "Logging and metrics" section lists the metrics.
     public var metricsFactory: (any MetricsFactory)?
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
