@@ -53,6 +53,9 @@ final class QueueObserver: Sendable {
   /// Whether a metrics backend takes the figures.
   var measures: Bool { metrics != nil }
 
+  /// Whether the store is still open.
+  var isOpen: Bool { !log.isClosed }
+
   // MARK: The app's changes
 
   /// A task was added (durable).
@@ -114,32 +117,41 @@ final class QueueObserver: Sendable {
 
   /// A run's outcome is durable (logged by its own runner).
   func runFinished(_ run: ClaimedRun, events: [TaskEvent]) {
+    if let metrics {
+      for event in events {
+        switch event {
+        case .runSucceeded: metrics.tagged(run.task.tag).succeeded.increment()
+        case .runFailed(_, _, let retryable, let next):
+          let counters = metrics.tagged(run.task.tag)
+          (retryable ? counters.failedRetryable : counters.failedPermanent).increment()
+          if next == nil { counters.dead.increment() }
+        case .errorRecorded: metrics.errorsRecorded.increment()
+        case .runInterrupted: metrics.interrupted.increment()
+        default: continue
+        }
+      }
+    }
+    guard let logger else { return }  // no metadata built for nobody
     var metadata = Self.run(run)
     for event in events {
       switch event {
       case .runSucceeded:
-        metrics?.tagged(run.task.tag).succeeded.increment()
-        logger?.debug("run succeeded", metadata: metadata)
+        logger.debug("run succeeded", metadata: metadata)
       case .runFailed(_, let message, let retryable, let next):
         metadata[FerryLogMetadata.message] = "\(message)"
-        let counters = metrics?.tagged(run.task.tag)
-        (retryable ? counters?.failedRetryable : counters?.failedPermanent)?.increment()
         if let next {
           metadata[FerryLogMetadata.retryAt] = "\(next)"
-          logger?.notice("run failed; retry scheduled", metadata: metadata)
+          logger.notice("run failed; retry scheduled", metadata: metadata)
         } else {
-          counters?.dead.increment()
-          logger?.warning(
+          logger.warning(
             retryable ? "run failed and no attempts are left: the task is dead" : "run failed for good: the task is dead",
             metadata: metadata)
         }
       case .errorRecorded(_, let message, _):
-        metrics?.errorsRecorded.increment()
         metadata[FerryLogMetadata.message] = "\(message)"
-        logger?.notice("run recorded an error: the task waits until it is resolved", metadata: metadata)
+        logger.notice("run recorded an error: the task waits until it is resolved", metadata: metadata)
       case .runInterrupted:
-        metrics?.interrupted.increment()
-        logger?.notice("run interrupted; the task is ready again", metadata: metadata)
+        logger.notice("run interrupted; the task is ready again", metadata: metadata)
       default:
         continue
       }
@@ -150,14 +162,15 @@ final class QueueObserver: Sendable {
   /// ignored the cancellation past the grace period and was left running.
   func timedOut(_ run: ClaimedRun, limitMs: Int64, abandoned: Bool) {
     metrics?.tagged(run.task.tag).timedOut.increment()
+    guard let logger else { return }
     var metadata = Self.run(run)
     metadata["ferry.time_limit_ms"] = "\(limitMs)"
     if abandoned {
-      logger?.warning(
+      logger.warning(
         "run passed its time limit and its handler ignored cancellation: left running, its group goes on",
         metadata: metadata)
     } else {
-      logger?.notice("run passed its time limit: its handler was cancelled", metadata: metadata)
+      logger.notice("run passed its time limit: its handler was cancelled", metadata: metadata)
     }
   }
 
@@ -309,15 +322,18 @@ final class CacheObserver: Sendable {
 
   /// A fetch of `key` was recorded (durable).
   func fetched(_ key: String, _ outcome: FetchOutcome, at: Int64) {
+    switch outcome {
+    case .success(let isEmpty): (isEmpty ? fetches?.empty : fetches?.success)?.increment()
+    case .failure: fetches?.failure.increment()
+    }
+    guard let logger else { return }
     var metadata: Logger.Metadata = [FerryLogMetadata.cacheKey: "\(key)", "ferry.fetch.at": "\(at)"]
     switch outcome {
     case .success(let isEmpty):
-      (isEmpty ? fetches?.empty : fetches?.success)?.increment()
-      logger?.debug(isEmpty ? "cache fetch recorded: empty" : "cache fetch recorded: success", metadata: metadata)
+      logger.debug(isEmpty ? "cache fetch recorded: empty" : "cache fetch recorded: success", metadata: metadata)
     case .failure(let message):
-      fetches?.failure.increment()
       metadata[FerryLogMetadata.message] = "\(message)"
-      logger?.debug("cache fetch recorded: failure", metadata: metadata)
+      logger.debug("cache fetch recorded: failure", metadata: metadata)
     }
   }
 }
@@ -349,7 +365,9 @@ extension FerryStore {
     let timer = Task { [weak observer] in
       while !Task.isCancelled {
         try? await Task.sleep(for: period)
-        guard let observer, !Task.isCancelled else { return }
+        // Ends with the store: closed through `FerryStore.close()` (which cancels it) or through
+        // its queue alone (`TaskQueue.open` hands out only the queue).
+        guard let observer, !Task.isCancelled, observer.isOpen else { return }
         observer.refreshGauges()
       }
     }

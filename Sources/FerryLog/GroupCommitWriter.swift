@@ -24,7 +24,8 @@ struct PreparedEvent: Sendable {
 /// together (group commit). Exclusive jobs (rebuilds) run alone between batches.
 final class GroupCommitWriter: @unchecked Sendable {
   // Why @unchecked: the mutable state (`jobs`, `stopping`) is only touched with `condition`
-  // held; `statistics` is a Mutex; the rest is immutable after init.
+  // held; `statistics` is a Mutex; `batchBytes` is touched only on the writer thread; the rest is
+  // immutable after init.
 
   struct AppendRequest {
     enum Work {
