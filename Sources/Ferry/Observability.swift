@@ -69,14 +69,17 @@ final class QueueObserver: Sendable {
   func errorRecorded(_ id: TaskID, message: String) {
     metrics?.errorsRecorded.increment()
     logger?.debug(
-      "error recorded on task", metadata: [FerryLogMetadata.taskId: "\(id)", FerryLogMetadata.message: "\(message)"])
+      "error recorded on task",
+      metadata: [FerryLogMetadata.taskId: "\(id)", FerryLogMetadata.message: "\(message)"])
   }
 
   /// Runs whose owner was gone were interrupted (at open, a pass's start, or a periodic look).
   func interrupted(_ ids: [TaskID]) {
     for id in ids {
       metrics?.interrupted.increment()
-      logger?.notice("run of a dead owner interrupted; the task is ready again", metadata: [FerryLogMetadata.taskId: "\(id)"])
+      logger?.notice(
+        "run of a dead owner interrupted; the task is ready again",
+        metadata: [FerryLogMetadata.taskId: "\(id)"])
     }
   }
 
@@ -89,7 +92,8 @@ final class QueueObserver: Sendable {
       logger?.debug("task cancelled", metadata: [FerryLogMetadata.taskId: "\(id)"])
     case .errorResolved(let id): logger?.debug("error resolved", metadata: [FerryLogMetadata.taskId: "\(id)"])
     case .revived(let id): logger?.debug("dead task revived", metadata: [FerryLogMetadata.taskId: "\(id)"])
-    case .payloadUpdated(let id): logger?.debug("task payload updated", metadata: [FerryLogMetadata.taskId: "\(id)"])
+    case .payloadUpdated(let id):
+      logger?.debug("task payload updated", metadata: [FerryLogMetadata.taskId: "\(id)"])
     case .cleared: logger?.debug("queue cleared")
     case .paused: logger?.debug("automatic running paused")
     case .resumed: logger?.debug("automatic running resumed")
@@ -144,7 +148,9 @@ final class QueueObserver: Sendable {
           logger.notice("run failed; retry scheduled", metadata: metadata)
         } else {
           logger.warning(
-            retryable ? "run failed and no attempts are left: the task is dead" : "run failed for good: the task is dead",
+            retryable
+              ? "run failed and no attempts are left: the task is dead"
+              : "run failed for good: the task is dead",
             metadata: metadata)
         }
       case .errorRecorded(_, let message, _):
@@ -206,7 +212,8 @@ final class QueueObserver: Sendable {
           }
           let addedAt = try first.flatMap { try queue.row($0)?.addedAt }
           return (
-            try queue.tables.count("tasks"), try queue.tables.count("running"), try queue.tables.count("ready"),
+            try queue.tables.count("tasks"), try queue.tables.count("running"),
+            try queue.tables.count("ready"),
             addedAt
           )
         })
@@ -330,7 +337,8 @@ final class CacheObserver: Sendable {
     var metadata: Logger.Metadata = [FerryLogMetadata.cacheKey: "\(key)", "ferry.fetch.at": "\(at)"]
     switch outcome {
     case .success(let isEmpty):
-      logger.debug(isEmpty ? "cache fetch recorded: empty" : "cache fetch recorded: success", metadata: metadata)
+      logger.debug(
+        isEmpty ? "cache fetch recorded: empty" : "cache fetch recorded: success", metadata: metadata)
     case .failure(let message):
       metadata[FerryLogMetadata.message] = "\(message)"
       logger.debug("cache fetch recorded: failure", metadata: metadata)
@@ -380,7 +388,9 @@ extension FerryStore {
       timer?.cancel()
       timer = nil
     }
-    if !log.isClosed { queue.observer.logger?.info("store closed", metadata: [FerryLogMetadata.store: "\(log.path)"]) }
+    if !log.isClosed {
+      queue.observer.logger?.info("store closed", metadata: [FerryLogMetadata.store: "\(log.path)"])
+    }
   }
 
   /// Logs a compaction.
@@ -388,8 +398,10 @@ extension FerryStore {
     queue.observer.logger?.info(
       "log compacted",
       metadata: [
-        FerryLogMetadata.sequence: "\(report.snapshotSequence)", "ferry.compaction.removed": "\(report.removed)",
-        "ferry.compaction.removedBytes": "\(report.removedBytes)", "ferry.compaction.remaining": "\(report.remaining)",
+        FerryLogMetadata.sequence: "\(report.snapshotSequence)",
+        "ferry.compaction.removed": "\(report.removed)",
+        "ferry.compaction.removedBytes": "\(report.removedBytes)",
+        "ferry.compaction.remaining": "\(report.remaining)",
       ])
   }
 }

@@ -69,8 +69,11 @@ package final class LogInstruments: Sendable {
       if bodyEnded > 0 && end >= bodyEnded { commitSyncDuration?.recordNanoseconds(Int64(end - bodyEnded)) }
     }
     logger?.trace(
-      "commit", metadata: ["ferry.sequence": "\(head)", "ferry.commit.events": "\(events)",
-        "ferry.commit.bytes": "\(bytes)", "ferry.commit.calls": "\(calls)"])
+      "commit",
+      metadata: [
+        "ferry.sequence": "\(head)", "ferry.commit.events": "\(events)",
+        "ferry.commit.bytes": "\(bytes)", "ferry.commit.calls": "\(calls)",
+      ])
   }
 
   /// A write transaction failed as a whole: every caller in it gets `error`.

@@ -56,7 +56,9 @@ import Testing
     defer { log.close() }
     try await withThrowingTaskGroup(of: Void.self) { group in
       for i in 0..<64 {
-        group.addTask { _ = try await log.append(NewEvent(type: "t", payload: Array(repeating: 7, count: i))) }
+        group.addTask {
+          _ = try await log.append(NewEvent(type: "t", payload: Array(repeating: 7, count: i)))
+        }
       }
       try await group.waitForAll()
     }

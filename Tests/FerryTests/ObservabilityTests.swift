@@ -79,7 +79,10 @@ struct CapturingLogHandler: LogHandler {
 
       // The flaky task: added, run 1 failed with a retry (notice), run 2 succeeded.
       let aboutFlaky = logs.about(flaky).map { ($0.message, $0.level, $0[FerryLogMetadata.attempt]) }
-      #expect(aboutFlaky.map(\.0) == ["task added", "run started", "run failed; retry scheduled", "run started", "run succeeded"])
+      #expect(
+        aboutFlaky.map(\.0) == [
+          "task added", "run started", "run failed; retry scheduled", "run started", "run succeeded",
+        ])
       #expect(aboutFlaky.map(\.1) == [.debug, .debug, .notice, .debug, .debug])
       #expect(aboutFlaky.map(\.2) == [nil, "1", "1", "2", "2"])
       for record in logs.about(flaky) {
@@ -105,7 +108,9 @@ struct CapturingLogHandler: LogHandler {
       // Every commit at trace, with the head it reached: as many as the log has events.
       let commits = logs.all.filter { $0.message == "commit" }
       #expect(commits.allSatisfy { $0.level == .trace })
-      #expect(commits.compactMap { $0["ferry.commit.events"].flatMap(Int.init) }.reduce(0, +) == Int(try store.log.head()))
+      #expect(
+        commits.compactMap { $0["ferry.commit.events"].flatMap(Int.init) }.reduce(0, +)
+          == Int(try store.log.head()))
       #expect(commits.last?[FerryLogMetadata.sequence] == "\(try store.log.head())")
 
       // The open, at info; and no payload anywhere.
@@ -150,7 +155,8 @@ struct CapturingLogHandler: LogHandler {
       let started = Journal()
       let release = Gate()
       let run = runner(queue) { $0.timeLimitGrace = .seconds(5) }
-      run.register(tag: "hang", retry: RetryPolicy(initialDelay: 1000, jitter: 0), timeLimit: .seconds(10)) { _ in
+      run.register(tag: "hang", retry: RetryPolicy(initialDelay: 1000, jitter: 0), timeLimit: .seconds(10)) {
+        _ in
         started.note("started")
         await release.wait()  // ignores its cancellation
         return .succeeded
@@ -234,7 +240,8 @@ struct CapturingLogHandler: LogHandler {
       var ids: [TaskID] = []
       for i in 0..<24 {
         let tag = ["a", "b", "c"][i % 3]
-        ids.append(try await queue.add(tag: tag, payload: Item(name: "\(i)"), groupId: i % 4 == 0 ? "g\(i % 8)" : nil))
+        ids.append(
+          try await queue.add(tag: tag, payload: Item(name: "\(i)"), groupId: i % 4 == 0 ? "g\(i % 8)" : nil))
       }
       let cancelled = ids[5]
       try await queue.cancel(cancelled)
@@ -253,9 +260,12 @@ struct CapturingLogHandler: LogHandler {
       let first = runner(queue) { $0.maxConcurrentTasks = 2 }
       let second = runner(queue) { $0.maxConcurrentTasks = 2 }
       for run in [first, second] {
-        run.register(tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
-        run.register(tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: 1000, jitter: 0), handler: handler)
-        run.register(tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
+        run.register(
+          tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
+        run.register(
+          tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: 1000, jitter: 0), handler: handler)
+        run.register(
+          tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
       }
       for round in 0..<4 {
         if round > 0 { clock.advance(by: .seconds(10)) }  // every retry comes due
@@ -299,7 +309,9 @@ struct CapturingLogHandler: LogHandler {
       #expect(try metrics.expectTimer("ferry_commit_duration").values.count == statistics.commits)
       #expect(try metrics.expectTimer("ferry_commit_sync_duration").values.count == statistics.commits)
       let durations = metrics.timers(label: "ferry_run_duration").reduce(0) { $0 + $1.values.count }
-      #expect(Int64(durations) == expected.filter { $0.key.hasPrefix("ferry_runs_started_total") }.values.reduce(0, +))
+      #expect(
+        Int64(durations)
+          == expected.filter { $0.key.hasPrefix("ferry_runs_started_total") }.values.reduce(0, +))
     }
   }
 
@@ -314,8 +326,10 @@ struct CapturingLogHandler: LogHandler {
       try await store.ledger.recordFetch(key: "notes", outcome: .failure("offline"))
       try await store.ledger.recordFetch(key: "feed", outcome: .failure("timeout"))
       try await store.ledger.recordFetch(key: "feed", outcome: .success(isEmpty: true))
-      #expect(try metrics.expectCounter("ferry_cache_fetches_total", [("outcome", "success")]).totalValue == 1)
-      #expect(try metrics.expectCounter("ferry_cache_fetches_total", [("outcome", "failure")]).totalValue == 2)
+      #expect(
+        try metrics.expectCounter("ferry_cache_fetches_total", [("outcome", "success")]).totalValue == 1)
+      #expect(
+        try metrics.expectCounter("ferry_cache_fetches_total", [("outcome", "failure")]).totalValue == 2)
       #expect(try metrics.expectCounter("ferry_cache_fetches_total", [("outcome", "empty")]).totalValue == 1)
       let fetches = logs.all.filter { $0.message.hasPrefix("cache fetch recorded") }
       #expect(fetches.map { $0[FerryLogMetadata.cacheKey] } == ["notes", "notes", "feed", "feed"])
@@ -327,7 +341,9 @@ struct CapturingLogHandler: LogHandler {
   @Test func tagsPastTheLimitShareOneSeries() async throws {
     let metrics = TestMetrics()
     try await withStore({ $0.metricsFactory = metrics }) { store, _, _ in
-      for i in 0..<(maxTagDimensions + 5) { _ = try await store.queue.add(tag: "tag-\(i)", payload: Item(name: "x")) }
+      for i in 0..<(maxTagDimensions + 5) {
+        _ = try await store.queue.add(tag: "tag-\(i)", payload: Item(name: "x"))
+      }
       let series = metrics.counters(label: "ferry_tasks_added_total")
       #expect(series.count == maxTagDimensions + 1)
       #expect(try metrics.expectCounter("ferry_tasks_added_total", [("tag", "other")]).totalValue == 5)

@@ -5,7 +5,8 @@ import Synchronization
 /// adds, recorders and timers keep a count, a sum and the largest value under a lock — so that
 /// the benchmark shows what Ferry's metrics cost once an app has bootstrapped a backend.
 final class BenchMetrics: MetricsFactory {
-  final class Handler: CounterHandler, FloatingPointCounterHandler, RecorderHandler, MeterHandler, TimerHandler,
+  final class Handler: CounterHandler, FloatingPointCounterHandler, RecorderHandler, MeterHandler,
+    TimerHandler,
     Sendable
   {
     private let state = Mutex<(count: Int64, sum: Double, max: Double)>((0, 0, 0))
@@ -45,14 +46,20 @@ final class BenchMetrics: MetricsFactory {
   func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
     handler(label, dimensions)
   }
-  func makeFloatingPointCounter(label: String, dimensions: [(String, String)]) -> any FloatingPointCounterHandler {
+  func makeFloatingPointCounter(
+    label: String, dimensions: [(String, String)]
+  ) -> any FloatingPointCounterHandler {
     handler(label, dimensions)
   }
   func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler {
     handler(label, dimensions)
   }
-  func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler { handler(label, dimensions) }
-  func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler { handler(label, dimensions) }
+  func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler {
+    handler(label, dimensions)
+  }
+  func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
+    handler(label, dimensions)
+  }
   func destroyCounter(_ handler: any CounterHandler) {}
   func destroyFloatingPointCounter(_ handler: any FloatingPointCounterHandler) {}
   func destroyRecorder(_ handler: any RecorderHandler) {}
