@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the DocC documentation of Ferry's libraries (Ferry, FerryLog, FerryTesting, LMDB) with the
-# swift-docc-plugin and fails on any DocC warning: a link that does not resolve, an ambiguous
-# symbol link, a topic that names nothing. Tools/test.sh runs it after its build, so CI does too.
+# Builds the DocC documentation of Ferry's libraries (Ferry, FerryLog, FerryTesting, LMDB, and the
+# CLI's library FerryTools) with the swift-docc-plugin and fails on any DocC warning: a link that
+# does not resolve, an ambiguous symbol link, a topic that names nothing. Tools/test.sh runs it
+# after its build, so CI does too.
 #
 #   bash Tools/docs.sh                 # archives in .build/docs/<Target>.doccarchive
 #   bash Tools/docs.sh --out DIR       # elsewhere
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/.."
 
 out=.build/docs
 if [ "${1:-}" = "--out" ] && [ -n "${2:-}" ]; then out=$2; fi
-targets=(Ferry FerryLog FerryTesting LMDB)
+targets=(Ferry FerryLog FerryTesting LMDB FerryTools)
 
 mkdir -p "$out"
 log=$(mktemp)
