@@ -30,7 +30,7 @@ public final class TaskRunner: Sendable {
     /// killed mid-run) so that their tasks run again here.
     public var deadOwnerCheckInterval: Duration = .seconds(2)
     /// The time limit of a run of tags registered without one (nil: no limit). See
-    /// ``TaskRunner/register(tag:retry:timeLimit:isReadyToRun:handler:)``.
+    /// ``TaskRunner/register(tag:retry:timeLimit:isReadyToRun:handler:)-(String,_,_,_,_)``.
     public var defaultTimeLimit: Duration?
     /// How long a run past its time limit has, once its handler is cancelled, to end before the
     /// runner logs the timeout and stops waiting for it.
