@@ -39,6 +39,13 @@ let package = Package(
       dependencies: ["Ferry", "FerryLog", "LMDB"],
       path: "Tools/ferry-test-worker"
     ),
+    // Counts instructions of one workload under callgrind (Tools/cost.sh); not a product.
+    .target(name: "CFerryCost", path: "Sources/CFerryCost"),
+    .executableTarget(
+      name: "ferry-cost",
+      dependencies: ["Ferry", "FerryLog", "CFerryCost"],
+      path: "Tools/ferry-cost"
+    ),
     .executableTarget(
       name: "ferry-crash-worker",
       dependencies: ["FerryTools"],
