@@ -22,7 +22,9 @@ let package = Package(
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
     .target(name: "LMDB", dependencies: ["CLMDB"]),
-    .target(name: "FerryLog", dependencies: ["LMDB"]),
+    // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC); FerryLog falls back to software.
+    .target(name: "CFerryCRC", path: "Sources/CFerryCRC"),
+    .target(name: "FerryLog", dependencies: ["LMDB", "CFerryCRC"]),
     .target(name: "Ferry", dependencies: ["FerryLog"]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
     .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),

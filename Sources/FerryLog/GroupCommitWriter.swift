@@ -276,7 +276,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     if batch.head != start || caughtUp {
       for target in core.projections {
         try core.setState(
-          ProjectionState(version: target.projection.version, position: batch.head), of: target.name, txn)
+          ProjectionState(version: target.projection.version, position: batch.head), of: target, txn)
       }
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
@@ -288,7 +288,7 @@ final class GroupCommitWriter: @unchecked Sendable {
   private func catchUpInline(to head: UInt64, _ txn: Transaction) throws -> Bool {
     var folded = false
     for target in core.projections {
-      guard let state = try core.state(of: target.name, txn) else {
+      guard let state = try core.state(of: target, txn) else {
         throw FerryLogError.projectionNotCurrent(
           projection: target.name,
           reason: "its stored state disappeared while this process had the store open")

@@ -6,6 +6,15 @@ struct BoundProjection: Sendable {
   let databases: [String: Database]
   /// The tables of its newest snapshot (`s:<projection>:<table>`), when this environment has them.
   var snapshotDatabases: [String: Database] = [:]
+  /// Its state's key in the `meta` database (made once: every commit reads and writes it).
+  let stateKey: [UInt8]
+
+  init(projection: any Projection, databases: [String: Database], snapshotDatabases: [String: Database] = [:]) {
+    self.projection = projection
+    self.databases = databases
+    self.snapshotDatabases = snapshotDatabases
+    self.stateKey = MetaKey.projection(projection.name)
+  }
 
   var name: String { projection.name }
 
@@ -49,6 +58,14 @@ struct ProjectionState: Equatable, Sendable {
   init?(bytes: [UInt8]) {
     guard bytes.count == 12, let version = UInt32(bigEndianBytes: bytes[0..<4]),
       let position = UInt64(bigEndianBytes: bytes[4..<12])
+    else { return nil }
+    self.version = version
+    self.position = position
+  }
+
+  init?(buffer: UnsafeRawBufferPointer) {
+    guard buffer.count == 12, let version = UInt32(bigEndianBytes: buffer[0..<4]),
+      let position = UInt64(bigEndianBytes: buffer[4..<12])
     else { return nil }
     self.version = version
     self.position = position
@@ -283,6 +300,18 @@ struct StoreCore: Sendable {
 
   func setState(_ state: ProjectionState, of name: String, _ txn: Transaction) throws {
     try txn.put(meta, key: MetaKey.projection(name), value: state.bytes)
+  }
+
+  /// ``state(of:_:)`` by the key the bound projection keeps.
+  func state(of target: BoundProjection, _ txn: Transaction) throws -> ProjectionState? {
+    try txn.withValue(meta, key: target.stateKey) { buffer in
+      buffer.flatMap { ProjectionState(buffer: $0) }
+    }
+  }
+
+  /// ``setState(_:of:_:)`` by the key the bound projection keeps.
+  func setState(_ state: ProjectionState, of target: BoundProjection, _ txn: Transaction) throws {
+    try txn.put(meta, key: target.stateKey, value: state.bytes)
   }
 
   /// Why a projection's stored state does not match the log at `head`, or nil when it does.
