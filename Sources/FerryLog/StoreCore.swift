@@ -349,10 +349,14 @@ struct StoreCore: Sendable {
   /// Replays the records after `position` up to at most `limit` records into `targets`, reading the
   /// log through `logTxn` and writing through `targetTxn` (the same transaction for a live store, a
   /// scratch environment's for verify). Returns the last sequence applied (`position` if none).
+  ///
+  /// `batched` folds the chunk into in-memory overlays of the tables and writes only the rows that
+  /// survive it, in key order, at the end (see ``TableOverlay``); the projections' `apply` is the
+  /// same code either way.
   func replay(
     after position: UInt64, limit: Int, through last: UInt64, into targets: [BoundProjection],
     targetTxn: Transaction,
-    logTxn: Transaction
+    logTxn: Transaction, batched: Bool = false
   ) throws -> UInt64 {
     var expected = position + 1
     var applied = position
@@ -360,7 +364,10 @@ struct StoreCore: Sendable {
     // Compaction removes events at or below its point on purpose: gaps there are not damage.
     let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
-    let tables = targets.map { $0.tables(in: targetTxn) }
+    let tables = targets.map {
+      ProjectionTables(projection: $0.name, transaction: targetTxn, databases: $0.databases, batched: batched)
+    }
+
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
         guard let sequence = UInt64(bigEndianBytes: key) else {
@@ -381,6 +388,7 @@ struct StoreCore: Sendable {
       }
     }
     if let failure { throw failure }
+    for table in tables { try table.flush() }
     let (end, overflow) = position.addingReportingOverflow(UInt64(limit))
     let reach = min(last, overflow ? .max : end)
     if applied < reach {

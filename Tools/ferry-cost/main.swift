@@ -4,6 +4,8 @@
 //   ferry-cost adds N      N durable adds by one caller (TaskQueue.add, a small JSON payload)
 //   ferry-cost runs N      a serial pass over N queued tasks with a no-op handler (claim + finish)
 //   ferry-cost rebuild N   a rebuild of every projection over a log of N task adds
+//   ferry-cost open N      (wall clock, not for callgrind) builds a store of N task adds and
+//                          prints its size and the median time of 5 opens
 import CFerryCost
 import Ferry
 import FerryLog
@@ -69,6 +71,24 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
     let report = try await store.log.rebuild()
     ferry_cost_stop()
     guard report.head == UInt64(count) else { throw CostError("the rebuild reached \(report.head) of \(count)") }
+  case "open":
+    do {
+      let store = try await FerryStore.open(at: path)
+      try await appendAdds(store.log, count)
+      store.close()
+    }
+    let size = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+    var times: [Double] = []
+    for _ in 0..<5 {
+      let start = ContinuousClock.now
+      let store = try await FerryStore.open(at: path)
+      let elapsed = ContinuousClock.now - start
+      store.close()
+      times.append(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1e3)
+    }
+    print(
+      "open of a store of \(count) events (data.mdb \(size / 1_048_576) MiB): median \(times.sorted()[2]) ms of \(times.map { Int($0) }) ms"
+    )
   default:
     throw CostError("unknown workload '\(name)' (adds, runs or rebuild)")
   }
@@ -81,7 +101,7 @@ struct CostError: Error, CustomStringConvertible {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count == 2, let count = Int(arguments[1]), count > 0 else {
-  FileHandle.standardError.write(Data("usage: ferry-cost adds|runs|rebuild N\n".utf8))
+  FileHandle.standardError.write(Data("usage: ferry-cost adds|runs|rebuild|open N\n".utf8))
   exit(2)
 }
 if ferry_cost_available() == 0 {
