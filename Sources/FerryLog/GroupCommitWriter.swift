@@ -16,6 +16,8 @@ struct PreparedEvent: Sendable {
   let payload: [UInt8]
   /// The record without its sequence number (given, and the CRC finished, by the writer).
   let record: EventRecord.Unsealed
+  /// The appender's decoded form of `currentPayload`, handed to the projections (``NewEvent/decoded``).
+  var decoded: (any Sendable)? = nil
 }
 
 /// The one thread that writes to the store. Every append waiting when it wakes goes into one
