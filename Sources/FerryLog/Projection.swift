@@ -96,11 +96,21 @@ public final class ProjectionTables: ProjectionTableReading {
   /// nil on the live path, where every change goes straight to the B-tree.
   let overlays: [TableOverlay]?
 
-  init(projection: String, transaction: Transaction, databases: [String: Database], batched: Bool = false) {
+  convenience init(
+    projection: String, transaction: Transaction, databases: [String: Database], batched: Bool = false
+  ) {
+    self.init(
+      projection: projection, transaction: transaction, tableList: databases.map { ($0.key, $0.value) },
+      batched: batched)
+  }
+
+  init(
+    projection: String, transaction: Transaction, tableList: [(name: String, database: Database)], batched: Bool
+  ) {
     self.projection = projection
     self.transaction = transaction
-    self.databases = databases.map { ($0.key, $0.value) }
-    self.overlays = batched ? self.databases.map { _ in TableOverlay() } : nil
+    self.databases = tableList
+    self.overlays = batched ? tableList.map { _ in TableOverlay() } : nil
   }
 
   func database(_ table: String) throws(FerryLogError) -> Database {

@@ -8,18 +8,21 @@ struct BoundProjection: Sendable {
   var snapshotDatabases: [String: Database] = [:]
   /// Its state's key in the `meta` database (made once: every commit reads and writes it).
   let stateKey: [UInt8]
+  /// `databases` as the list ``ProjectionTables`` searches (made once, not per transaction).
+  let tableList: [(name: String, database: Database)]
 
   init(projection: any Projection, databases: [String: Database], snapshotDatabases: [String: Database] = [:]) {
     self.projection = projection
     self.databases = databases
     self.snapshotDatabases = snapshotDatabases
     self.stateKey = MetaKey.projection(projection.name)
+    self.tableList = databases.map { ($0.key, $0.value) }
   }
 
   var name: String { projection.name }
 
-  func tables(in txn: Transaction) -> ProjectionTables {
-    ProjectionTables(projection: projection.name, transaction: txn, databases: databases)
+  func tables(in txn: Transaction, batched: Bool = false) -> ProjectionTables {
+    ProjectionTables(projection: projection.name, transaction: txn, tableList: tableList, batched: batched)
   }
 
   static func databaseNames(of projection: any Projection) -> [String] {
@@ -364,9 +367,7 @@ struct StoreCore: Sendable {
     // Compaction removes events at or below its point on purpose: gaps there are not damage.
     let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
-    let tables = targets.map {
-      ProjectionTables(projection: $0.name, transaction: targetTxn, databases: $0.databases, batched: batched)
-    }
+    let tables = targets.map { $0.tables(in: targetTxn, batched: batched) }
 
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
