@@ -48,7 +48,11 @@ final class TableOverlay {
       var high = entries.count
       while low < high {
         let middle = (low + high) / 2
-        if entries[middle].key.withUnsafeBytes({ Self.precedes($0, k) }) { low = middle + 1 } else { high = middle }
+        if entries[middle].key.withUnsafeBytes({ Self.precedes($0, k) }) {
+          low = middle + 1
+        } else {
+          high = middle
+        }
       }
       let found = low < entries.count && entries[low].key.withUnsafeBytes { !Self.precedes(k, $0) }
       return (low, found)

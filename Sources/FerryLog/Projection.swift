@@ -105,7 +105,8 @@ public final class ProjectionTables: ProjectionTableReading {
   }
 
   init(
-    projection: String, transaction: Transaction, tableList: [(name: String, database: Database)], batched: Bool
+    projection: String, transaction: Transaction, tableList: [(name: String, database: Database)],
+    batched: Bool
   ) {
     self.projection = projection
     self.transaction = transaction

@@ -11,7 +11,8 @@ struct BoundProjection: Sendable {
   /// `databases` as the list ``ProjectionTables`` searches (made once, not per transaction).
   let tableList: [(name: String, database: Database)]
 
-  init(projection: any Projection, databases: [String: Database], snapshotDatabases: [String: Database] = [:]) {
+  init(projection: any Projection, databases: [String: Database], snapshotDatabases: [String: Database] = [:])
+  {
     self.projection = projection
     self.databases = databases
     self.snapshotDatabases = snapshotDatabases
@@ -278,8 +279,10 @@ struct StoreCore: Sendable {
       let check = try Self.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
       try txn.put(
         meta, key: MetaKey.snapshot(target.name),
-        value: SnapshotState(version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows)
-          .bytes)
+        value: SnapshotState(
+          version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows
+        )
+        .bytes)
       rows += check.rows
     }
     return rows

@@ -120,7 +120,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     for vector in vectors {
       let input = try bytes(hex: vector.inputHex)
       #expect(
-        hex32(input.withUnsafeBytes { CRC32C.softwareUpdate(0, $0) }) == vector.crc32c, "\(vector.description)")
+        hex32(input.withUnsafeBytes { CRC32C.softwareUpdate(0, $0) }) == vector.crc32c,
+        "\(vector.description)")
     }
   }
 
@@ -148,7 +149,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       let id = EventID.make(milliseconds: timestamp)
       let record = try #require(
         try? EventRecord.encode(
-          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload, sequence: sequence))
+          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload,
+          sequence: sequence))
       #expect(record.count == EventRecord.overhead + type.utf8.count + payload.count)
       let event = try #require(try? EventRecord.decode(record, sequence: sequence))
       // Stored under any other key, the record says so.
@@ -192,7 +194,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     let id = EventID.make()
     #expect(throws: FerryLogError.self) {
       try EventRecord.encode(
-        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [], sequence: 1)
+        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [],
+        sequence: 1)
     }
     #expect(throws: FerryLogError.self) {
       try EventRecord.encode(type: "t", schemaVersion: 0, timestamp: 0, id: id, payload: [], sequence: 1)

@@ -4,6 +4,7 @@
 //   ferry-cost adds N      N durable adds by one caller (TaskQueue.add, a small JSON payload)
 //   ferry-cost runs N      a serial pass over N queued tasks with a no-op handler (claim + finish)
 //   ferry-cost rebuild N   a rebuild of every projection over a log of N task adds
+//   ferry-cost rebuild-churn N  a rebuild over N task adds each followed by its run (3 events a task)
 //   ferry-cost open N      (wall clock, not for callgrind) builds a store of N task adds and
 //                          prints its size and the median time of 5 opens
 import CFerryCost
@@ -70,7 +71,26 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
     ferry_cost_start()
     let report = try await store.log.rebuild()
     ferry_cost_stop()
-    guard report.head == UInt64(count) else { throw CostError("the rebuild reached \(report.head) of \(count)") }
+    guard report.head == UInt64(count) else {
+      throw CostError("the rebuild reached \(report.head) of \(count)")
+    }
+  case "rebuild-churn":
+    // A log where every task is added and then run to success: the rows a rebuild writes are
+    // few, the changes it folds many.
+    do {
+      let store = try await FerryStore.open(at: path)
+      try await appendAdds(store.log, count)
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "t") { _ in .succeeded }
+      _ = try await runner.run()
+      store.close()
+    }
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    ferry_cost_start()
+    let report = try await store.log.rebuild()
+    ferry_cost_stop()
+    guard report.head >= UInt64(count) else { throw CostError("the rebuild reached \(report.head)") }
   case "open":
     do {
       let store = try await FerryStore.open(at: path)
@@ -101,11 +121,12 @@ struct CostError: Error, CustomStringConvertible {
 
 let arguments = Array(CommandLine.arguments.dropFirst())
 guard arguments.count == 2, let count = Int(arguments[1]), count > 0 else {
-  FileHandle.standardError.write(Data("usage: ferry-cost adds|runs|rebuild|open N\n".utf8))
+  FileHandle.standardError.write(Data("usage: ferry-cost adds|runs|rebuild|rebuild-churn|open N\n".utf8))
   exit(2)
 }
 if ferry_cost_available() == 0 {
-  FileHandle.standardError.write(Data("ferry-cost: built without valgrind's headers; nothing is counted\n".utf8))
+  FileHandle.standardError.write(
+    Data("ferry-cost: built without valgrind's headers; nothing is counted\n".utf8))
 }
 let path = FileManager.default.temporaryDirectory.path + "/ferry-cost-\(UUID().uuidString.prefix(8))"
 let finished = DispatchSemaphore(value: 0)
