@@ -26,10 +26,12 @@ let package = Package(
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
     .target(name: "LMDB", dependencies: ["CFerryLMDB"]),
+    // CRC-32C with the CPU's instruction (SSE4.2, ARMv8 CRC); FerryLog falls back to software.
+    .target(name: "CFerryCRC", path: "Sources/CFerryCRC"),
     .target(
       name: "FerryLog",
       dependencies: [
-        "LMDB", .product(name: "Logging", package: "swift-log"),
+        "LMDB", "CFerryCRC", .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
       ]),
     .target(
@@ -58,6 +60,13 @@ let package = Package(
     // The README's push and pull examples, compiled and run by ReadmeExampleTests.
     .executableTarget(
       name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),
+    // Counts instructions of one workload under callgrind (Tools/cost.sh); not a product.
+    .target(name: "CFerryCost", path: "Sources/CFerryCost"),
+    .executableTarget(
+      name: "ferry-cost",
+      dependencies: ["Ferry", "FerryLog", "CFerryCost"],
+      path: "Tools/ferry-cost"
+    ),
     .executableTarget(
       name: "ferry-crash-worker",
       dependencies: ["FerryCrashWorkload", "FerryLog"],

@@ -4,6 +4,8 @@
 #   bash Tools/bench.sh            # the full run (several minutes), table on stdout
 #   bash Tools/bench.sh --quick    # small sizes, under a minute: the smoke run CI does
 #   bash Tools/bench.sh --json     # the same figures as JSON;  --runs N for the medians
+#   bash Tools/bench.sh --instructions  # also instructions per add, run and rebuilt event (callgrind,
+#                                  # Tools/cost.sh): the stable figure on a shared, noisy machine
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Tools/setup.sh
@@ -13,8 +15,14 @@ if ! [ -f /usr/include/sqlite3.h ]; then
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
   $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libsqlite3-dev >/dev/null
 fi
+instructions=0
+args=()
+for argument in "$@"; do
+  if [ "$argument" = --instructions ]; then instructions=1; else args+=("$argument"); fi
+done
+if [ "$instructions" -eq 1 ]; then bash Tools/cost.sh; fi
 cd Tools/Benchmarks
 ln -sfn ../.. FerryPackage   # a fixed package identity for the repository, whatever its directory is called
 echo "ferry: building the benchmarks (release)..." >&2
 swift build -c release --product ferry-bench >/dev/null 2>&1 || swift build -c release --product ferry-bench
-exec .build/release/ferry-bench "$@"
+exec .build/release/ferry-bench "${args[@]}"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every Ferry test (the README's test command; CI runs it too).
-# Installs what the build needs first, fails on any compiler warning in Ferry's own code, and
-# checks that the golden vectors in Specs/vectors are exactly what Tools/make-vectors.py writes
-# and that the documentation builds without a DocC warning (Tools/docs.sh).
+# Installs what the build needs first, fails on any compiler warning in Ferry's own code, checks
+# that the golden vectors in Specs/vectors are exactly what Tools/make-vectors.py writes, that the
+# documentation builds without a DocC warning (Tools/docs.sh), and that instructions per operation
+# stay within 10% of Tools/cost-baseline.txt (Tools/cost.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Tools/setup.sh
@@ -44,6 +45,11 @@ bash Tools/try-install.sh
 bash Tools/docs.sh
 
 swift test --skip-build "$@"
+
+# Cost guard: instructions per add, per run and per rebuilt event against Tools/cost-baseline.txt
+# (fails on a rise of more than 10% unless the baseline changes in the same commit; skipped,
+# saying so, where valgrind is missing).
+bash Tools/cost.sh --check
 
 # Power loss (not just process death): skipped, saying so, where root or loop devices are missing.
 bash Tools/power-loss.sh

@@ -127,12 +127,17 @@ extension TaskQueue {
     return !due
   }
 
+  /// One encoder for every payload: made once (its options never change after), not per add.
+  private static let payloadEncoder: JSONEncoder = {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    return encoder
+  }()
+
   /// A payload's JSON bytes (keys sorted, so equal values give equal bytes).
   static func encode(_ payload: some Encodable & Sendable) throws -> [UInt8] {
     do {
-      let encoder = JSONEncoder()
-      encoder.outputFormatting = [.sortedKeys]
-      return Array(try encoder.encode(payload))
+      return Array(try payloadEncoder.encode(payload))
     } catch {
       throw FerryError.payload(taskId: nil, reason: "it does not encode as JSON: \(error)")
     }

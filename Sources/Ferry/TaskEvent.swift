@@ -104,7 +104,11 @@ package enum TaskEvent: Equatable, Sendable {
     }
   }
 
-  var newEvent: NewEvent { NewEvent(type: type, schemaVersion: schemaVersion, payload: payload) }
+  var newEvent: NewEvent {
+    var event = NewEvent(type: type, schemaVersion: schemaVersion, payload: payload)
+    event.decoded = self  // the projection folds this instead of decoding the payload again
+    return event
+  }
 
   /// How the event reads in a task's history.
   var historyKind: TaskHistoryEntry.Kind {

@@ -13,7 +13,8 @@ struct TaskQueueProjection: Projection {
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     guard TaskEvent.typeSet.contains(event.type) else { return }  // the other side's events
     let queue = QueueTables(tables)
-    switch try TaskEvent(event) {
+    // On the live path the appender hands the event it encoded; a rebuild decodes the payload.
+    switch try (event.decoded as? TaskEvent) ?? TaskEvent(event) {
     case .added(let tag, _, let dataId, let groupId, let manual, let unique):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)

@@ -40,7 +40,7 @@ final class BatchAppender {
     let logged = LoggedEvent(
       sequence: sequence, type: event.type, schemaVersion: event.currentSchemaVersion,
       storedSchemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
-      payload: event.currentPayload)
+      payload: event.currentPayload, decoded: event.decoded)
     try core.apply(logged, to: core.projections, tables: tables)
     return sequence
   }

@@ -1,5 +1,16 @@
 /// An event to append: what happened, in the domain's own encoding.
 public struct NewEvent: Sendable, Equatable {
+  /// The payload already decoded by the code that encoded it (inside this package only): the
+  /// projections are handed it on the live path instead of decoding the payload again. It must be
+  /// what decoding `payload` gives; it is never stored, and a rebuild decodes the payload.
+  package var decoded: (any Sendable)? = nil
+
+  /// Equal when everything stored is equal (``decoded`` is not stored).
+  public static func == (a: NewEvent, b: NewEvent) -> Bool {
+    a.type == b.type && a.schemaVersion == b.schemaVersion && a.payload == b.payload && a.id == b.id
+      && a.timestamp == b.timestamp
+  }
+
   /// The event type: 1 to 64 characters from `A-Z a-z 0-9 . _ : -`.
   public var type: String
   /// The version of the payload's schema for this type (see ``EventCatalog``).
@@ -26,6 +37,16 @@ public struct NewEvent: Sendable, Equatable {
 
 /// An event read from (or just written to) the log, with the sequence number the log gave it.
 public struct LoggedEvent: Sendable, Equatable {
+  /// The decoded payload its appender handed along (``NewEvent/decoded``), on the live path only.
+  package let decoded: (any Sendable)?
+
+  /// Equal when everything stored is equal (``decoded`` is not stored).
+  public static func == (a: LoggedEvent, b: LoggedEvent) -> Bool {
+    a.sequence == b.sequence && a.type == b.type && a.schemaVersion == b.schemaVersion
+      && a.storedSchemaVersion == b.storedSchemaVersion && a.timestamp == b.timestamp && a.id == b.id
+      && a.payload == b.payload
+  }
+
   /// The event's position in the log: 1, 2, 3, ... with no gaps.
   public let sequence: UInt64
   /// The event type.
@@ -46,6 +67,16 @@ public struct LoggedEvent: Sendable, Equatable {
     sequence: UInt64, type: String, schemaVersion: UInt16, storedSchemaVersion: UInt16? = nil,
     timestamp: Int64, id: EventID, payload: [UInt8]
   ) {
+    self.init(
+      sequence: sequence, type: type, schemaVersion: schemaVersion, storedSchemaVersion: storedSchemaVersion,
+      timestamp: timestamp, id: id, payload: payload, decoded: nil)
+  }
+
+  package init(
+    sequence: UInt64, type: String, schemaVersion: UInt16, storedSchemaVersion: UInt16?,
+    timestamp: Int64, id: EventID, payload: [UInt8], decoded: (any Sendable)?
+  ) {
+    self.decoded = decoded
     self.sequence = sequence
     self.type = type
     self.schemaVersion = schemaVersion

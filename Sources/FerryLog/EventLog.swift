@@ -628,7 +628,9 @@ public final class EventLog: Sendable {
       }
       return PreparedEvent(
         type: event.type, schemaVersion: event.schemaVersion, currentSchemaVersion: current.version,
-        currentPayload: current.payload, timestamp: timestamp, id: id, payload: event.payload, record: record)
+        currentPayload: current.payload, timestamp: timestamp, id: id, payload: event.payload, record: record,
+        // What the appender already decoded, when the projections see the payload it gave.
+        decoded: current.version == event.schemaVersion ? event.decoded : nil)
     }
   }
 

@@ -17,6 +17,8 @@ struct PreparedEvent: Sendable {
   let payload: [UInt8]
   /// The record without its sequence number (given, and the CRC finished, by the writer).
   let record: EventRecord.Unsealed
+  /// The appender's decoded form of `currentPayload`, handed to the projections (``NewEvent/decoded``).
+  var decoded: (any Sendable)? = nil
 }
 
 /// The one thread that writes to the store. Every append waiting when it wakes goes into one
@@ -292,7 +294,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     if batch.head != start || caughtUp {
       for target in core.projections {
         try core.setState(
-          ProjectionState(version: target.projection.version, position: batch.head), of: target.name, txn)
+          ProjectionState(version: target.projection.version, position: batch.head), of: target, txn)
       }
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
@@ -305,7 +307,7 @@ final class GroupCommitWriter: @unchecked Sendable {
   private func catchUpInline(to head: UInt64, _ txn: Transaction) throws -> Bool {
     var folded = false
     for target in core.projections {
-      guard let state = try core.state(of: target.name, txn) else {
+      guard let state = try core.state(of: target, txn) else {
         throw FerryLogError.projectionNotCurrent(
           projection: target.name,
           reason: "its stored state disappeared while this process had the store open")

@@ -9,43 +9,53 @@
 /// let bytes = writer.bytes
 /// ```
 public struct PayloadWriter: Sendable {
+  // Inlinable, so that writes of concrete types are specialized in the modules that encode
+  // payloads and rows (unspecialized, each write looked up generic metadata).
+  @usableFromInline var storage: [UInt8] = []
+
   /// The bytes written so far.
-  public private(set) var bytes: [UInt8] = []
+  @inlinable public var bytes: [UInt8] { storage }
 
   /// An empty writer.
-  public init() {}
+  @inlinable public init() {}
 
   /// An empty writer with room for `capacity` bytes.
-  public init(capacity: Int) { bytes.reserveCapacity(capacity) }
+  @inlinable public init(capacity: Int) { storage.reserveCapacity(capacity) }
 
   /// Writes a fixed-width integer, big-endian.
+  @inlinable
   public mutating func write<T: FixedWidthInteger>(_ value: T) {
-    withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    withUnsafeBytes(of: value.bigEndian) { storage.append(contentsOf: $0) }
   }
 
   /// Writes a boolean as one byte (0 or 1).
-  public mutating func write(_ value: Bool) { bytes.append(value ? 1 : 0) }
+  @inlinable
+  public mutating func write(_ value: Bool) { storage.append(value ? 1 : 0) }
 
   /// Writes a string as a u32 byte count and its UTF-8 bytes.
+  @inlinable
   public mutating func write(_ value: String) {
     let utf8 = value.utf8
     write(UInt32(truncatingIfNeeded: utf8.count))
-    bytes.append(contentsOf: utf8)
+    storage.append(contentsOf: utf8)
   }
 
   /// Writes a byte string as a u32 count and the bytes.
+  @inlinable
   public mutating func write(bytes value: [UInt8]) {
     write(UInt32(truncatingIfNeeded: value.count))
-    bytes.append(contentsOf: value)
+    storage.append(contentsOf: value)
   }
 
   /// Writes an optional string: a presence byte, then the string when present.
+  @inlinable
   public mutating func write(_ value: String?) {
     write(value != nil)
     if let value { write(value) }
   }
 
   /// Writes an optional integer: a presence byte, then the integer when present.
+  @inlinable
   public mutating func write<T: FixedWidthInteger>(_ value: T?) {
     write(value != nil)
     if let value { write(value) }
@@ -61,10 +71,10 @@ public struct PayloadReader: Sendable {
   @usableFromInline var offset = 0
 
   /// A reader over `bytes`.
-  public init(_ bytes: [UInt8]) { self.bytes = bytes }
+  @inlinable public init(_ bytes: [UInt8]) { self.bytes = bytes }
 
   /// Bytes not read yet.
-  public var remaining: Int { bytes.count - offset }
+  @inlinable public var remaining: Int { bytes.count - offset }
 
   /// Reads a fixed-width big-endian integer.
   @inlinable
@@ -90,6 +100,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Reads a length-prefixed byte string.
+  @inlinable
   public mutating func readBytes(_ field: String) throws(PayloadError) -> [UInt8] {
     let count = Int(try read(UInt32.self, field))
     guard remaining >= count else {
@@ -100,6 +111,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Reads a length-prefixed UTF-8 string.
+  @inlinable
   public mutating func readString(_ field: String) throws(PayloadError) -> String {
     let raw = try readBytes(field)
     guard let string = String(validating: raw, as: UTF8.self) else {
@@ -109,6 +121,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Reads an optional string.
+  @inlinable
   public mutating func readOptionalString(_ field: String) throws(PayloadError) -> String? {
     try readBool(field) ? try readString(field) : nil
   }
@@ -122,6 +135,7 @@ public struct PayloadReader: Sendable {
   }
 
   /// Fails unless every byte was read.
+  @inlinable
   public func finish(_ what: String) throws(PayloadError) {
     guard remaining == 0 else { throw PayloadError("\(remaining) unexpected bytes after \(what)") }
   }
@@ -132,7 +146,7 @@ public struct PayloadError: Error, Sendable, CustomStringConvertible {
   /// What was wrong.
   public let reason: String
   /// Creates the error.
-  public init(_ reason: String) { self.reason = reason }
+  @inlinable public init(_ reason: String) { self.reason = reason }
   /// The reason.
   public var description: String { reason }
 }

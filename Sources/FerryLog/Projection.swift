@@ -92,10 +92,26 @@ public final class ProjectionTables: ProjectionTableReading {
   /// A projection has a handful of tables: a linear search of short names beats hashing them.
   let databases: [(name: String, database: Database)]
 
-  init(projection: String, transaction: Transaction, databases: [String: Database]) {
+  /// In a batch fold (a rebuild), each table's changes not yet written, in `databases`' order;
+  /// nil on the live path, where every change goes straight to the B-tree.
+  let overlays: [TableOverlay]?
+
+  convenience init(
+    projection: String, transaction: Transaction, databases: [String: Database], batched: Bool = false
+  ) {
+    self.init(
+      projection: projection, transaction: transaction, tableList: databases.map { ($0.key, $0.value) },
+      batched: batched)
+  }
+
+  init(
+    projection: String, transaction: Transaction, tableList: [(name: String, database: Database)],
+    batched: Bool
+  ) {
     self.projection = projection
     self.transaction = transaction
-    self.databases = databases.map { ($0.key, $0.value) }
+    self.databases = tableList
+    self.overlays = batched ? tableList.map { _ in TableOverlay() } : nil
   }
 
   func database(_ table: String) throws(FerryLogError) -> Database {
@@ -103,12 +119,33 @@ public final class ProjectionTables: ProjectionTableReading {
     throw .unknownTable(projection: projection, table: table)
   }
 
+  /// The table's database and, in a batch fold, its overlay.
+  func table(_ table: String) throws(FerryLogError) -> (Database, TableOverlay?) {
+    for (index, entry) in databases.enumerated() where entry.name == table {
+      return (entry.database, overlays?[index])
+    }
+    throw .unknownTable(projection: projection, table: table)
+  }
+
+  /// Writes a batch fold's surviving rows into the tables (nothing on the live path).
+  func flush() throws {
+    guard let overlays else { return }
+    for (entry, overlay) in zip(databases, overlays) where !overlay.isEmpty {
+      try overlay.flush(into: entry.database, transaction)
+    }
+  }
+
+  /// Rows a batch fold holds unwritten (0 on the live path).
+  var pendingRows: Int { overlays?.reduce(0) { $0 + $1.changedRows } ?? 0 }
+
   /// The longest key a table can hold, in bytes.
   public var maxKeySize: Int { transaction.environment.maxKeySize }
 
   /// The value under `key` in `table`, or nil.
   public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? {
-    try transaction.get(database(table), key: key)
+    let (db, overlay) = try self.table(table)
+    if let overlay, let known = overlay.lookup(key) { return known }
+    return try transaction.get(db, key: key)
   }
 
   /// Visits the entries of `table` in key order from the first key at or after `start`.
@@ -117,24 +154,44 @@ public final class ProjectionTables: ProjectionTableReading {
     _ table: String, from start: [UInt8]?,
     _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
   ) throws -> Int {
-    try transaction.withCursor(database(table)) { cursor in try cursor.scan(from: start, body) }
+    let (db, overlay) = try self.table(table)
+    if let overlay { return try overlay.scan(base: db, transaction, from: start, body) }
+    return try transaction.withCursor(db) { cursor in try cursor.scan(from: start, body) }
   }
 
   /// The number of entries in `table`.
   public func count(_ table: String) throws -> Int {
-    try transaction.statistics(database(table)).entries
+    let (db, overlay) = try self.table(table)
+    guard let overlay else { return try transaction.statistics(db).entries }
+    var count = overlay.emptied ? 0 : try transaction.statistics(db).entries
+    for entry in overlay.entries {
+      let inBase = overlay.emptied ? false : try transaction.get(db, key: entry.key) != nil
+      count += (entry.value != nil ? 1 : 0) - (inBase ? 1 : 0)
+    }
+    return count
   }
 
   /// Stores `value` under `key` in `table` (replacing any value). Only during `apply`.
   public func put(_ table: String, key: [UInt8], value: [UInt8]) throws {
-    try transaction.put(database(table), key: key, value: value)
+    let (db, overlay) = try self.table(table)
+    if let overlay {
+      try transaction.validateKey(key.count, in: db)
+      overlay.set(key, value)
+      return
+    }
+    try transaction.put(db, key: key, value: value)
   }
 
   /// Stores `value` under `key` in `table` where `key` is expected to sort after every key there
   /// (a new largest id): LMDB then appends without searching. A key that does not sort last is
   /// stored the ordinary way. Only during `apply`.
   public func putLast(_ table: String, key: [UInt8], value: [UInt8]) throws {
-    let db = try database(table)
+    let (db, overlay) = try self.table(table)
+    if let overlay {
+      try transaction.validateKey(key.count, in: db)
+      overlay.set(key, value)
+      return
+    }
     do {
       try transaction.put(db, key: key, value: value, flags: .append)
     } catch let error as LMDBError where error == .keyExists {
@@ -146,8 +203,14 @@ public final class ProjectionTables: ProjectionTableReading {
   /// stored it. Only during `apply`.
   @discardableResult
   public func putIfAbsent(_ table: String, key: [UInt8], value: [UInt8]) throws -> Bool {
+    let (db, overlay) = try self.table(table)
+    if overlay != nil {
+      guard try get(table, key: key) == nil else { return false }
+      try put(table, key: key, value: value)
+      return true
+    }
     do {
-      try transaction.put(database(table), key: key, value: value, flags: .noOverwrite)
+      try transaction.put(db, key: key, value: value, flags: .noOverwrite)
       return true
     } catch let error as LMDBError where error == .keyExists {
       return false
@@ -157,12 +220,23 @@ public final class ProjectionTables: ProjectionTableReading {
   /// Deletes `key` from `table`; returns whether it was there. Only during `apply`.
   @discardableResult
   public func delete(_ table: String, key: [UInt8]) throws -> Bool {
-    try transaction.delete(database(table), key: key)
+    let (db, overlay) = try self.table(table)
+    if let overlay {
+      guard try get(table, key: key) != nil else { return false }
+      overlay.set(key, nil)
+      return true
+    }
+    return try transaction.delete(db, key: key)
   }
 
   /// Removes every entry of `table`. Only during `apply`.
   public func removeAll(_ table: String) throws {
-    try transaction.empty(database(table))
+    let (db, overlay) = try self.table(table)
+    if let overlay {
+      overlay.removeAll()
+      return
+    }
+    try transaction.empty(db)
   }
 }
 

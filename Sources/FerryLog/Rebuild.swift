@@ -169,7 +169,8 @@ extension EventLog {
         guard let lowest = positions.map(\.1).min() else { return 0 }
         let targets = positions.filter { $0.1 == lowest }.map(\.0)
         let last = try core.replay(
-          after: lowest, limit: max(1, chunk), through: head, into: targets, targetTxn: txn, logTxn: txn)
+          after: lowest, limit: max(1, chunk), through: head, into: targets, targetTxn: txn, logTxn: txn,
+          batched: true)
         for target in targets {
           try core.setState(
             ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
@@ -354,7 +355,7 @@ extension EventLog {
     let last = try scratch.environment.write { scratchTxn in
       try core.replay(
         after: floor, limit: max(1, configuration.rebuildChunkSize), through: until,
-        into: behind.map { scratch.projections[$0] }, targetTxn: scratchTxn, logTxn: txn)
+        into: behind.map { scratch.projections[$0] }, targetTxn: scratchTxn, logTxn: txn, batched: true)
     }
     for index in behind { positions[index] = last }
     return positions.min() ?? last

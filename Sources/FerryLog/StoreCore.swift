@@ -6,11 +6,24 @@ struct BoundProjection: Sendable {
   let databases: [String: Database]
   /// The tables of its newest snapshot (`s:<projection>:<table>`), when this environment has them.
   var snapshotDatabases: [String: Database] = [:]
+  /// Its state's key in the `meta` database (made once: every commit reads and writes it).
+  let stateKey: [UInt8]
+  /// `databases` as the list ``ProjectionTables`` searches (made once, not per transaction).
+  let tableList: [(name: String, database: Database)]
+
+  init(projection: any Projection, databases: [String: Database], snapshotDatabases: [String: Database] = [:])
+  {
+    self.projection = projection
+    self.databases = databases
+    self.snapshotDatabases = snapshotDatabases
+    self.stateKey = MetaKey.projection(projection.name)
+    self.tableList = databases.map { ($0.key, $0.value) }
+  }
 
   var name: String { projection.name }
 
-  func tables(in txn: Transaction) -> ProjectionTables {
-    ProjectionTables(projection: projection.name, transaction: txn, databases: databases)
+  func tables(in txn: Transaction, batched: Bool = false) -> ProjectionTables {
+    ProjectionTables(projection: projection.name, transaction: txn, tableList: tableList, batched: batched)
   }
 
   static func databaseNames(of projection: any Projection) -> [String] {
@@ -49,6 +62,14 @@ struct ProjectionState: Equatable, Sendable {
   init?(bytes: [UInt8]) {
     guard bytes.count == 12, let version = UInt32(bigEndianBytes: bytes[0..<4]),
       let position = UInt64(bigEndianBytes: bytes[4..<12])
+    else { return nil }
+    self.version = version
+    self.position = position
+  }
+
+  init?(buffer: UnsafeRawBufferPointer) {
+    guard buffer.count == 12, let version = UInt32(bigEndianBytes: buffer[0..<4]),
+      let position = UInt64(bigEndianBytes: buffer[4..<12])
     else { return nil }
     self.version = version
     self.position = position
@@ -258,8 +279,10 @@ struct StoreCore: Sendable {
       let check = try Self.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
       try txn.put(
         meta, key: MetaKey.snapshot(target.name),
-        value: SnapshotState(version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows)
-          .bytes)
+        value: SnapshotState(
+          version: target.projection.version, sequence: head, crc: check.crc, rows: check.rows
+        )
+        .bytes)
       rows += check.rows
     }
     return rows
@@ -283,6 +306,18 @@ struct StoreCore: Sendable {
 
   func setState(_ state: ProjectionState, of name: String, _ txn: Transaction) throws {
     try txn.put(meta, key: MetaKey.projection(name), value: state.bytes)
+  }
+
+  /// ``state(of:_:)`` by the key the bound projection keeps.
+  func state(of target: BoundProjection, _ txn: Transaction) throws -> ProjectionState? {
+    try txn.withValue(meta, key: target.stateKey) { buffer in
+      buffer.flatMap { ProjectionState(buffer: $0) }
+    }
+  }
+
+  /// ``setState(_:of:_:)`` by the key the bound projection keeps.
+  func setState(_ state: ProjectionState, of target: BoundProjection, _ txn: Transaction) throws {
+    try txn.put(meta, key: target.stateKey, value: state.bytes)
   }
 
   /// Why a projection's stored state does not match the log at `head`, or nil when it does.
@@ -320,10 +355,14 @@ struct StoreCore: Sendable {
   /// Replays the records after `position` up to at most `limit` records into `targets`, reading the
   /// log through `logTxn` and writing through `targetTxn` (the same transaction for a live store, a
   /// scratch environment's for verify). Returns the last sequence applied (`position` if none).
+  ///
+  /// `batched` folds the chunk into in-memory overlays of the tables and writes only the rows that
+  /// survive it, in key order, at the end (see ``TableOverlay``); the projections' `apply` is the
+  /// same code either way.
   func replay(
     after position: UInt64, limit: Int, through last: UInt64, into targets: [BoundProjection],
     targetTxn: Transaction,
-    logTxn: Transaction
+    logTxn: Transaction, batched: Bool = false
   ) throws -> UInt64 {
     var expected = position + 1
     var applied = position
@@ -331,7 +370,8 @@ struct StoreCore: Sendable {
     // Compaction removes events at or below its point on purpose: gaps there are not damage.
     let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
-    let tables = targets.map { $0.tables(in: targetTxn) }
+    let tables = targets.map { $0.tables(in: targetTxn, batched: batched) }
+
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
         guard let sequence = UInt64(bigEndianBytes: key) else {
@@ -352,6 +392,7 @@ struct StoreCore: Sendable {
       }
     }
     if let failure { throw failure }
+    for table in tables { try table.flush() }
     let (end, overflow) = position.addingReportingOverflow(UInt64(limit))
     let reach = min(last, overflow ? .max : end)
     if applied < reach {

@@ -116,6 +116,25 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
         hex32(CRC32C.checksum(try bytes(hex: vector.inputHex))) == vector.crc32c, "\(vector.description)")
     }
     #expect(CRC32C.checksum(Array("123456789".utf8)) == 0xE306_9283)
+    // The software path too, where the CPU's instruction answers the public calls.
+    for vector in vectors {
+      let input = try bytes(hex: vector.inputHex)
+      #expect(
+        hex32(input.withUnsafeBytes { CRC32C.softwareUpdate(0, $0) }) == vector.crc32c,
+        "\(vector.description)")
+    }
+  }
+
+  @Test func hardwareAndSoftwareChecksumsAgree() async {
+    // Lengths around the 8-byte steps of both paths, and offsets that misalign the start.
+    await propertyCheck(
+      count: 300, input: Gen.uint8().array(of: 0...300), Gen.int(in: 0...7), Gen.uint32()
+    ) { bytes, offset, start in
+      let slice = Array(bytes.dropFirst(min(offset, bytes.count)))
+      let public_ = slice.withUnsafeBytes { CRC32C.update(start, $0) }
+      let software = slice.withUnsafeBytes { CRC32C.softwareUpdate(start, $0) }
+      #expect(public_ == software, "hardware: \(CRC32C.usesHardware)")
+    }
   }
 
   @Test func recordsRoundTrip() async {
@@ -130,7 +149,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
       let id = EventID.make(milliseconds: timestamp)
       let record = try #require(
         try? EventRecord.encode(
-          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload, sequence: sequence))
+          type: type, schemaVersion: schema, timestamp: timestamp, id: id, payload: payload,
+          sequence: sequence))
       #expect(record.count == EventRecord.overhead + type.utf8.count + payload.count)
       let event = try #require(try? EventRecord.decode(record, sequence: sequence))
       // Stored under any other key, the record says so.
@@ -174,7 +194,8 @@ func decodeFailure(_ raw: [UInt8], sequence: UInt64) -> (name: String, sequence:
     let id = EventID.make()
     #expect(throws: FerryLogError.self) {
       try EventRecord.encode(
-        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [], sequence: 1)
+        type: String(repeating: "t", count: 300), schemaVersion: 1, timestamp: 0, id: id, payload: [],
+        sequence: 1)
     }
     #expect(throws: FerryLogError.self) {
       try EventRecord.encode(type: "t", schemaVersion: 0, timestamp: 0, id: id, payload: [], sequence: 1)

@@ -8,6 +8,16 @@ import FerryLog
 import Foundation
 
 let arguments = CommandLine.arguments.dropFirst()
+if arguments.contains("--help") || arguments.contains("-h") {
+  print(
+    """
+    usage: ferry-bench [--quick] [--json] [--runs N]
+           ferry-bench --profile-rebuild N | --profile-runloop N [LANES]
+    (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
+    counts from Tools/cost.sh)
+    """)
+  exit(0)
+}
 let sizes: Sizes = {
   var sizes = arguments.contains("--quick") ? Sizes.quick : Sizes()
   if let index = arguments.firstIndex(of: "--runs"), arguments.index(after: index) < arguments.endIndex,

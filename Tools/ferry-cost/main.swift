@@ -1,0 +1,143 @@
+// Ferry's cost probe: one workload with only its measured section counted by valgrind's callgrind
+// (client requests around it; run under `valgrind --tool=callgrind --instr-atstart=no`).
+// Tools/cost.sh runs it and divides by the count; outside valgrind it just runs the workload.
+//   ferry-cost adds N      N durable adds by one caller (TaskQueue.add, a small JSON payload)
+//   ferry-cost runs N      a serial pass over N queued tasks with a no-op handler (claim + finish)
+//   ferry-cost rebuild N   a rebuild of every projection over a log of N task adds
+//   ferry-cost rebuild-churn N  a rebuild over N task adds each followed by its run (3 events a task)
+//   ferry-cost open N      (wall clock, not for callgrind) builds a store of N task adds and
+//                          prints its size and the median time of 5 opens
+import CFerryCost
+import Ferry
+import FerryLog
+import Foundation
+
+struct Item: Codable, Sendable { var name: String }
+
+/// A `task.added` payload (`Specs/task-events.md` §2): tag, payload, no data id, maybe a group,
+/// not manual, unique append.
+func addPayload(_ i: Int) -> [UInt8] {
+  var writer = PayloadWriter()
+  writer.write("t")
+  writer.write(bytes: Array(#"{"name":"milk"}"#.utf8))
+  writer.write(String?.none)
+  writer.write(i % 10 == 0 ? "g\(i % 100)" : String?.none)
+  writer.write(false)
+  writer.write(UInt8(0))
+  return writer.bytes
+}
+
+func appendAdds(_ log: EventLog, _ count: Int) async throws {
+  var written = 0
+  while written < count {
+    let batch = min(5_000, count - written)
+    let events = (0..<batch).map { NewEvent(type: "task.added", payload: addPayload(written + $0)) }
+    _ = try await log.append(events)
+    written += batch
+  }
+}
+
+func workload(_ name: String, _ count: Int, path: String) async throws {
+  switch name {
+  case "adds":
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    try await store.queue.add(tag: "t", payload: Item(name: "milk"))  // warm: first-use costs
+    ferry_cost_start()
+    for _ in 0..<count { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+    ferry_cost_stop()
+  case "runs":
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    try await appendAdds(store.log, count)
+    var configuration = TaskRunner.Configuration()
+    configuration.maxConcurrentTasks = 1
+    let runner = TaskRunner(queue: store.queue, configuration: configuration)
+    runner.register(tag: "t") { _ in .succeeded }
+    ferry_cost_start()
+    let report = try await runner.run()
+    ferry_cost_stop()
+    guard report.succeeded == count else {
+      throw CostError("the pass ran \(report.succeeded) of \(count) tasks")
+    }
+  case "rebuild":
+    do {
+      let store = try await FerryStore.open(at: path)
+      try await appendAdds(store.log, count)
+      store.close()
+    }
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    ferry_cost_start()
+    let report = try await store.log.rebuild()
+    ferry_cost_stop()
+    guard report.head == UInt64(count) else {
+      throw CostError("the rebuild reached \(report.head) of \(count)")
+    }
+  case "rebuild-churn":
+    // A log where every task is added and then run to success: the rows a rebuild writes are
+    // few, the changes it folds many.
+    do {
+      let store = try await FerryStore.open(at: path)
+      try await appendAdds(store.log, count)
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "t") { _ in .succeeded }
+      _ = try await runner.run()
+      store.close()
+    }
+    let store = try await FerryStore.open(at: path)
+    defer { store.close() }
+    ferry_cost_start()
+    let report = try await store.log.rebuild()
+    ferry_cost_stop()
+    guard report.head >= UInt64(count) else { throw CostError("the rebuild reached \(report.head)") }
+  case "open":
+    do {
+      let store = try await FerryStore.open(at: path)
+      try await appendAdds(store.log, count)
+      store.close()
+    }
+    let size = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+    var times: [Double] = []
+    for _ in 0..<5 {
+      let start = ContinuousClock.now
+      let store = try await FerryStore.open(at: path)
+      let elapsed = ContinuousClock.now - start
+      store.close()
+      times.append(Double(elapsed.components.attoseconds) / 1e15 + Double(elapsed.components.seconds) * 1e3)
+    }
+    print(
+      "open of a store of \(count) events (data.mdb \(size / 1_048_576) MiB): median \(times.sorted()[2]) ms of \(times.map { Int($0) }) ms"
+    )
+  default:
+    throw CostError("unknown workload '\(name)' (adds, runs or rebuild)")
+  }
+}
+
+struct CostError: Error, CustomStringConvertible {
+  let description: String
+  init(_ description: String) { self.description = description }
+}
+
+let arguments = Array(CommandLine.arguments.dropFirst())
+guard arguments.count == 2, let count = Int(arguments[1]), count > 0 else {
+  FileHandle.standardError.write(Data("usage: ferry-cost adds|runs|rebuild|rebuild-churn|open N\n".utf8))
+  exit(2)
+}
+if ferry_cost_available() == 0 {
+  FileHandle.standardError.write(
+    Data("ferry-cost: built without valgrind's headers; nothing is counted\n".utf8))
+}
+let path = FileManager.default.temporaryDirectory.path + "/ferry-cost-\(UUID().uuidString.prefix(8))"
+let finished = DispatchSemaphore(value: 0)
+nonisolated(unsafe) var failure: (any Error)?
+Task.detached {
+  do { try await workload(arguments[0], count, path: path) } catch { failure = error }
+  finished.signal()
+}
+finished.wait()
+try? FileManager.default.removeItem(atPath: path)
+if let failure {
+  FileHandle.standardError.write(Data("ferry-cost: \(failure)\n".utf8))
+  exit(1)
+}
