@@ -122,10 +122,31 @@ public struct DataFileCheck: Sendable, Equatable {
     let fd = try openDataFile(file)
     defer { close(fd) }
     let check = try read(fd, file: file)
-    guard let meta = check.metas.compactMap({ $0 }).first(where: { $0.magic == magic && $0.transaction == transaction }),
+    guard
+      let meta = check.metas.compactMap({ $0 }).first(where: {
+        $0.magic == magic && $0.transaction == transaction
+      }),
       (512...65536).contains(meta.pageSize)
     else { return nil }
-    return FreeListCheck(fd: fd, pageSize: Int(meta.pageSize), meta: meta, fileSize: check.fileSize).problem
+    let pageSize = Int(meta.pageSize)
+    // The whole pages of the file, mapped read-only: the walk touches each tree page once with no
+    // read call per page. Only pages inside the file as measured are ever touched (LMDB never
+    // shortens a data file it has open).
+    let length = check.fileSize / pageSize * pageSize
+    guard length > 0 else {
+      return FreeListCheck(
+        map: UnsafeRawBufferPointer(start: nil, count: 0), pageSize: pageSize, meta: meta,
+        fileSize: check.fileSize
+      )
+      .problem
+    }
+    guard let address = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), address != MAP_FAILED else {
+      let code = errno
+      throw LMDBError(code: code, operation: "mapping \(file) to check its free-page list")
+    }
+    defer { munmap(address, length) }
+    let map = UnsafeRawBufferPointer(start: address, count: length)
+    return FreeListCheck(map: map, pageSize: pageSize, meta: meta, fileSize: check.fileSize).problem
   }
 
   /// The meta page LMDB would use: the valid one with the larger transaction id.
@@ -147,7 +168,8 @@ public struct DataFileCheck: Sendable, Equatable {
     if zero.magic != Self.magic && one.magic != Self.magic { return nil }  // not LMDB's: see isLMDB
     for (slot, meta) in [(0, zero), (1, one)] {
       if meta.magic != Self.magic {
-        return "meta page \(slot) does not start with LMDB's magic number (found 0x\(String(meta.magic, radix: 16)))"
+        return
+          "meta page \(slot) does not start with LMDB's magic number (found 0x\(String(meta.magic, radix: 16)))"
       }
       if meta.version != Self.dataVersion {
         return "meta page \(slot) has LMDB data version \(meta.version), not \(Self.dataVersion)"
@@ -198,7 +220,8 @@ public struct DataFileCheck: Sendable, Equatable {
       }
     }
     if newest.mapSize < needed {
-      return "the newest meta page's map size (\(newest.mapSize) bytes) is smaller than the pages it uses (\(needed) bytes)"
+      return
+        "the newest meta page's map size (\(newest.mapSize) bytes) is smaller than the pages it uses (\(needed) bytes)"
     }
     return nil
   }

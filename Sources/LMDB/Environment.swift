@@ -224,8 +224,8 @@ public final class Environment: @unchecked Sendable {
     keepRegistration = true
     if options.checkDataFile {
       // With the newest state pinned by a read transaction (no page of it can be reused meanwhile),
-      // LMDB's free-page list is checked against the live trees, read with plain preads: a
-      // damaged list would make the next write overwrite pages in use.
+      // LMDB's free-page list is checked against the live trees, read from a read-only map of the
+      // file: a damaged list would make the next write overwrite pages in use.
       do {
         let problem = try environment.read { txn in
           try DataFileCheck.freeListProblem(path + "/data.mdb", transaction: UInt64(mdb_txn_id(txn.txn)))
