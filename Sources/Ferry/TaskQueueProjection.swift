@@ -234,7 +234,10 @@ extension QueueTables where Tables == ProjectionTables {
     guard let old = try row(id) else { return }
     try unindex(id, old)
     try tables.delete("tasks", key: QueueKey.task(id))
-    try tables.delete("errors", key: QueueKey.task(id))
+    // An `errors` row is written only with `errorCount` raised (it falls back to 0 only by wrapping
+    // after 2^32 errors): a task that never had one has no row to delete, and the usual run skips
+    // that B-tree search.
+    if old.errorCount != 0 { try tables.delete("errors", key: QueueKey.task(id)) }
     try tables.delete("payloads", key: QueueKey.task(id))
     if let dataId = old.dataId {
       try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
@@ -256,7 +259,9 @@ extension QueueTables where Tables == ProjectionTables {
   }
 
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
-    try tables.delete("ready", key: QueueKey.task(id))
+    // `index` puts a `ready` row only for a row whose status is ready, and every later change of
+    // the row goes through `unindex` with that row: any other status has no `ready` row to delete.
+    if row.status == .ready { try tables.delete("ready", key: QueueKey.task(id)) }
     if row.claim != nil { try tables.delete("running", key: QueueKey.task(id)) }
     if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(at, id)) }
   }

@@ -33,11 +33,16 @@ public enum EventRecord {
   public static func isValidType(_ type: String) -> Bool {
     let utf8 = type.utf8
     guard (1...maxTypeLength).contains(utf8.count) else { return false }
-    return utf8.allSatisfy { byte in
-      (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
-        || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ":")
-        || byte == UInt8(ascii: "-")
-    }
+    // Over the string's own bytes when it has them in a row (every native string does): the
+    // byte-wise walk of the UTF-8 view costs every decoded record some hundred instructions more.
+    if let valid = utf8.withContiguousStorageIfAvailable({ $0.allSatisfy(isTypeByte) }) { return valid }
+    return utf8.allSatisfy(isTypeByte)
+  }
+
+  private static func isTypeByte(_ byte: UInt8) -> Bool {
+    (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+      || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "_") || byte == UInt8(ascii: ":")
+      || byte == UInt8(ascii: "-")
   }
 
   /// A format 2 record without its sequence and CRC yet: everything the appending caller can
@@ -81,8 +86,10 @@ public enum EventRecord {
   public static func encode(
     type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8], sequence: UInt64
   ) throws(FerryLogError) -> [UInt8] {
-    try encodeUnsealed(type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload)
-      .sealed(at: sequence)
+    try encodeUnsealed(
+      type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload
+    )
+    .sealed(at: sequence)
   }
 
   /// Encodes a record of the old format 1 (no sequence inside): never written by Ferry any more;
