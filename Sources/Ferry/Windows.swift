@@ -162,9 +162,9 @@ extension TaskRunner {
     try await window(until: queue.clock().addingSaturating(max(0, budget.milliseconds)), filter)
   }
 
-  /// A date as Unix milliseconds (rounded down), saturating.
+  /// A date as Unix milliseconds (to the nearest), saturating.
   static func unixMilliseconds(_ date: Date) -> Int64 {
-    let ms = (date.timeIntervalSince1970 * 1000).rounded(.down)
+    let ms = (date.timeIntervalSince1970 * 1000).rounded()
     guard ms.isFinite else { return ms < 0 ? .min : .max }
     if ms >= 9.2e18 { return .max }
     if ms <= -9.2e18 { return .min }
