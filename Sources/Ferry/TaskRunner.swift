@@ -39,6 +39,13 @@ public final class TaskRunner: Sendable {
     /// or the cancellation of a window's caller) and its handler cancelled, to end before the
     /// runner logs it as interrupted and stops waiting for it. Measured on the store's clock.
     public var interruptionGrace: Duration = .seconds(2)
+    /// A check every task must pass before it runs, whatever its tag — the conditions of the
+    /// whole runner, like a scheduler's constraints ("the network is reachable", "not in Low
+    /// Power Mode"). Asked before the tag's own `isReadyToRun`; a `false` skips the task with
+    /// ``SkipReason/notReady`` like the tag's check. Call ``TaskRunner/conditionsChanged()`` when
+    /// what it reads changes. Nil (the default): no such check. With a check, each task is asked
+    /// and then claimed (two commits instead of one).
+    public var isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
 
     /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff, no time limit.
     public init() {}
@@ -243,7 +250,8 @@ public final class TaskRunner: Sendable {
     // The generation is read with the handlers, under the same lock `register` takes.
     state.withLock { s in
       HandlerInfo(
-        tags: s.handlers.mapValues { $0.isReadyToRun != nil }, unhandled: unhandled,
+        tags: s.handlers.mapValues { $0.isReadyToRun != nil || configuration.isReadyToRun != nil },
+        unhandled: unhandled,
         generation: unhandled.generation)
     }
   }
@@ -413,7 +421,7 @@ public final class TaskRunner: Sendable {
       pass.failGroup(task.groupId)
       return nil
     }
-    if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+    if !(await isReady(task, registration)) {
       pass.add(task.id, skip(task.id, .notReady))
       pass.failGroup(task.groupId)
       return nil
@@ -453,6 +461,13 @@ public final class TaskRunner: Sendable {
       break  // not asked with checked: true
     }
     return nil
+  }
+
+  /// Whether a task may run now: the runner's check (``Configuration/isReadyToRun``), then its tag's.
+  private func isReady(_ task: PendingTask, _ registration: Registration) async -> Bool {
+    if let check = configuration.isReadyToRun, !(await check(task)) { return false }
+    if let check = registration.isReadyToRun, !(await check(task)) { return false }
+    return true
   }
 
   /// Logs runs' outcomes in one command (each only if the run is still the runner's) and tells
@@ -617,7 +632,7 @@ public final class TaskRunner: Sendable {
           outcome = skip(id, .noHandler)
           break
         }
-        if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+        if !(await isReady(task, registration)) {
           outcome = skip(id, .notReady)
           break
         }

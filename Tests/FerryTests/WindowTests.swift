@@ -340,6 +340,37 @@ struct LoggedRuns: Equatable {
     }
   }
 
+  /// The runner-wide check (`Configuration.isReadyToRun`) holds back every tag, even one with a
+  /// check of its own that says yes; automatic running runs them all once conditions change.
+  @Test func theRunnersOwnConditionHoldsEveryTagUntilConditionsChange() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let online = Atomic<Bool>(false)
+      let run = runner(queue) { $0.isReadyToRun = { _ in online.load(ordering: .relaxed) } }
+      run.register(tag: "a") { _ in .succeeded }
+      run.register(tag: "b", isReadyToRun: { _ in true }) { _ in .succeeded }
+      let a = try await queue.add(tag: "a", payload: ["n": 1])
+      let b = try await queue.add(tag: "b", payload: ["n": 2])
+      let skipped = try await run.run()
+      #expect(skipped.outcome(of: a) == .skipped(.notReady) && skipped.outcome(of: b) == .skipped(.notReady))
+      #expect(try LoggedRuns.read(store.log).isEmpty)
+
+      let changes = queue.updates()
+      run.startAutomaticRunning()
+      defer { run.stop() }
+      var seen = Set<TaskID>()
+      var iterator = changes.makeAsyncIterator()
+      online.store(true, ordering: .relaxed)
+      run.conditionsChanged()
+      while seen.count < 2, let change = await iterator.next() {
+        if case .succeeded(let id) = change { seen.insert(id) }
+      }
+      #expect(seen == [a, b])
+      #expect(try queue.nextDueDate() == nil)
+      try expectConsistent(queue)
+    }
+  }
+
   /// Two runners of one queue in windows with two lanes each: the deadline cuts both mid-pass;
   /// nothing is claimed from it on; the next windows run every interrupted task once more.
   @Test func twoRunnersWindowsOnOneQueueStopAtTheDeadlineAndEveryTaskSucceedsOnce() async throws {
