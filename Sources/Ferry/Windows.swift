@@ -19,10 +19,10 @@ public struct WindowReport: Sendable, Equatable {
 
     public var description: String {
       switch self {
-      case .deadline: return "deadline"
-      case .outOfWork: return "outOfWork"
-      case .stopped: return "stopped"
-      case .paused: return "paused"
+      case .deadline: return "reached its deadline"
+      case .outOfWork: return "ran out of work"
+      case .stopped: return "was stopped"
+      case .paused: return "found the queue paused"
       }
     }
   }
@@ -65,6 +65,22 @@ public struct WindowReport: Sendable, Equatable {
   public func outcome(of id: TaskID) -> TaskOutcome? { entries.first { $0.taskId == id }?.outcome }
 
   private func count(_ matches: (TaskOutcome) -> Bool) -> Int { entries.filter { matches($0.outcome) }.count }
+}
+
+extension WindowReport: CustomStringConvertible {
+  /// A one-line summary: "the window reached its deadline: 2 succeeded, 1 interrupted; next due
+  /// 2026-05-01T10:00:00Z".
+  public var description: String {
+    var counts: [String] = []
+    for (count, word) in [
+      (succeeded, "succeeded"), (failed, "failed"), (interrupted, "interrupted"), (skipped, "skipped"),
+    ] where count > 0 {
+      counts.append("\(count) \(word)")
+    }
+    let did = counts.isEmpty ? "nothing ran" : counts.joined(separator: ", ")
+    let next = nextDue.map { "next due \($0.ISO8601Format())" } ?? "nothing due by time alone"
+    return "the window \(end): \(did); \(next)"
+  }
 }
 
 /// Ends a window: by its deadline, by `stop()`, or by its caller's cancellation — the first

@@ -202,6 +202,9 @@ struct LoggedRuns: Equatable {
       #expect(report.outcome(of: soon) == .succeeded)
       #expect(report.outcome(of: late) == .failed("the server is down", retryAt: start + 60_000))
       #expect(report.nextDue == time.date(start + 60_000))
+      #expect(
+        "\(report)" == "the window ran out of work: 1 succeeded, 1 failed; next due "
+          + time.date(start + 60_000).ISO8601Format())
       #expect(try queue.nextDueDate() == time.date(start + 60_000))
       let runs = try LoggedRuns.read(store.log)
       #expect(runs[soon] == LoggedRuns(starts: 2, succeeded: 1, failed: 1))
