@@ -17,6 +17,7 @@ public struct WindowReport: Sendable, Equatable {
     /// The queue is paused (``TaskQueue/pause()``): a window runs nothing while it is.
     case paused
 
+    /// What the window did, as a phrase: "reached its deadline", "ran out of work"…
     public var description: String {
       switch self {
       case .deadline: return "reached its deadline"
@@ -192,7 +193,8 @@ extension TaskRunner {
     case .collection(let name) where configuration.collections[name] == nil:
       throw FerryError.unknownCollection(name)
     case .task:
-      throw FerryError.invalidArgument("a window runs .all, a group or a collection; run one task with run(.task(id))")
+      throw FerryError.invalidArgument(
+        "a window runs .all, a group or a collection; run one task with run(.task(id))")
     default: break
     }
     let handle = WindowHandle(cut: WindowCut(), wakeup: WakeSignal())
@@ -289,7 +291,9 @@ extension TaskRunner {
   /// One pass of a window: its own, or the runner's pass under way when that covers `filter`
   /// (then joined); another pass under way is waited for, then the window runs its own. Either
   /// way the pass claims nothing from `deadline` on, and is cancelled when the window is cut.
-  private func windowPass(_ filter: RunFilter, until deadline: Int64, _ cut: WindowCut) async throws -> RunReport {
+  private func windowPass(
+    _ filter: RunFilter, until deadline: Int64, _ cut: WindowCut
+  ) async throws -> RunReport {
     let required = try queue.log.head()
     while true {
       let attached = state.withLock { s -> (task: Task<RunReport, any Error>, mine: Bool)? in

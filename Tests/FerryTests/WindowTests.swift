@@ -30,7 +30,8 @@ struct LoggedRuns: Equatable {
       switch event {
       case .runStarted(let id, _, _, _): runs[id, default: LoggedRuns()].starts += 1
       case .runSucceeded(let id): runs[id, default: LoggedRuns()].succeeded += 1
-      case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true): runs[id, default: LoggedRuns()].failed += 1
+      case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
+        runs[id, default: LoggedRuns()].failed += 1
       case .runInterrupted(let id): runs[id, default: LoggedRuns()].interrupted += 1
       default: break
       }
@@ -168,9 +169,10 @@ struct LoggedRuns: Equatable {
       #expect(next.outcome(of: stubborn) == .succeeded)
       runs = try LoggedRuns.read(store.log)
       #expect(runs[stubborn] == LoggedRuns(starts: 2, succeeded: 1, interrupted: 1))
-      #expect(try queue.history(of: stubborn).map(\.event) == [
-        .added, .runStarted(attempt: 1), .runInterrupted, .runStarted(attempt: 2), .runSucceeded,
-      ])
+      #expect(
+        try queue.history(of: stubborn).map(\.event) == [
+          .added, .runStarted(attempt: 1), .runInterrupted, .runStarted(attempt: 2), .runSucceeded,
+        ])
       try expectConsistent(queue)
     }
   }
@@ -387,7 +389,9 @@ struct LoggedRuns: Equatable {
       let hang = Atomic<Bool>(false)
       let hanging = Atomic<Int>(0)
       let starts = Atomic<Int>(0)
-      let runners = [runner(queue) { $0.maxConcurrentTasks = 2 }, runner(queue) { $0.maxConcurrentTasks = 2 }]
+      let runners = [
+        runner(queue) { $0.maxConcurrentTasks = 2 }, runner(queue) { $0.maxConcurrentTasks = 2 },
+      ]
       for run in runners {
         run.register(tag: "t") { _ in
           // The first window: after ten runs, every handler hangs until it is cancelled.
@@ -527,7 +531,9 @@ struct LoggedRuns: Equatable {
     try await withStore { store, _, _ in
       let run = runner(store.queue)
       await #expect(throws: FerryError.self) { try await run.run(for: .seconds(1), .task(1)) }
-      let unknown = await #expect(throws: FerryError.self) { try await run.run(for: .seconds(1), .collection("x")) }
+      let unknown = await #expect(throws: FerryError.self) {
+        try await run.run(for: .seconds(1), .collection("x"))
+      }
       #expect(unknown.map { "\($0)" } == "\(FerryError.unknownCollection("x"))")
     }
   }
