@@ -527,6 +527,41 @@ struct LoggedRuns: Equatable {
     }
   }
 
+  /// `stop()` of a plain pass whose handler ignores its cancellation: the run is logged
+  /// interrupted after the grace instead of holding the pass for ever; its late result is dropped.
+  @Test func stopGivesAHandlerThatIgnoresCancellationTheGraceThenInterruptsIt() async throws {
+    try await withStore { store, clock, _ in
+      let time = WindowTime(clock: clock)
+      let queue = store.queue
+      let id = try await queue.add(tag: "t", payload: ["n": 1])
+      let run = runner(queue) { $0.interruptionGrace = .seconds(2) }
+      let started = Gate()
+      let release = Gate()
+      let journal = Journal()
+      run.register(tag: "t") { task in
+        guard task.attempt == 1 else { return .succeeded }
+        started.open()
+        await release.wait()  // not cancellable
+        journal.note("ended")
+        return .succeeded  // too late: dropped
+      }
+      let pass = Task { try await run.run() }
+      await started.wait()
+      run.stop()
+      await time.waitForSleepers(1)  // the grace timer
+      time.advance(2000)
+      let report = try await pass.value
+      #expect(report.outcome(of: id) == .interrupted)
+      release.open()
+      try await waitUntil { journal.all == ["ended"] }
+      for _ in 0..<200 { await Task.yield() }
+      #expect(try LoggedRuns.read(store.log)[id] == LoggedRuns(starts: 1, interrupted: 1))
+      #expect(try queue.task(id)?.status == .ready)
+      #expect(try await run.run().outcome(of: id) == .succeeded)
+      try expectConsistent(queue)
+    }
+  }
+
   @Test func aWindowRefusesASingleTaskAndAnUnknownCollection() async throws {
     try await withStore { store, _, _ in
       let run = runner(store.queue)
