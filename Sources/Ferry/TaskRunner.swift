@@ -11,6 +11,8 @@ import Synchronization
 /// }
 /// let report = try await runner.run()          // one pass over every runnable task, in id order
 /// runner.startAutomaticRunning()               // or: run whenever there is something to run
+/// let window = try await runner.run(for: .seconds(25))   // or: a background window (run(until:))
+/// runner.conditionsChanged()                   // the network is back: ask isReadyToRun again
 /// ```
 ///
 /// Before a handler is called its `runStarted` event is durable, and its result is logged when it
