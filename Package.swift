@@ -14,6 +14,10 @@ let package = Package(
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+    // `swift package generate-documentation` (Tools/docs.sh); a plugin only, never linked.
+    .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
   ],
   targets: [
     .systemLibrary(
@@ -22,8 +26,18 @@ let package = Package(
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
     .target(name: "LMDB", dependencies: ["CFerryLMDB"]),
-    .target(name: "FerryLog", dependencies: ["LMDB"]),
-    .target(name: "Ferry", dependencies: ["FerryLog"]),
+    .target(
+      name: "FerryLog",
+      dependencies: [
+        "LMDB", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+      ]),
+    .target(
+      name: "Ferry",
+      dependencies: [
+        "FerryLog", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+      ]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
     .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
     // The crash tests' workload and invariant check: built into the crash worker and the tests, never the CLI.
@@ -57,6 +71,9 @@ let package = Package(
       dependencies: [
         "Ferry", "FerryLog", "FerryTesting", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),
     .testTarget(
@@ -70,6 +87,8 @@ let package = Package(
       dependencies: [
         "FerryLog", "LMDB", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),
   ],

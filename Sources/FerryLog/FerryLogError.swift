@@ -33,7 +33,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case unknownEventType(type: String, sequence: UInt64?)
   /// The event's schema version is newer than the catalog knows, or has no upcaster path.
   case unsupportedSchemaVersion(type: String, version: UInt16, supported: UInt16, sequence: UInt64?)
-  /// An event offered to ``EventLog/append(_:)`` is not valid (bad type name, payload too large, ...).
+  /// An event offered to ``EventLog/append(_:)->UInt64`` is not valid (bad type name, payload too large, ...).
   case invalidEvent(reason: String)
   /// A projection threw while applying the event at `sequence`. In an append, nothing of that
   /// append call was written; other callers in the same group commit were retried without it.
