@@ -263,8 +263,18 @@ final class PassControl: Sendable {
   private struct State {
     var required: UInt64 = 0
     var finished = false
+    var deadline: Int64?
   }
   private let state = Mutex(State())
+
+  /// The time (store clock, Unix ms) from which the pass claims nothing more: the earliest
+  /// deadline of the windows running it (``TaskRunner/run(until:_:)``); nil: none.
+  var deadline: Int64? { state.withLock { $0.deadline } }
+
+  /// Claims nothing from `time` on (an earlier deadline set before stays).
+  func limit(until time: Int64) {
+    state.withLock { s in s.deadline = min(s.deadline ?? time, time) }
+  }
 
   /// Joins the pass unless it has ended; the pass then looks at the queue as of `head` at least.
   func join(requiring head: UInt64) -> Bool {

@@ -95,7 +95,8 @@ public enum RunFilter: Sendable, Equatable {
 public enum SkipReason: Sendable, Equatable {
   /// An earlier task of its group failed, was skipped or is blocked in this pass.
   case partOfFailedGroup
-  /// Its `isReadyToRun` check said no.
+  /// Its tag's `isReadyToRun` check, or the runner's (``TaskRunner/Configuration/isReadyToRun``),
+  /// said no. ``TaskRunner/conditionsChanged()`` has them asked again.
   case notReady
   /// It has an unresolved recorded error.
   case blockedByError
@@ -162,7 +163,7 @@ public struct RunReport: Sendable, Equatable {
   }
   /// Tasks that left the queue (cancelled or cleared) before their turn in the pass.
   public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
-  /// Runs cut short by ``TaskRunner/stop()``; their tasks are ready again.
+  /// Runs cut short by ``TaskRunner/stop()`` or a window's end; their tasks are ready again.
   public var interrupted: Int { entries.filter { $0.outcome == .interrupted }.count }
   /// The first task that failed or recorded an error, if any.
   public var firstFailure: Entry? {
