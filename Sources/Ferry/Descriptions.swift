@@ -5,11 +5,13 @@ import Foundation
 // `current(1, Optional(Ferry.TaskStatus.ready))`), and the errors are `LocalizedError`s, so
 // `localizedDescription` carries the message instead of a generic one.
 
-/// A Unix-milliseconds time as ISO 8601 with milliseconds, UTC.
-func readableTime(_ milliseconds: Int64) -> String {
-  Date.ISO8601FormatStyle(includingFractionalSeconds: true)
-    .format(Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+/// A time as ISO 8601 with milliseconds, UTC.
+func readableTime(_ date: Date) -> String {
+  Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(date)
 }
+
+/// A Unix-milliseconds time as ISO 8601 with milliseconds, UTC.
+func readableTime(_ milliseconds: Int64) -> String { readableTime(Date(unixMilliseconds: milliseconds)) }
 
 extension TaskStatus: CustomStringConvertible {
   public var description: String {

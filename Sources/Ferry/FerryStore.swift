@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// One Ferry store: the event log with both sides on it — the task queue (push) and the cache
@@ -12,8 +13,33 @@ import Synchronization
 public final class FerryStore: Sendable {
   /// How a store is opened.
   public struct Configuration: Sendable {
-    /// The wall clock in Unix milliseconds: stamped on events, and "now" for eligibility and ages.
-    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+    /// The clock the store reads "now" from — the time stamped on events, and "now" for retry
+    /// times, time limits and cache ages — and waits on (retry timers, time limits, max-age
+    /// notices).
+    ///
+    /// The default, `ContinuousClock()` with no ``startDate``, is the system's: "now" is `Date()`
+    /// (so a change of the system's time shows at once) and waits are real sleeps.
+    ///
+    /// Any other clock (or a ``startDate``) makes time elapse on that clock: "now" is the store's
+    /// start date plus the time elapsed on `clock` since the store opened, and waiting until a
+    /// time sleeps on `clock` until its matching instant. A test clock that a test advances by
+    /// hand (FerryTesting's `ManualClock`, or any `Clock<Duration>` such as a package's test
+    /// clock) thus drives every retry, time limit and cache age, and no test sleeps. Cancelling a
+    /// wait's task ends it at once, whatever the clock. Time is kept in whole milliseconds: an
+    /// elapsed time is rounded toward zero to the millisecond.
+    ///
+    /// ```swift
+    /// var configuration = FerryStore.Configuration()
+    /// configuration.clock = testClock                              // any Clock<Duration>
+    /// configuration.startDate = Date(timeIntervalSince1970: 1_700_000_000)
+    /// let store = try await FerryStore.open(at: path, configuration: configuration)
+    /// ```
+    public var clock: any Clock<Duration> = ContinuousClock()
+    /// The wall time that ``clock``'s reading at open stands for. Nil: the clock's own date for a
+    /// ``DatedClock`` (FerryTesting's `ManualClock` is one), `Date()` at open for any other clock.
+    /// A store reopened on a clock that was advanced meanwhile needs this moved on too — or a
+    /// ``DatedClock``, which knows its date.
+    public var startDate: Date?
     /// Create the store when the directory is missing or empty.
     public var createIfMissing = true
     /// The map size of a new store.
@@ -22,9 +48,6 @@ public final class FerryStore: Sendable {
     public var rebuildChunkSize = 20_000
     /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:)`` any time).
     public var automaticCompaction: AutomaticCompaction?
-    /// Waits until `clock` reads at least the given time (Unix milliseconds). Nil sleeps for the
-    /// difference in real time; a test clock supplies one that waits for the test to advance it.
-    public var sleep: (@Sendable (Int64) async -> Void)?
 
     /// The defaults.
     public init() {}
@@ -60,22 +83,15 @@ public final class FerryStore: Sendable {
     }
     var logConfiguration = EventLog.Configuration(
       projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
-    logConfiguration.clock = configuration.clock
+    let time = StoreTime(configuration.clock, startDate: configuration.startDate)
+    logConfiguration.clock = time.now
     logConfiguration.createIfMissing = configuration.createIfMissing
     logConfiguration.initialMapSize = configuration.initialMapSize
     logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
-      let clock = configuration.clock
+      let (clock, sleep) = (time.now, time.sleep)
       let automatic = configuration.automaticCompaction
-      let sleep =
-        configuration.sleep ?? { @Sendable (until: Int64) in
-          while !Task.isCancelled {
-            let delay = until &- clock()
-            if delay <= 0 { return }
-            try? await Task.sleep(for: .milliseconds(delay))
-          }
-        }
       let store = FerryStore(
         log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
