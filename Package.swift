@@ -14,6 +14,8 @@ let package = Package(
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+    // Tests only: proves that a Clock<Duration> from another package drives a store.
+    .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.0.0"),
   ],
   targets: [
     .systemLibrary(
@@ -52,6 +54,7 @@ let package = Package(
       dependencies: [
         "Ferry", "FerryLog", "FerryTesting", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Clocks", package: "swift-clocks"),
       ]
     ),
     .testTarget(

@@ -18,8 +18,13 @@ import Synchronization
 /// clock.advance(by: .seconds(3600))
 /// ```
 public final class ManualClock: DatedClock, Sendable {
+  /// It measures in `Swift.Duration`.
+  public typealias Duration = Swift.Duration
+
   /// A reading of the clock: a time since 1970-01-01 00:00:00 UTC.
   public struct Instant: InstantProtocol, CustomStringConvertible {
+    /// It measures in `Swift.Duration`.
+    public typealias Duration = Swift.Duration
     /// The time since 1970-01-01 00:00:00 UTC (negative before).
     public var sinceUnixEpoch: Duration
 

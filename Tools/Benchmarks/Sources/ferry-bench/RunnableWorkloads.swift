@@ -87,7 +87,7 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
 func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
   let pending = sizes.lookupPending
   let retries = min(sizes.dueRetries, pending)
-  let clock = TestClock()
+  let clock = ManualClock()
   var configuration = FerryStore.Configuration()
   clock.install(in: &configuration)
   let fp = scratchPath("w4r")
