@@ -105,9 +105,13 @@ public final class CacheLedger: Sendable {
   /// and was saved, for a success. Durable before it returns. The log keeps the time in whole
   /// milliseconds (the last millisecond at or before `date`).
   ///
-  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970 or more than
-  /// ``maxFetchTimeAhead`` after the store's clock.
+  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970, more than
+  /// ``maxFetchTimeAhead`` after the store's clock, or not a time at all (an infinite or NaN
+  /// interval).
   public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws {
+    if let date, !date.timeIntervalSince1970.isFinite {
+      throw FerryError.invalidArgument("a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
+    }
     try await recordFetch(key: key, outcome: outcome, atMilliseconds: date?.unixMilliseconds)
   }
 

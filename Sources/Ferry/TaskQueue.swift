@@ -49,7 +49,7 @@ public final class TaskQueue: Sendable {
     try await FerryStore.open(at: path, configuration: configuration).queue
   }
 
-  /// Waits until the clock reads at least a time (see ``FerryStore/Configuration/sleep``).
+  /// Waits until the clock reads at least a time (on ``FerryStore/Configuration/clock``).
   let sleep: @Sendable (Int64) async -> Void
 
   init(

@@ -98,7 +98,7 @@ func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.maxConcurrentTasks = 8
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
-  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: 1000)) { _ in .failed("offline") }
+  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1))) { _ in .failed("offline") }
   let failed = try await runner.run().failed
   _ = try await fill(store, pending - retries)  // ready, tag "t"
 
