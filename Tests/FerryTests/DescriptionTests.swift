@@ -11,6 +11,9 @@ import Testing
     #expect("\(TaskUpdate.current(2, nil))" == "task 2: not queued")
     #expect("\(TaskStatus.waitingForGroup(behind: 3))" == "waiting for its group (behind task 3)")
     #expect("\(TaskStatus.waiting(until: Date(timeIntervalSince1970: 0)))" == "waiting until 1970-01-01T00:00:00.000Z")
+    // The millisecond the log keeps, not one less (a date is a binary fraction of a second).
+    #expect("\(TaskStatus.waiting(until: at(1_700_000_000_001)))" == "waiting until 2023-11-14T22:13:20.001Z")
+    #expect("\(SkipReason.waitingForRetry(until: at(-1)))" == "waiting for its retry at 1969-12-31T23:59:59.999Z")
     #expect("\(TaskUpdate.failed(4, message: "offline", retryAt: nil))" == "task 4 failed: offline, dead")
     #expect("\(TaskOutcome.skipped(.noHandler))" == "skipped: no handler for its tag")
     #expect("\(RefreshResult.skipped(.notTooOld))" == "skipped: the cache is not too old")
