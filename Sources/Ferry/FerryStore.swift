@@ -38,7 +38,8 @@ public final class FerryStore: Sendable {
     /// The wall time that ``clock``'s reading at open stands for. Nil: the clock's own date for a
     /// ``DatedClock`` (FerryTesting's `ManualClock` is one), `Date()` at open for any other clock.
     /// A store reopened on a clock that was advanced meanwhile needs this moved on too — or a
-    /// ``DatedClock``, which knows its date.
+    /// ``DatedClock``, which knows its date. Taken to the millisecond; one that is no time at all
+    /// (an infinite or NaN interval) is refused at open.
     public var startDate: Date?
     /// Create the store when the directory is missing or empty.
     public var createIfMissing = true
@@ -80,6 +81,10 @@ public final class FerryStore: Sendable {
     guard configuration.rebuildChunkSize >= 1 else {
       throw FerryError.invalidArgument(
         "rebuildChunkSize must be at least 1 event, not \(configuration.rebuildChunkSize)")
+    }
+    if let startDate = configuration.startDate, !startDate.timeIntervalSince1970.isFinite {
+      throw FerryError.invalidArgument(
+        "startDate must be a time, not \(startDate.timeIntervalSince1970) s since 1970")
     }
     var logConfiguration = EventLog.Configuration(
       projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)

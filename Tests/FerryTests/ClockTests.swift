@@ -199,6 +199,16 @@ import Testing
     #expect(try await run.run().outcome(of: id) == .succeeded)
   }
 
+  @Test(arguments: [Double.infinity, -.infinity, .nan])
+  func aStartDateThatIsNoTimeIsRefusedAtOpen(seconds: Double) async throws {
+    await #expect {
+      try await Self.withStore(on: TestClock<Duration>(), startDate: Date(timeIntervalSince1970: seconds)) { _, _ in }
+    } throws: { error in
+      guard case .invalidArgument(let message) = error as? FerryError else { return false }
+      return message.hasPrefix("startDate must be a time")
+    }
+  }
+
   @Test func aStartDateGivenWinsOverADatedClocksOwnDate() async throws {
     let clock = ManualClock(date: at(Self.start))
     try await Self.withStore(on: clock, startDate: at(42_000)) { store, _ in
@@ -256,10 +266,11 @@ import Testing
     let time = StoreTime(clock, startDate: nil)
     let until = Self.start + 3 * StoreTime.longestStep.milliseconds + 5
     let done = Mutex(false)
-    let waiter = Task {
+    // A child task: should the wait never end, the test's time limit cancels it with the test.
+    async let waiter: Void = {
       await time.sleep(until)
       done.withLock { $0 = true }
-    }
+    }()
     for step in 1...3 {
       await clock.waitForSleepers()
       clock.advance(by: StoreTime.longestStep)
@@ -274,7 +285,8 @@ import Testing
     #expect(done.withLock { $0 } == false)
     #expect(time.now() == until - 1)
     clock.advance(by: .milliseconds(1))
-    await waiter.value
+    await waiter
+    #expect(done.withLock { $0 })
     #expect(time.now() == until)
   }
 
