@@ -65,7 +65,8 @@ struct StoreTime: Sendable {
         let target = Duration.milliseconds(until) - Duration.milliseconds(startMs)
         while !Task.isCancelled, now() < until {
           let left = target - start.duration(to: clock.now)
-          let deadline = left <= longestStep ? start.advanced(by: target) : clock.now.advanced(by: longestStep)
+          let deadline =
+            left <= longestStep ? start.advanced(by: target) : clock.now.advanced(by: longestStep)
           do {
             try await clock.sleep(until: deadline, tolerance: nil)
           } catch {

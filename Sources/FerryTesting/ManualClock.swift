@@ -32,7 +32,9 @@ public final class ManualClock: DatedClock, Sendable {
     public init(sinceUnixEpoch: Duration) { self.sinceUnixEpoch = sinceUnixEpoch }
 
     /// The instant `duration` later (earlier, for a negative one).
-    public func advanced(by duration: Duration) -> Instant { Instant(sinceUnixEpoch: sinceUnixEpoch + duration) }
+    public func advanced(by duration: Duration) -> Instant {
+      Instant(sinceUnixEpoch: sinceUnixEpoch + duration)
+    }
     /// The time from this instant to `other`.
     public func duration(to other: Instant) -> Duration { other.sinceUnixEpoch - sinceUnixEpoch }
     /// Whether `lhs` comes before `rhs`.

@@ -91,7 +91,8 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.random = { roll() }
   runnerConfiguration.maxConcurrentTasks = 2
-  runnerConfiguration.defaultRetry = RetryPolicy(maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
+  runnerConfiguration.defaultRetry = RetryPolicy(
+    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
   for tag in ["a", "b", "c"] {
     runner.register(tag: tag) { task in

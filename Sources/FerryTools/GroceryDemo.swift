@@ -77,7 +77,8 @@ public func runDemo(
 
 private func tellStory(path: String, seed: UInt64, output: Output) async throws -> FerrySnapshot {
   let say = output.line
-  let clock = ManualClock(date: Date(unixMilliseconds: 1_768_467_600_000))  // 2026-01-15 09:00:00 UTC, simulated
+  // 2026-01-15 09:00:00 UTC, simulated
+  let clock = ManualClock(date: Date(unixMilliseconds: 1_768_467_600_000))
   let start = clock.now
   func stamp() -> String {
     let seconds = start.duration(to: clock.now).milliseconds / 1000
@@ -108,8 +109,8 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
       switch entry.outcome {
       case .succeeded: text = "sent to the server"
       case .failed(let message, let retryAt):
-        text =
-          "failed: \(message)" + (retryAt.map { ", retry in \(humanDuration($0.unixMilliseconds - clock.date.unixMilliseconds))" } ?? ", dead")
+        let retry = retryAt.map { humanDuration($0.unixMilliseconds - clock.date.unixMilliseconds) }
+        text = "failed: \(message)" + (retry.map { ", retry in \($0)" } ?? ", dead")
       case .errorRecorded(let message): text = "needs the user: \(message)"
       case .interrupted: text = "interrupted"
       case .skipped(let reason): text = "skipped (\(reason))"

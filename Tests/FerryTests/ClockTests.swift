@@ -185,7 +185,9 @@ import Testing
     var store = try await FerryStore.open(at: fixture.path, configuration: configuration)
     let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
     var run = runner(store.queue)
-    run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
+    run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
+      .failed("offline")
+    }
     #expect(try await run.run().outcome(of: id) == .failed("offline", retryAt: at(Self.start + 60_000)))
     store.close()
 
@@ -202,7 +204,9 @@ import Testing
   @Test(arguments: [Double.infinity, -.infinity, .nan])
   func aStartDateThatIsNoTimeIsRefusedAtOpen(seconds: Double) async throws {
     await #expect {
-      try await Self.withStore(on: TestClock<Duration>(), startDate: Date(timeIntervalSince1970: seconds)) { _, _ in }
+      try await Self.withStore(on: TestClock<Duration>(), startDate: Date(timeIntervalSince1970: seconds)) {
+        _, _ in
+      }
     } throws: { error in
       guard case .invalidArgument(let message) = error as? FerryError else { return false }
       return message.hasPrefix("startDate must be a time")
@@ -321,15 +325,18 @@ import Testing
     #expect(Date.distantPast.unixMilliseconds < 0)
     for (date, expected) in [
       (Date(timeIntervalSince1970: 1e300), Int64.max), (Date(timeIntervalSince1970: -1e300), Int64.min),
-      (Date(timeIntervalSince1970: .infinity), Int64.max), (Date(timeIntervalSince1970: -.infinity), Int64.min),
+      (Date(timeIntervalSince1970: .infinity), Int64.max),
+      (Date(timeIntervalSince1970: -.infinity), Int64.min),
       (Date(timeIntervalSince1970: .nan), 0), (at(.max), Int64.max), (at(.min), Int64.min),
     ] {
       #expect(date.unixMilliseconds == expected, "\(date.timeIntervalSince1970)")
     }
     try await Self.withStore(on: ManualClock(date: at(Self.start))) { store, _ in
       let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
-      for date in [Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: -.infinity),
-                   Date(timeIntervalSince1970: .nan), .distantFuture, .distantPast] {
+      for date in [
+        Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: -.infinity),
+        Date(timeIntervalSince1970: .nan), .distantFuture, .distantPast,
+      ] {
         #expect(try store.queue.nextRunnable(at: date)?.id == id)
         _ = try store.queue.isIdle(at: date)
         await #expect(throws: FerryError.self) {
@@ -349,8 +356,11 @@ import Testing
   @Test func timesPrintAsISO8601EvenAtTheEndsOfTime() {
     #expect("\(TaskStatus.waiting(until: at(0)))" == "waiting until 1970-01-01T00:00:00.000Z")
     #expect(
-      "\(TaskOutcome.failed("x", retryAt: at(Self.start + 1)))" == "failed: x, retry at 2023-11-14T22:13:20.001Z")
-    for date in [at(.max), at(.min), Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: .nan)] {
+      "\(TaskOutcome.failed("x", retryAt: at(Self.start + 1)))"
+        == "failed: x, retry at 2023-11-14T22:13:20.001Z")
+    for date in [
+      at(.max), at(.min), Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: .nan),
+    ] {
       #expect("\(TaskStatus.waiting(until: date))".hasPrefix("waiting until "))
     }
   }
@@ -378,9 +388,13 @@ import Testing
   }
 
   @Test func aRetryPolicysDelaysAreWholeMilliseconds() {
-    #expect(RetryPolicy(initialDelay: .microseconds(1500), jitter: 0).delay(afterAttempt: 1, random: 0) == .milliseconds(1))
-    #expect(RetryPolicy(initialDelay: .nanoseconds(999_999), jitter: 0).delay(afterAttempt: 1, random: 0) == .zero)
-    let policy = RetryPolicy(initialDelay: .milliseconds(1), multiplier: 1.5, maxDelay: .seconds(1), jitter: 0)
+    #expect(
+      RetryPolicy(initialDelay: .microseconds(1500), jitter: 0).delay(afterAttempt: 1, random: 0)
+        == .milliseconds(1))
+    #expect(
+      RetryPolicy(initialDelay: .nanoseconds(999_999), jitter: 0).delay(afterAttempt: 1, random: 0) == .zero)
+    let policy = RetryPolicy(
+      initialDelay: .milliseconds(1), multiplier: 1.5, maxDelay: .seconds(1), jitter: 0)
     #expect(policy.delay(afterAttempt: 2, random: 0) == .milliseconds(1))  // 1.5 ms, rounded down
     #expect(policy.delay(afterAttempt: 40, random: 0) == .seconds(1))
   }
