@@ -14,20 +14,36 @@ let package = Package(
   dependencies: [
     .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
     .package(url: "https://github.com/x-sheep/swift-property-based", from: "2.0.0"),
+    .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+    // `swift package generate-documentation` (Tools/docs.sh); a plugin only, never linked.
+    .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     // Tests only: proves that a Clock<Duration> from another package drives a store.
     .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.0.0"),
   ],
   targets: [
     .systemLibrary(
-      name: "CLMDB",
+      name: "CFerryLMDB",
       pkgConfig: "lmdb",
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
-    .target(name: "LMDB", dependencies: ["CLMDB"]),
-    .target(name: "FerryLog", dependencies: ["LMDB"]),
-    .target(name: "Ferry", dependencies: ["FerryLog"]),
+    .target(name: "LMDB", dependencies: ["CFerryLMDB"]),
+    .target(
+      name: "FerryLog",
+      dependencies: [
+        "LMDB", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+      ]),
+    .target(
+      name: "Ferry",
+      dependencies: [
+        "FerryLog", .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+      ]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
     .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
+    // The crash tests' workload and invariant check: built into the crash worker and the tests, never the CLI.
+    .target(name: "FerryCrashWorkload", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .executableTarget(
       name: "ferry",
       dependencies: [
@@ -41,9 +57,12 @@ let package = Package(
       dependencies: ["Ferry", "FerryLog", "LMDB"],
       path: "Tools/ferry-test-worker"
     ),
+    // The README's push and pull examples, compiled and run by ReadmeExampleTests.
+    .executableTarget(
+      name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),
     .executableTarget(
       name: "ferry-crash-worker",
-      dependencies: ["FerryTools"],
+      dependencies: ["FerryCrashWorkload", "FerryLog"],
       path: "Tools/ferry-crash-worker"
     ),
     // Helpers the test targets share (where the built executables are); not a product.
@@ -54,18 +73,25 @@ let package = Package(
       dependencies: [
         "Ferry", "FerryLog", "FerryTesting", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
         .product(name: "Clocks", package: "swift-clocks"),
       ]
     ),
     .testTarget(
       name: "FerryToolsTests",
-      dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting", "TestSupport"]),
+      dependencies: [
+        "FerryTools", "FerryCrashWorkload", "Ferry", "FerryLog", "FerryTesting", "TestSupport",
+      ]),
     .testTarget(name: "FerryCrashTests", dependencies: ["TestSupport"], path: "Tests/Crash"),
     .testTarget(
       name: "FerryLogTests",
       dependencies: [
         "FerryLog", "LMDB", "TestSupport",
         .product(name: "PropertyBased", package: "swift-property-based"),
+        .product(name: "Logging", package: "swift-log"),
+        .product(name: "MetricsTestKit", package: "swift-metrics"),
       ]
     ),
   ],

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Ferry test (the README's test command; CI runs it too).
 # Installs what the build needs first, fails on any compiler warning in Ferry's own code, and
-# checks that the golden vectors in Specs/vectors are exactly what Tools/make-vectors.py writes.
+# checks that the golden vectors in Specs/vectors are exactly what Tools/make-vectors.py writes
+# and that the documentation builds without a DocC warning (Tools/docs.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Tools/setup.sh
@@ -35,6 +36,12 @@ if command -v python3 >/dev/null 2>&1; then
   rm -rf "$vectors"
   echo "ferry: golden vectors match their generator"
 fi
+
+# The README's install section, tried from a fresh package that links only `Ferry`.
+bash Tools/try-install.sh
+
+# The DocC documentation of the libraries, on the build above: fails on any DocC warning.
+bash Tools/docs.sh
 
 swift test --skip-build "$@"
 

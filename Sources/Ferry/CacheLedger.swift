@@ -70,7 +70,11 @@ public final class CacheLedger: Sendable {
     self.log = log
     self.clock = clock
     self.sleep = sleep
+    self.observer = CacheObserver(log: log)
   }
+
+  /// Logging and metrics (Observability.swift).
+  let observer: CacheObserver
 
   /// Tells observers of a key what other processes record about it.
   private let foreignTail = ForeignTail()
@@ -134,6 +138,7 @@ public final class CacheLedger: Sendable {
     var outcome = outcome
     if case .failure(let message) = outcome { outcome = .failure(TaskQueue.loggable(message)) }
     _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? now, outcome: outcome).newEvent)
+    observer.fetched(key, outcome, at: at ?? now)
     changes.publish(.changed, for: key)
   }
 

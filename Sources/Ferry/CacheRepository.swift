@@ -69,10 +69,34 @@ public struct PendingTasksGate: Sendable {
   /// The collection (given in the runner's configuration) of tags to run first.
   public let collection: String
 
-  /// A gate on `collection`, run by `runner`.
-  public init(runner: TaskRunner, collection: String) {
+  /// A gate on `collection`, run by `runner`. Checked now, not at the first refresh: throws
+  /// ``FerryError/unknownCollection(_:)`` when the runner's configuration has no such collection,
+  /// and ``FerryError/invalidArgument(_:)`` when it has no tags (a gate that could never hold
+  /// anything back is a mistake, not a choice).
+  ///
+  /// ```swift
+  /// var configuration = TaskRunner.Configuration()
+  /// configuration.collections["note-changes"] = ["save-note", "delete-note"]
+  /// let runner = TaskRunner(queue: store.queue, configuration: configuration)
+  /// let gate = try PendingTasksGate(runner: runner, collection: "note-changes")
+  /// ```
+  public init(runner: TaskRunner, collection: String) throws {
+    guard let tags = runner.configuration.collections[collection] else {
+      throw FerryError.unknownCollection(collection)
+    }
+    guard !tags.isEmpty else {
+      throw FerryError.invalidArgument("the collection \"\(collection)\" has no tags: the gate would hold nothing back")
+    }
     self.runner = runner
     self.collection = collection
+  }
+
+  /// Throws unless the gate's runner runs the queue of `ledger`'s store.
+  func check(against ledger: CacheLedger) throws {
+    guard runner.queue.log === ledger.log else {
+      throw FerryError.invalidArgument(
+        "the pending-tasks gate's runner runs the queue of another store than the repository's ledger")
+    }
   }
 }
 
@@ -102,7 +126,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     requires gate: PendingTasksGate? = nil
   ) throws {
     try CacheLedger.validate(key)
-    guard maxAge >= .zero else { throw FerryError.invalidArgument("maxAge must not be negative") }
+    try CacheLedger.validate(maxAge: maxAge)
+    try gate?.check(against: ledger)
     self.key = key
     self.ledger = ledger
     self.maxAge = maxAge

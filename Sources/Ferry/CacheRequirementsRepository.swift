@@ -34,11 +34,14 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   private let changes = Broadcaster<Int, Int>(buffer: 16)
 
   /// A repository keyed by `key(requirements)`, fetching and loading through `source(requirements)`.
+  /// Throws for a negative max age, or a gate whose runner runs another store's queue.
   public init(
     ledger: CacheLedger, maxAge: Duration, key: @escaping @Sendable (Requirements) -> String,
     source: @escaping @Sendable (Requirements) -> CacheSource<Value>, automaticRefresh: Bool = true,
     requires gate: PendingTasksGate? = nil
-  ) {
+  ) throws {
+    try CacheLedger.validate(maxAge: maxAge)
+    try gate?.check(against: ledger)
     self.ledger = ledger
     self.maxAge = maxAge
     self.key = key

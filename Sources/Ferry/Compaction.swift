@@ -49,7 +49,9 @@ extension FerryStore {
       return (ids, try view.head())
     }
     let plan = Mutex(RetentionPlan(pending: pending, head: head))
-    return try await log.compact { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }
+    let report = try await log.compact { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }
+    compacted(report)
+    return report
   }
 
   func startAutomaticCompaction(_ policy: AutomaticCompaction) {

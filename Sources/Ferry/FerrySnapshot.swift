@@ -34,8 +34,8 @@ public struct FerrySnapshot: Sendable, Equatable {
 }
 
 extension FerryStore {
-  /// Reads both sides from a view of the log: the stored projections (``EventLog/read(_:)``) or a
-  /// rebuild as of a sequence (``EventLog/withProjections(asOf:_:)``).
+  /// Reads both sides from a view of the log: the stored projections (`EventLog.read(_:)`) or a
+  /// rebuild as of a sequence (`EventLog.withProjections(asOf:_:)`).
   public static func snapshot(of view: LogView) throws -> FerrySnapshot {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
     var tasks: [PendingTask] = []

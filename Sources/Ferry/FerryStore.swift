@@ -1,5 +1,7 @@
+import CoreMetrics
 import FerryLog
 import Foundation
+import Logging
 import Synchronization
 
 /// One Ferry store: the event log with both sides on it — the task queue (push) and the cache
@@ -49,6 +51,35 @@ public final class FerryStore: Sendable {
     public var rebuildChunkSize = 20_000
     /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:)`` any time).
     public var automaticCompaction: AutomaticCompaction?
+    /// Where Ferry writes log records (swift-log). Nil, the default, logs nothing at all: a library
+    /// must not print unasked, and swift-log's default handler — the one in use until the app
+    /// calls `LoggingSystem.bootstrap` — prints to standard output. So the app passes the logger
+    /// it wants, typically `Logger(label: "ferry")` after bootstrapping (its log level filters).
+    ///
+    /// Records carry structured metadata (``FerryLogMetadata``: task id, tag, attempt, group,
+    /// sequence, cache key) at these levels: `info` the store's open, close and compactions;
+    /// `notice` runs interrupted (a crash, a stopped pass), rebuilds at open, retryable failures,
+    /// recorded errors, time-limit cancellations; `warning` dead tasks and handlers left running
+    /// past their time limit; `error` a store refused as damaged or missing commits, failed
+    /// commits (disk full, I/O); `debug` adds, runs started and succeeded, cancels, resolves,
+    /// payload updates, pause and resume, passes, cache fetches; `trace` every group commit.
+    ///
+    /// **Payloads are never logged.** Failure and error messages are, as handlers and the app
+    /// wrote them, and so are tags, group ids and cache keys: keep personal data out of those.
+    public var logger: Logger?
+    /// Where Ferry's metrics go (swift-metrics). Nil, the default, uses `MetricsSystem.factory`
+    /// as it is when the store opens: swift-metrics' no-op handler unless the app bootstrapped a
+    /// backend before opening — and then nothing is measured at all, not even a clock read. A
+    /// factory given here is used instead of the global one (a store of its own, a test's).
+    ///
+    /// Tags are a metric dimension: keep them a small, fixed set (the first 64 distinct tags get
+    /// their own series, later ones are counted as `other`). The README lists every metric.
+    public var metricsFactory: (any MetricsFactory)?
+    /// How often the queue gauges (`ferry_queue_depth`, `ferry_queue_running`, `ferry_queue_ready`,
+    /// `ferry_queue_oldest_pending_age_seconds`) are read again while metrics are on: at most this
+    /// often after changes, and at this interval while the store is open (the age grows by itself).
+    /// They are also read at open and at the end of every pass. Each reading is O(1).
+    public var gaugeInterval: Duration = .seconds(5)
 
     /// The defaults.
     public init() {}
@@ -62,6 +93,8 @@ public final class FerryStore: Sendable {
   public let ledger: CacheLedger
   /// The automatic compaction task, when configured.
   let automaticCompaction = Mutex<Task<Void, Never>?>(nil)
+  /// The task that reads the queue gauges now and then, while metrics are on (Observability.swift).
+  let gaugeTimer = Mutex<Task<Void, Never>?>(nil)
 
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(
@@ -93,6 +126,8 @@ public final class FerryStore: Sendable {
     logConfiguration.createIfMissing = configuration.createIfMissing
     logConfiguration.initialMapSize = configuration.initialMapSize
     logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
+    logConfiguration.logger = configuration.logger
+    logConfiguration.metricsFactory = configuration.metricsFactory
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let (clock, sleep) = (time.now, time.sleep)
@@ -104,6 +139,7 @@ public final class FerryStore: Sendable {
       // (another process is in a handler right now) are left alone.
       store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true))
       if let automatic { store.startAutomaticCompaction(automatic) }
+      store.startObserving(gaugeInterval: configuration.gaugeInterval)
       return store
     } catch {
       log.close()
@@ -120,6 +156,7 @@ public final class FerryStore: Sendable {
   /// Waits for pending writes and closes the store (both sides).
   public func close() {
     automaticCompaction.withLock { $0?.cancel() }
+    stopObserving()
     queue.close()
     ledger.close()
   }

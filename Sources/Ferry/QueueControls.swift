@@ -92,7 +92,7 @@ extension TaskQueue {
   /// the queue changes — this process's changes as they are made, other processes' as the queue's
   /// observation reads them from the log (within a fraction of a second).
   ///
-  /// Throws `CancellationError` when the waiting task is cancelled, and ``FerryLogError/closed``
+  /// Throws `CancellationError` when the waiting task is cancelled, and `FerryLogError.closed`
   /// when the queue is closed meanwhile.
   public func waitUntilIdle() async throws {
     // Subscribed before the first look, so that no change falls between the look and the wait.

@@ -58,7 +58,11 @@ public final class TaskQueue: Sendable {
     self.log = log
     self.clock = clock
     self.sleep = sleep
+    self.observer = QueueObserver(log: log, clock: clock)
   }
+
+  /// Logging and metrics (Observability.swift).
+  let observer: QueueObserver
 
   func setInterruptedAtOpen(_ ids: [TaskID]) { interruptedOnOpen.withLock { $0 = ids } }
 
@@ -103,7 +107,10 @@ public final class TaskQueue: Sendable {
   }
 
   /// Tells the streams of the update's task, and those observing everything.
-  func publish(_ update: TaskUpdate) { updateStreams.publish(update, for: update.taskId) }
+  func publish(_ update: TaskUpdate) {
+    updateStreams.publish(update, for: update.taskId)
+    observer.changed(update)
+  }
 
   /// Every change to the queue as it happens (adds, runs, skips, errors, cancels, clears) — made
   /// in this process, or logged by another process on the same store (an app extension, say),
@@ -123,7 +130,8 @@ public final class TaskQueue: Sendable {
   private func startForeignTail() {
     foreignTail.start(log) { [weak self] event in
       guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
-      for update in decoded.updates(sequence: event.sequence) { self.publish(update) }
+      // Told to observers only: another process's changes are its own to log and count.
+      for update in decoded.updates(sequence: event.sequence) { self.updateStreams.publish(update, for: update.taskId) }
     }
   }
 
@@ -185,6 +193,7 @@ public final class TaskQueue: Sendable {
     let interrupted = try await log.execute { context in
       try claims.filter { id, claim in try QueueCommand.interrupt(id, claim: claim, context) }.map(\.0)
     }
+    observer.interrupted(interrupted)
     for id in interrupted { publish(.interrupted(id)) }
     return interrupted
   }
@@ -212,6 +221,7 @@ public final class TaskQueue: Sendable {
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
     if unique == .append {
       let sequence = try await log.append(event.newEvent)
+      observer.added(sequence, tag: tag, groupId: groupId)
       publish(.added(sequence))
       return sequence
     }
@@ -221,6 +231,7 @@ public final class TaskQueue: Sendable {
       return existing
     case .added(let id, let replaced):
       for old in replaced { publish(.cancelled(old)) }
+      observer.added(id, tag: tag, groupId: groupId)
       publish(.added(id))
       return id
     }
@@ -263,6 +274,7 @@ public final class TaskQueue: Sendable {
       try QueueCommand.onTask(id, .errorRecorded(id, message: message, endsRun: false), context)
       return context.sequences.last ?? 0
     }
+    observer.errorRecorded(id, message: message)
     publish(.errorRecorded(id, message: message))
     return errorId
   }

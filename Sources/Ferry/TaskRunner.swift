@@ -31,7 +31,7 @@ public final class TaskRunner: Sendable {
     /// killed mid-run) so that their tasks run again here.
     public var deadOwnerCheckInterval: Duration = .seconds(2)
     /// The time limit of a run of tags registered without one (nil: no limit). See
-    /// ``TaskRunner/register(tag:retry:timeLimit:isReadyToRun:handler:)``.
+    /// ``TaskRunner/register(tag:retry:timeLimit:isReadyToRun:handler:)-(String,_,_,_,_)``.
     public var defaultTimeLimit: Duration?
     /// How long a run past its time limit has, once its handler is cancelled, to end before the
     /// runner logs the timeout and stops waiting for it.
@@ -195,7 +195,7 @@ public final class TaskRunner: Sendable {
     if case .collection(let name) = filter { tags = Set(configuration.collections[name] ?? []) }
     let pass = PassState(filter: filter, collectionTags: tags)
     try await work(pass, control: control, owner: owner, width: max(1, configuration.maxConcurrentTasks))
-    return pass.report()
+    return queue.observer.passEnded(pass.report())
   }
 
   /// What a runner's claim command needs to know of its handlers.
@@ -421,6 +421,7 @@ public final class TaskRunner: Sendable {
 
   /// Tells observers of a run's logged outcome.
   private func publish(_ finished: Finished) {
+    queue.observer.runFinished(finished.run, events: finished.events)
     for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
   }
 
@@ -438,6 +439,8 @@ public final class TaskRunner: Sendable {
     // The run was reserved before its claim committed (``TaskQueue/reserveRuns(_:)``); it ends here.
     defer { queue.endRuns(1) }
     queue.publish(.running(task.id, attempt: attempt))
+    let started = queue.observer.runStarted(run)
+    defer { queue.observer.runEnded(run, startedAt: started) }
     guard let registration = state.withLock({ $0.handlers[task.tag] }), !queue.log.isClosed else {
       // Unregistered between the claim and now, or the queue was closed (its outcome could not
       // be logged): the handler is not called, and the run ends at once, ready again.
@@ -498,9 +501,11 @@ public final class TaskRunner: Sendable {
       return try failure(error, of: task.id)
     case .ended(.failure, timedOut: true):
       if Task.isCancelled { throw CancellationError() }  // the pass was stopped too: interrupted
+      queue.observer.timedOut(run, limitMs: limitMs, abandoned: false)
       return .failed(timedOut, retryable: true)
     case .abandoned:
       if Task.isCancelled { throw CancellationError() }
+      queue.observer.timedOut(run, limitMs: limitMs, abandoned: true)
       return .failed(
         "\(timedOut); the handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
           + "cancelled and was left running (what it returns is not logged)", retryable: true)
@@ -585,7 +590,7 @@ public final class TaskRunner: Sendable {
       }
       var report = RunReport()
       report.entries = [RunReport.Entry(taskId: id, outcome: outcome)]
-      return report
+      return queue.observer.passEnded(report)
     }
   }
 

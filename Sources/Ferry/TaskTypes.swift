@@ -85,7 +85,7 @@ public struct PendingTask: Sendable, Equatable {
   }
 }
 
-/// What ``TaskQueue/cancel(tag:)`` or ``TaskQueue/cancel(group:)`` did.
+/// What ``TaskQueue/cancel(tag:)-(String)`` or ``TaskQueue/cancel(group:)`` did.
 public struct CancelReport: Sendable, Equatable {
   /// The tasks cancelled, in id order: they left the queue, and no run of them starts again.
   public let cancelled: [TaskID]
@@ -117,7 +117,7 @@ public struct RecordedError: Sendable, Equatable {
   }
 }
 
-/// Errors of the task queue. Errors of the log beneath it arrive as ``FerryLogError``.
+/// Errors of the task queue. Errors of the log beneath it arrive as `FerryLogError` (module FerryLog).
 public enum FerryError: Error, Sendable, CustomStringConvertible {
   /// An argument is not acceptable; the message says which and why.
   case invalidArgument(String)

@@ -8,6 +8,8 @@ final class BatchAppender {
   let tables: [ProjectionTables]
   private(set) var head: UInt64
   private(set) var duplicates = 0
+  /// Bytes of the records appended (for the commit-size metric).
+  private(set) var bytesAppended = 0
 
   init(core: StoreCore, txn: Transaction, head: UInt64) {
     self.core = core
@@ -34,6 +36,7 @@ final class BatchAppender {
     let sequence = head + 1
     try txn.put(core.events, key: sequence.bigEndianBytes, value: event.record.sealed(at: sequence), flags: .append)
     head = sequence
+    bytesAppended &+= event.record.body.count &+ 12  // the sealed record: body, sequence, CRC
     let logged = LoggedEvent(
       sequence: sequence, type: event.type, schemaVersion: event.currentSchemaVersion,
       storedSchemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,

@@ -1,6 +1,8 @@
+import CFerryLMDB
+import CoreMetrics
 import Foundation
-import CLMDB
 import LMDB
+import Logging
 import Synchronization
 
 /// An append-only, durable log of events in an LMDB environment, with projections kept in the
@@ -56,6 +58,18 @@ public final class EventLog: Sendable {
     /// with ``FerryLogError/damagedStore(path:reason:)`` or ``FerryLogError/lostCommits(path:acknowledged:found:)``.
     /// Reads may still fail, or crash the process inside LMDB: read such a store from a child process.
     public var allowDamage: Bool = false
+    /// Where the log writes its log records (swift-log): nil, the default, logs nothing. A
+    /// library must not print unasked — swift-log's default handler, used before the app calls
+    /// `LoggingSystem.bootstrap`, prints to standard output — so the app hands Ferry a logger:
+    /// `Logger(label: "ferry")` after bootstrapping. Records carry sequences, counts and paths,
+    /// never an event's payload. Per-commit lines are at `trace`; a store refused as damaged and a
+    /// failed commit (disk full, I/O) at `error`.
+    public var logger: Logger?
+    /// Where the log's metrics go (swift-metrics): nil, the default, uses `MetricsSystem.factory`
+    /// as it is at open — the no-op handler unless the app bootstrapped a backend, and then
+    /// nothing is measured at all. A factory given here is used instead (one per store, say, or
+    /// a test's). The README's "Logging and metrics" section lists the metrics.
+    public var metricsFactory: (any MetricsFactory)?
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -98,6 +112,8 @@ public final class EventLog: Sendable {
   /// from other processes' appends.
   let ownRanges = OwnRanges()
   private let closed = Mutex(false)
+  /// The log's logger and metrics (``Configuration/logger``, ``Configuration/metricsFactory``).
+  package let instruments: LogInstruments
 
   // MARK: Opening
 
@@ -111,6 +127,15 @@ public final class EventLog: Sendable {
   /// ``FerryLogError/newerFormat(path:found:supported:)``, ``FerryLogError/permissionDenied(path:detail:)``.
   public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog
   {
+    do {
+      return try openReporting(at: path, configuration: configuration)
+    } catch let error as FerryLogError {
+      LogInstruments.refused(error, path: path, logger: configuration.logger)
+      throw error
+    }
+  }
+
+  private static func openReporting(at path: String, configuration: Configuration) throws -> EventLog {
     do {
       do {
         return try openStore(at: path, configuration: configuration)
@@ -329,6 +354,9 @@ public final class EventLog: Sendable {
     self.staleProjections = stale
     self.wasCreated = created
     self.eventsReplayedAtOpen = replayed
+    let instruments = LogInstruments(logger: configuration.logger, metricsFactory: configuration.metricsFactory)
+    self.instruments = instruments
+    instruments.opened(path: path, created: created, replayed: replayed, readOnly: configuration.readOnly)
     if configuration.readOnly {
       writer = nil
     } else {
@@ -357,7 +385,7 @@ public final class EventLog: Sendable {
           }
         },
         onDurable: { head in headMark?.advance(to: head) },
-        onCommit: { head in notifier.publish(head) })
+        onCommit: { head in notifier.publish(head) }, instruments: instruments)
       writer.start()
       self.writer = writer
     }
@@ -738,11 +766,11 @@ public final class EventLog: Sendable {
   /// Counters of commits and appends since open.
   public var statistics: Statistics { writer?.statistics.withLock { $0 } ?? Statistics() }
 
-  /// Counters of the LMDB environment (commits, aborts, map growths).
-  public var storageCounters: Environment.Counters { environment.counters }
+  /// Counters of the storage engine in this process (commits, aborts, map growths).
+  public var storageCounters: StorageCounters { StorageCounters(environment.counters) }
 
   /// The map size and how much of it is used.
-  public func storageInfo() throws -> Environment.Info { try guarded { try environment.info() } }
+  public func storageInfo() throws -> StorageInfo { StorageInfo(try guarded { try environment.info() }) }
 
   /// Runs `body`, turning storage errors into ``FerryLogError`` and refusing work after close.
   func guarded<R>(_ body: () throws -> R) throws -> R {

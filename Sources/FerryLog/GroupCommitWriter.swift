@@ -1,3 +1,4 @@
+import CoreMetrics
 import Foundation
 import LMDB
 import Synchronization
@@ -23,7 +24,8 @@ struct PreparedEvent: Sendable {
 /// together (group commit). Exclusive jobs (rebuilds) run alone between batches.
 final class GroupCommitWriter: @unchecked Sendable {
   // Why @unchecked: the mutable state (`jobs`, `stopping`) is only touched with `condition`
-  // held; `statistics` is a Mutex; the rest is immutable after init.
+  // held; `statistics` is a Mutex; `batchBytes` is touched only on the writer thread; the rest is
+  // immutable after init.
 
   struct AppendRequest {
     enum Work {
@@ -75,6 +77,10 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// Called with the sequences a transaction is about to commit, and again (false) when it did not.
   let onOwnRange: @Sendable (ClosedRange<UInt64>, Bool) -> Void
   let statistics = Mutex(EventLog.Statistics())
+  /// Commit metrics and trace lines (LogMetrics.swift).
+  let instruments: LogInstruments
+  /// Record bytes of the batch last written (set and read on the writer thread only).
+  private var batchBytes = 0
 
   private let condition = Condition()
   private var jobs: [Job] = []
@@ -89,8 +95,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     prepare: @escaping @Sendable ([NewEvent]) throws -> [PreparedEvent],
     onOwnRange: @escaping @Sendable (ClosedRange<UInt64>, Bool) -> Void = { _, _ in },
     onDurable: @escaping @Sendable (UInt64) -> Void = { _ in },
-    onCommit: @escaping @Sendable (UInt64) -> Void
+    onCommit: @escaping @Sendable (UInt64) -> Void,
+    instruments: LogInstruments = LogInstruments(logger: nil, metricsFactory: NOOPMetricsHandler.instance)
   ) {
+    self.instruments = instruments
     self.onDurable = onDurable
     self.prepare = prepare
     self.onOwnRange = onOwnRange
@@ -177,6 +185,8 @@ final class GroupCommitWriter: @unchecked Sendable {
     var live = requests
     while !live.isEmpty {
       var pending: ClosedRange<UInt64>?
+      let started = instruments.measures ? LogInstruments.now() : 0
+      var bodyEnded: UInt64 = 0
       do {
         let (results, head, _, duplicates) = try environment.write { txn in
           let outcome = try appendBatch(live, txn)
@@ -184,6 +194,7 @@ final class GroupCommitWriter: @unchecked Sendable {
             pending = outcome.first...outcome.head
             onOwnRange(outcome.first...outcome.head, true)
           }
+          if started > 0 { bodyEnded = LogInstruments.now() }
           return outcome
         }
         CrashPoint.reach(CrashPoint.afterCommit)
@@ -198,6 +209,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           s.largestBatch = max(s.largestBatch, live.count)
         }
         onDurable(head)
+        instruments.committed(
+          events: eventsWritten - duplicates, bytes: batchBytes, calls: live.count, head: head, started: started,
+          bodyEnded: bodyEnded)
         for (request, result) in zip(live, results) { request.continuation.resume(with: result) }
         onCommit(head)
         return
@@ -218,10 +232,12 @@ final class GroupCommitWriter: @unchecked Sendable {
           commit(Array(live[half...]))
           return
         }
+        instruments.requestFailed(FerryLogError.wrap(failure.error, path: environment.path))
         live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error, path: environment.path))
         live.remove(at: failure.index)
       } catch {
         if let pending { onOwnRange(pending, false) }
+        instruments.commitFailed(FerryLogError.wrap(error, path: environment.path), calls: live.count)
         for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
         return
       }
@@ -280,6 +296,7 @@ final class GroupCommitWriter: @unchecked Sendable {
       }
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
+    batchBytes = batch.bytesAppended
     return (results, batch.head, start + 1, batch.duplicates)
   }
 

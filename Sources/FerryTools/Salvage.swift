@@ -581,7 +581,7 @@ private final class ReaderWatch: Sendable {
 
 /// `ferry salvage --tree-dump DIR --through N --from F --careful K`: prints, line by line, what
 /// LMDB's live tree of the store at `path` holds from sequence `from` on, for a parent
-/// `ferry salvage` (which reads it with ``LiveTree/take(_:)``). Run in a child process: damage may
+/// `ferry salvage` (which reads it with `LiveTree.take(_:)`). Run in a child process: damage may
 /// crash LMDB here, and the parent keeps what was printed.
 ///
 /// The first `careful` sequences (up to `hint`) are read one at a time, each reported before the

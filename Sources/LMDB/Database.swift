@@ -1,9 +1,9 @@
-import CLMDB
+import CFerryLMDB
 
 /// A handle to one named database (a B-tree of sorted keys) inside an ``Environment``.
 ///
 /// Handles are opened once, all in one committed transaction, by ``Environment/open(path:options:databases:)``
-/// or ``Environment/openDatabases(_:)``, and stay valid while the environment is open.
+/// or ``Environment/openDatabases(_:create:then:)``, and stay valid while the environment is open.
 public struct Database: Sendable, Hashable, CustomStringConvertible {
   let dbi: MDB_dbi
   /// The database's name in the environment.

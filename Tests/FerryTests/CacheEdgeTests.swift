@@ -49,7 +49,7 @@ import Testing
       let backend = NotesBackend()
       let notes = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
-        requires: PendingTasksGate(runner: runner, collection: "notes-changes"))
+        requires: try PendingTasksGate(runner: runner, collection: "notes-changes"))
       let all = Task { try await runner.run() }  // the gate's pass joins this .all pass
       await entered.wait()
       async let refreshed = notes.refresh()

@@ -241,7 +241,7 @@ final class NotesBackend: Sendable {
       let backend = NotesBackend()
       let notes = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
-        requires: PendingTasksGate(runner: runner, collection: "notes-changes"))
+        requires: try PendingTasksGate(runner: runner, collection: "notes-changes"))
       try await store.queue.add(tag: "save-note", payload: ["text": "buy eggs"])
       #expect(await notes.refresh() == .skipped(.pendingTasks))
       #expect(backend.fetches == 0)

@@ -45,7 +45,7 @@ import Testing
   @Test func statesFollowTheRequirementsAndNeverShowTheOldOnesAfterASwitch() async throws {
     try await withStore { store, _, _ in
       let feeds = Feeds()
-      let feed = CacheRequirementsRepository<String, [String]>(
+      let feed = try CacheRequirementsRepository<String, [String]>(
         ledger: store.ledger, maxAge: .seconds(600), key: { "feed:\($0)" }, source: { feeds.source($0) })
       var states = feed.states().makeAsyncIterator()
       let first = await states.next()
@@ -83,7 +83,7 @@ import Testing
   @Test func aKeyThatIsNotValidIsRefusedAndChangesNothing() async throws {
     try await withStore { store, _, _ in
       let feeds = Feeds()
-      let feed = CacheRequirementsRepository<String, [String]>(
+      let feed = try CacheRequirementsRepository<String, [String]>(
         ledger: store.ledger, maxAge: .seconds(600), key: { $0 }, source: { feeds.source($0) },
         automaticRefresh: false)
       try feed.setRequirements("alice")

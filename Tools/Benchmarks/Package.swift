@@ -9,6 +9,7 @@ let package = Package(
   dependencies: [
     .package(path: "FerryPackage"),
     .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+    .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
   ],
   targets: [
     .executableTarget(
@@ -19,6 +20,7 @@ let package = Package(
         .product(name: "LMDB", package: "FerryPackage"),
         .product(name: "FerryTesting", package: "FerryPackage"),
         .product(name: "GRDB", package: "GRDB.swift"),
+        .product(name: "CoreMetrics", package: "swift-metrics"),
       ],
       path: "Sources/ferry-bench"
     )

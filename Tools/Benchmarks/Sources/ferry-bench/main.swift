@@ -1,6 +1,8 @@
 // Ferry's benchmarks: Ferry, the same queue on SQLite through GRDB, and the bare LMDB floor, in
-// one run on this machine. `ferry-bench [--quick] [--json] [--runs N]`. Times are reported, never
-// asserted: the targets column says where Ferry stands.
+// one run on this machine. `ferry-bench [--quick] [--json] [--runs N] [--metrics]`. Times are
+// reported, never asserted: the targets column says where Ferry stands. `--metrics` bootstraps a
+// metrics backend first (as an app exporting Ferry's metrics does), to show what they cost.
+import CoreMetrics
 import Ferry
 import FerryLog
 import Foundation
@@ -16,6 +18,7 @@ let sizes: Sizes = {
   return sizes
 }()
 let json = arguments.contains("--json")
+if arguments.contains("--metrics") { MetricsSystem.bootstrap(BenchMetrics()) }
 
 // `--profile-rebuild N`: build a log of N events, then only rebuild it (for callgrind).
 if let index = arguments.firstIndex(of: "--profile-rebuild"),
@@ -115,6 +118,7 @@ Task.detached {
       print("machine: \(machine)")
       print(
         "mode: \(arguments.contains("--quick") ? "quick (small sizes, a smoke run)" : "full"), medians of \(sizes.runs) run(s)"
+          + (arguments.contains("--metrics") ? ", metrics bootstrapped" : "")
       )
     }
     let recordSize = try await ferryRecordSize()

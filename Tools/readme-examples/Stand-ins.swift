@@ -1,0 +1,40 @@
+import Foundation
+import Synchronization
+
+// What the README's examples call that belongs to an app, not to Ferry: a server API and a local
+// database, small enough to run here (the examples run in a test, against a real store).
+
+/// How the example server answers an upload.
+enum SendResult: Sendable {
+  case ok, offline, unauthorized
+  case rejected(String)
+}
+
+/// An example server: refuses nothing, but is offline for the first upload of "dog.jpg".
+final class ExampleAPI: Sendable {
+  private let sawDog = Mutex(false)
+
+  func send(_ upload: some Sendable & CustomStringConvertible) async -> SendResult {
+    guard "\(upload)".contains("dog") else { return .ok }
+    let first = sawDog.withLock { saw in
+      defer { saw = true }
+      return !saw
+    }
+    return first ? .offline : .ok
+  }
+
+  func notes() async throws -> [String] { ["buy milk", "call Sam"] }
+}
+
+/// An example local database of notes.
+final class ExampleDatabase: Sendable {
+  private let stored = Mutex<[String]?>(nil)
+  func replaceNotes(_ notes: [String]) async throws { stored.withLock { $0 = notes } }
+  func notes() async throws -> [String]? { stored.withLock { $0 } }
+}
+
+func render(_ notes: [String]?, _ age: Duration, _ isTooOld: Bool) {
+  print("notes: \(notes ?? []), \(age) old\(isTooOld ? ", too old" : "")")
+}
+
+func show(_ message: String) { print("error: \(message)") }
