@@ -7,7 +7,7 @@ import Synchronization
 /// test moves it to or past the instant waited for — or when the waiting task is cancelled. Tests
 /// never sleep.
 ///
-/// Its readings are dates (it is a ``DatedClock``), so a store opened on it takes "now" from it,
+/// Its readings are dates (it is a `DatedClock`), so a store opened on it takes "now" from it,
 /// and a store reopened after the clock moved on carries on from the clock's date:
 ///
 /// ```swift
