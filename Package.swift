@@ -18,6 +18,8 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
     // `swift package generate-documentation` (Tools/docs.sh); a plugin only, never linked.
     .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
+    // Tests only: proves that a Clock<Duration> from another package drives a store.
+    .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.0.0"),
   ],
   targets: [
     .systemLibrary(
@@ -83,6 +85,7 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "MetricsTestKit", package: "swift-metrics"),
+        .product(name: "Clocks", package: "swift-clocks"),
       ]
     ),
     .testTarget(

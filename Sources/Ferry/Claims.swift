@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// What a pass's claim command found (`Specs/task-events.md` §4).
@@ -171,7 +172,8 @@ enum ClaimSearch {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)
     case .running: return .skip(.running)
-    case .waiting where (row.eligibleAt ?? .min) > now: return .skip(.waitingForRetry(until: row.eligibleAt ?? 0))
+    case .waiting where (row.eligibleAt ?? .min) > now:
+      return .skip(.waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0)))
     case .ready, .waiting: break
     }
     if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }

@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// Runs the queue's tasks with the handlers registered per tag.
@@ -532,12 +533,12 @@ public final class TaskRunner: Sendable {
       if retryable && attempt < policy.maxAttempts {
         // Saturating: a clock near the end of time must not wrap the retry around to the past.
         let (at, overflow) = queue.clock().addingReportingOverflow(
-          policy.delay(afterAttempt: attempt, random: configuration.random()))
+          policy.delayMilliseconds(afterAttempt: attempt, random: configuration.random()))
         retryAt = overflow ? Int64.max : at
       }
       return (
         run, [.runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)],
-        .failed(message, retryAt: retryAt)
+        .failed(message, retryAt: retryAt.map(Date.init(unixMilliseconds:)))
       )
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
@@ -674,7 +675,8 @@ public final class TaskRunner: Sendable {
         guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { continue }
         switch decoded {
         case .runSucceeded(id): return .succeeded
-        case .runFailed(id, let message, _, let next): return .failed(message, retryAt: next)
+        case .runFailed(id, let message, _, let next):
+          return .failed(message, retryAt: next.map(Date.init(unixMilliseconds:)))
         case .runInterrupted(id): return .interrupted
         case .errorRecorded(id, let message, true): return .errorRecorded(message)
         default: continue
