@@ -9,8 +9,8 @@ import Testing
 
 /// The one place these tests read and move the store's test clock and turn its times into dates.
 struct WindowTime {
-  let clock: TestClock
-  var now: Int64 { clock.now }
+  let clock: ManualClock
+  var now: Int64 { clock.milliseconds }
   var sleepers: Int { clock.sleeperCount }
   func date(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }
   func advance(_ ms: Int64) { clock.advance(by: .milliseconds(ms)) }
@@ -187,10 +187,10 @@ struct LoggedRuns: Equatable {
       let soon = try await queue.add(tag: "soon", payload: ["n": 1])
       let late = try await queue.add(tag: "late", payload: ["n": 2])
       let run = runner(queue)
-      run.register(tag: "soon", retry: RetryPolicy(initialDelay: 3000)) { task in
+      run.register(tag: "soon", retry: RetryPolicy(initialDelay: .seconds(3))) { task in
         task.attempt == 1 ? .failed("offline") : .succeeded
       }
-      run.register(tag: "late", retry: RetryPolicy(maxAttempts: 10, initialDelay: 60_000)) { _ in
+      run.register(tag: "late", retry: RetryPolicy(maxAttempts: 10, initialDelay: .seconds(60))) { _ in
         .failed("the server is down")
       }
       #expect(try queue.nextDueDate() == time.date(time.now))
@@ -202,7 +202,7 @@ struct LoggedRuns: Equatable {
       let report = try await window.value
       #expect(report.end == .outOfWork)
       #expect(report.outcome(of: soon) == .succeeded)
-      #expect(report.outcome(of: late) == .failed("the server is down", retryAt: start + 60_000))
+      #expect(report.outcome(of: late) == .failed("the server is down", retryAt: time.date(start + 60_000)))
       #expect(report.nextDue == time.date(start + 60_000))
       #expect(
         "\(report)" == "the window ran out of work: 1 succeeded, 1 failed; next due "
@@ -234,7 +234,7 @@ struct LoggedRuns: Equatable {
       let ready = try await queue.add(tag: "t", payload: ["n": 1])
       let waiting = try await queue.add(tag: "t", payload: ["n": 2])
       let run = runner(queue)
-      run.register(tag: "t", retry: RetryPolicy(initialDelay: 5000)) { _ in .failed("offline") }
+      run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(5))) { _ in .failed("offline") }
       _ = try await run.run(.task(waiting))
       let head = try store.log.head()
 
@@ -325,7 +325,7 @@ struct LoggedRuns: Equatable {
 
       // A window waiting for a retry wakes on conditionsChanged and runs the task.
       let flaky = try await queue.add(tag: "flaky", payload: ["n": 3])
-      run.register(tag: "flaky", retry: RetryPolicy(initialDelay: 60_000)) { task in
+      run.register(tag: "flaky", retry: RetryPolicy(initialDelay: .seconds(60))) { task in
         task.attempt == 1 ? .failed("offline") : .succeeded
       }
       let start = time.now
