@@ -43,7 +43,7 @@ let package = Package(
         .product(name: "CoreMetrics", package: "swift-metrics"),
       ]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
-    .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
+    .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "LMDB"]),
     // The crash tests' workload and invariant check: built into the crash worker and the tests, never the CLI.
     .target(name: "FerryCrashWorkload", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .executableTarget(

@@ -1,6 +1,5 @@
 import Ferry
 import FerryLog
-import FerryTesting
 import Foundation
 import Synchronization
 
@@ -61,14 +60,14 @@ public func runDemo(
 private func tellStory(path: String, seed: UInt64, output: Output) async throws -> FerrySnapshot {
   let say = output.line
   // 2026-01-15 09:00:00 UTC, simulated
-  let clock = ManualClock(date: Date(unixMilliseconds: 1_768_467_600_000))
+  let clock = DemoClock(date: Date(unixMilliseconds: 1_768_467_600_000))
   let start = clock.now
   func stamp() -> String {
     let seconds = start.duration(to: clock.now).milliseconds / 1000
     return String(format: "[+%02lld:%02lld]", seconds / 60, seconds % 60)
   }
   var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
+  configuration.clock = clock
   if let entries = try? FileManager.default.contentsOfDirectory(atPath: path), !entries.isEmpty {
     throw ToolError(.badInput, "\(path) is not empty: the demo needs a fresh directory")
   }
