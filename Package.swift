@@ -18,6 +18,8 @@ let package = Package(
     .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
     // `swift package generate-documentation` (Tools/docs.sh); a plugin only, never linked.
     .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
+    // Tests only: proves that a Clock<Duration> from another package drives a store.
+    .package(url: "https://github.com/pointfreeco/swift-clocks", from: "1.0.0"),
   ],
   targets: [
     .systemLibrary(
@@ -41,7 +43,7 @@ let package = Package(
         .product(name: "CoreMetrics", package: "swift-metrics"),
       ]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
-    .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
+    .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "LMDB"]),
     // The crash tests' workload and invariant check: built into the crash worker and the tests, never the CLI.
     .target(name: "FerryCrashWorkload", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .executableTarget(
@@ -83,6 +85,7 @@ let package = Package(
         .product(name: "Logging", package: "swift-log"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
         .product(name: "MetricsTestKit", package: "swift-metrics"),
+        .product(name: "Clocks", package: "swift-clocks"),
       ]
     ),
     .testTarget(

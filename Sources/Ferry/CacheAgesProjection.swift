@@ -1,30 +1,40 @@
 import FerryLog
+import Foundation
 
 /// What the ledger knows about one cache key (`Specs/cache-events.md` §3).
 public struct CacheRecord: Sendable, Equatable {
   /// The key.
   public let key: String
-  /// When the last successful fetch finished (Unix milliseconds), if any ever did.
-  public var lastSuccess: Int64?
+  /// When the last successful fetch finished, if any ever did.
+  public var lastSuccess: Date? { lastSuccessMs.map(Date.init(unixMilliseconds:)) }
   /// Whether that successful fetch returned nothing.
-  public var lastSuccessWasEmpty: Bool
+  public internal(set) var lastSuccessWasEmpty: Bool
   /// When the last fetch, successful or not, finished.
-  public var lastAttempt: Int64?
+  public var lastAttempt: Date? { lastAttemptMs.map(Date.init(unixMilliseconds:)) }
   /// When the last failed fetch finished, and its message.
-  public var lastFailure: (at: Int64, message: String)?
+  public var lastFailure: (at: Date, message: String)? {
+    lastFailureMs.map { (Date(unixMilliseconds: $0.at), $0.message) }
+  }
   /// Fetches recorded.
-  public var fetchCount: UInt64
+  public internal(set) var fetchCount: UInt64
   /// What the next page needs (the app's own encoding), when the key is paged.
-  public var nextPage: [UInt8]?
+  public internal(set) var nextPage: [UInt8]?
   /// Whether more pages are available.
-  public var morePagesAvailable: Bool
+  public internal(set) var morePagesAvailable: Bool
+
+  /// ``lastSuccess`` as the log keeps it (Unix milliseconds).
+  package internal(set) var lastSuccessMs: Int64?
+  /// ``lastAttempt`` as the log keeps it (Unix milliseconds).
+  package internal(set) var lastAttemptMs: Int64?
+  /// ``lastFailure`` as the log keeps it (Unix milliseconds).
+  package internal(set) var lastFailureMs: (at: Int64, message: String)?
 
   /// Two records are equal when every field is.
   public static func == (lhs: CacheRecord, rhs: CacheRecord) -> Bool {
-    lhs.key == rhs.key && lhs.lastSuccess == rhs.lastSuccess
+    lhs.key == rhs.key && lhs.lastSuccessMs == rhs.lastSuccessMs
       && lhs.lastSuccessWasEmpty == rhs.lastSuccessWasEmpty
-      && lhs.lastAttempt == rhs.lastAttempt && lhs.lastFailure?.at == rhs.lastFailure?.at
-      && lhs.lastFailure?.message == rhs.lastFailure?.message && lhs.fetchCount == rhs.fetchCount
+      && lhs.lastAttemptMs == rhs.lastAttemptMs && lhs.lastFailureMs?.at == rhs.lastFailureMs?.at
+      && lhs.lastFailureMs?.message == rhs.lastFailureMs?.message && lhs.fetchCount == rhs.fetchCount
       && lhs.nextPage == rhs.nextPage && lhs.morePagesAvailable == rhs.morePagesAvailable
   }
 
@@ -37,11 +47,11 @@ public struct CacheRecord: Sendable, Equatable {
 
   var bytes: [UInt8] {
     var writer = PayloadWriter()
-    writer.write(lastSuccess)
+    writer.write(lastSuccessMs)
     writer.write(lastSuccessWasEmpty)
-    writer.write(lastAttempt)
-    writer.write(lastFailure?.at)
-    writer.write(lastFailure?.message)
+    writer.write(lastAttemptMs)
+    writer.write(lastFailureMs?.at)
+    writer.write(lastFailureMs?.message)
     writer.write(fetchCount)
     writer.write(nextPage != nil)
     if let nextPage { writer.write(bytes: nextPage) }
@@ -52,12 +62,12 @@ public struct CacheRecord: Sendable, Equatable {
   init(key: String, bytes: [UInt8]) throws(PayloadError) {
     self.key = key
     var reader = PayloadReader(bytes)
-    lastSuccess = try reader.readOptional(Int64.self, "lastSuccess")
+    lastSuccessMs = try reader.readOptional(Int64.self, "lastSuccess")
     lastSuccessWasEmpty = try reader.readBool("lastSuccessWasEmpty")
-    lastAttempt = try reader.readOptional(Int64.self, "lastAttempt")
+    lastAttemptMs = try reader.readOptional(Int64.self, "lastAttempt")
     let failureAt = try reader.readOptional(Int64.self, "lastFailureAt")
     let failureMessage = try reader.readOptionalString("lastFailureMessage")
-    lastFailure = failureAt.map { ($0, failureMessage ?? "") }
+    lastFailureMs = failureAt.map { ($0, failureMessage ?? "") }
     fetchCount = try reader.read(UInt64.self, "fetchCount")
     nextPage = try reader.readBool("hasNextPage") ? try reader.readBytes("nextPage") : nil
     morePagesAvailable = try reader.readBool("morePagesAvailable")
@@ -90,19 +100,19 @@ struct CacheAgesProjection: Projection {
     case .fetched(let key, let at, let outcome):
       var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
       let old = record
-      record.lastAttempt = at
+      record.lastAttemptMs = at
       record.fetchCount &+= 1
       switch outcome {
       case .success(let isEmpty):
-        record.lastSuccess = at
+        record.lastSuccessMs = at
         record.lastSuccessWasEmpty = isEmpty
       case .failure(let message):
-        record.lastFailure = (at, message)
+        record.lastFailureMs = (at, message)
       }
       try Self.save(record, replacing: old, in: tables)
     case .forgotten(let key):
       guard let old = try Self.record(key, in: tables) else { return }
-      if let at = old.lastSuccess { try tables.delete("bySuccess", key: CacheKey.bySuccess(at, key)) }
+      if let at = old.lastSuccessMs { try tables.delete("bySuccess", key: CacheKey.bySuccess(at, key)) }
       try tables.delete("keys", key: CacheKey.key(key))
     case .paging(let key, let next, let more):
       var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
@@ -118,10 +128,10 @@ struct CacheAgesProjection: Projection {
   }
 
   static func save(_ record: CacheRecord, replacing old: CacheRecord, in tables: ProjectionTables) throws {
-    if let at = old.lastSuccess, at != record.lastSuccess {
+    if let at = old.lastSuccessMs, at != record.lastSuccessMs {
       try tables.delete("bySuccess", key: CacheKey.bySuccess(at, record.key))
     }
-    if let at = record.lastSuccess {
+    if let at = record.lastSuccessMs {
       try tables.put("bySuccess", key: CacheKey.bySuccess(at, record.key), value: [])
     }
     try tables.put("keys", key: CacheKey.key(record.key), value: record.bytes)

@@ -1,13 +1,21 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// How old a cache is.
 public enum CacheAge: Sendable, Equatable {
   /// Never fetched successfully.
   case noCache
-  /// Last fetched successfully at `lastFetched` (Unix milliseconds), `age` ago; too old when
-  /// `lastFetched` is earlier than now minus the max age (exactly max age old is not too old).
-  case cache(lastFetched: Int64, age: Duration, isTooOld: Bool)
+  /// Last fetched successfully at `lastFetched`, `age` ago; too old when `lastFetched` is earlier
+  /// than now minus the max age (exactly max age old is not too old). Times are whole
+  /// milliseconds, as the log keeps them.
+  case cache(lastFetched: Date, age: Duration, isTooOld: Bool)
+
+  /// When the key was last fetched successfully (nil with no cache).
+  public var lastFetched: Date? {
+    guard case .cache(let lastFetched, _, _) = self else { return nil }
+    return lastFetched
+  }
 }
 
 /// The pull side's ledger: every fetch of every cache key is an event, and the ages are a
@@ -43,7 +51,7 @@ public final class CacheLedger: Sendable {
   func lastRefreshError(_ key: String) -> RefreshError? {
     guard let error = refreshErrors.withLock({ $0[key] }) else { return nil }
     // A success recorded since (by another repository or process) ends it.
-    if let record = try? record(key), let success = record.lastSuccess, let failure = record.lastFailure,
+    if let record = try? record(key), let success = record.lastSuccessMs, let failure = record.lastFailureMs,
       success > failure.at
     {
       return nil
@@ -89,31 +97,42 @@ public final class CacheLedger: Sendable {
     }
   }
 
-  /// The current time of the store's clock (Unix milliseconds).
-  public var now: Int64 { clock() }
+  /// The store's clock now (whole milliseconds, as the log keeps times).
+  public var now: Date { Date(unixMilliseconds: clock()) }
 
   /// How far past the store's clock a fetch time may be (two clocks read a moment apart, a clock
   /// stepped back between them). A later one is refused: a fetch that "finished" in the future
   /// would keep its cache fresh until then — for `Int64.max`, forever.
   public static let maxFetchTimeAhead: Duration = .seconds(300)
 
-  /// Records that a fetch of `key` finished at `at` (now when nil): when the response arrived and
-  /// was saved, for a success. Durable before it returns.
+  /// Records that a fetch of `key` finished at `date` (now when nil): when the response arrived
+  /// and was saved, for a success. Durable before it returns. The log keeps the time in whole
+  /// milliseconds (the last millisecond at or before `date`).
   ///
-  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970 (a negative Unix time) or
-  /// more than ``maxFetchTimeAhead`` after the store's clock.
-  public func recordFetch(key: String, outcome: FetchOutcome, at: Int64? = nil) async throws {
+  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970, more than
+  /// ``maxFetchTimeAhead`` after the store's clock, or not a time at all (an infinite or NaN
+  /// interval).
+  public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws {
+    if let date, !date.timeIntervalSince1970.isFinite {
+      throw FerryError.invalidArgument("a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
+    }
+    try await recordFetch(key: key, outcome: outcome, atMilliseconds: date?.unixMilliseconds)
+  }
+
+  /// ``recordFetch(key:outcome:at:)`` with the time as the log keeps it (Unix milliseconds).
+  package func recordFetch(key: String, outcome: FetchOutcome, atMilliseconds at: Int64?) async throws {
     try Self.validate(key)
     let now = clock()
     if let at {
       guard at >= 0 else {
-        throw FerryError.invalidArgument("a fetch time must not be before 1970 (Unix time 0), not \(at) ms")
+        throw FerryError.invalidArgument(
+          "a fetch time must not be before 1970, not \(readableTime(at))")
       }
       let (latest, overflow) = now.addingReportingOverflow(Self.maxFetchTimeAhead.milliseconds)
       guard overflow || at <= latest else {
         throw FerryError.invalidArgument(
-          "a fetch time must not be later than the store's clock (\(now) ms) by more than "
-            + "\(Self.maxFetchTimeAhead), not \(at) ms")
+          "a fetch time must not be later than the store's clock (\(readableTime(now))) by more than "
+            + "\(Self.maxFetchTimeAhead), not \(readableTime(at))")
       }
     }
     var outcome = outcome
@@ -143,7 +162,7 @@ public final class CacheLedger: Sendable {
   public func state(key: String, maxAge: Duration) throws -> CacheAge {
     try Self.validate(key)
     try Self.validate(maxAge: maxAge)
-    guard let lastFetched = try record(key)?.lastSuccess else { return .noCache }
+    guard let lastFetched = try record(key)?.lastSuccessMs else { return .noCache }
     let now = clock()
     let maxAgeMs = maxAge.milliseconds
     let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
@@ -151,7 +170,7 @@ public final class CacheLedger: Sendable {
     // A time from an imported or older store can be anything: the age saturates, never wraps.
     let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
     let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
-    return .cache(lastFetched: lastFetched, age: .milliseconds(ageMs), isTooOld: isTooOld)
+    return .cache(lastFetched: Date(unixMilliseconds: lastFetched), age: .milliseconds(ageMs), isTooOld: isTooOld)
   }
 
   /// Everything the ledger knows about `key`, or nil.
@@ -200,16 +219,6 @@ extension Duration {
   /// would spin), at most a billion seconds (`Task.sleep` traps on a deadline past `Int64`
   /// seconds, which `.seconds(Int64.max)` is).
   var checkPeriod: Duration { min(max(self, .milliseconds(10)), .seconds(1_000_000_000)) }
-
-  /// Whole milliseconds, rounded toward zero, saturating at the limits of `Int64`.
-  var milliseconds: Int64 {
-    let (seconds, attoseconds) = components
-    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
-    if overflow { return seconds < 0 ? .min : .max }
-    let (total, sumOverflow) = ms.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
-    if sumOverflow { return seconds < 0 ? .min : .max }
-    return total
-  }
 }
 
 /// What observers of a cache key are told (in this process).

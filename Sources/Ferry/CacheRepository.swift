@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 /// Where a repository's data comes from and goes to: the network, and the app's own cache.
 public struct CacheSource<Value: Sendable>: Sendable {
@@ -37,9 +38,9 @@ public struct CacheState<Value: Sendable>: Sendable {
   public enum Content: Sendable {
     /// Never fetched successfully.
     case noCache
-    /// Fetched: the app's cached value (nil if its cache holds nothing), when, how long ago, and
-    /// whether that is older than the max age.
-    case cache(Value?, lastFetched: Int64, age: Duration, isTooOld: Bool)
+    /// Fetched: the app's cached value (nil if its cache holds nothing), when (in whole
+    /// milliseconds, as the log keeps it), how long ago, and whether that is older than the max age.
+    case cache(Value?, lastFetched: Date, age: Duration, isTooOld: Bool)
   }
 
   /// The cache.
@@ -247,7 +248,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   private func lastError() -> RefreshError? {
     if let seen = ledger.lastRefreshError(key) { return seen }
     return (try? ledger.record(key))?.flatMap { record -> RefreshError? in
-      guard let failure = record.lastFailure, failure.at >= (record.lastSuccess ?? .min) else { return nil }
+      guard let failure = record.lastFailureMs, failure.at >= (record.lastSuccessMs ?? .min) else { return nil }
       return RefreshError(stage: .recorded, message: failure.message)
     }
   }
@@ -358,7 +359,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// A timer that tells observers when the cache crosses its max age.
   private func tooOldTimer(_ current: CacheState<Value>) -> Task<Void, Never>? {
     guard case .cache(_, let lastFetched, _, isTooOld: false) = current.content else { return nil }
-    let (end, overflow) = lastFetched.addingReportingOverflow(maxAge.milliseconds)
+    let (end, overflow) = lastFetched.unixMilliseconds.addingReportingOverflow(maxAge.milliseconds)
     guard !overflow, end < .max else { return nil }  // a max age that never ends: no timer
     let crossing = end + 1
     return Task { [ledger, key] in

@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// What a pass's claim command found (`Specs/task-events.md` §4).
@@ -171,7 +172,8 @@ enum ClaimSearch {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)
     case .running: return .skip(.running)
-    case .waiting where (row.eligibleAt ?? .min) > now: return .skip(.waitingForRetry(until: row.eligibleAt ?? 0))
+    case .waiting where (row.eligibleAt ?? .min) > now:
+      return .skip(.waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0)))
     case .ready, .waiting: break
     }
     if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }
@@ -263,8 +265,18 @@ final class PassControl: Sendable {
   private struct State {
     var required: UInt64 = 0
     var finished = false
+    var deadline: Int64?
   }
   private let state = Mutex(State())
+
+  /// The time (store clock, Unix ms) from which the pass claims nothing more: the earliest
+  /// deadline of the windows running it (``TaskRunner/run(until:_:)``); nil: none.
+  var deadline: Int64? { state.withLock { $0.deadline } }
+
+  /// Claims nothing from `time` on (an earlier deadline set before stays).
+  func limit(until time: Int64) {
+    state.withLock { s in s.deadline = min(s.deadline ?? time, time) }
+  }
 
   /// Joins the pass unless it has ended; the pass then looks at the queue as of `head` at least.
   func join(requiring head: UInt64) -> Bool {

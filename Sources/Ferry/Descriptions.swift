@@ -5,10 +5,22 @@ import Foundation
 // `current(1, Optional(Ferry.TaskStatus.ready))`), and the errors are `LocalizedError`s, so
 // `localizedDescription` carries the message instead of a generic one.
 
-/// A Unix-milliseconds time as ISO 8601 with milliseconds, UTC.
+/// A time as ISO 8601 with milliseconds, UTC, to the millisecond the log would keep (a date no
+/// calendar holds — an infinite or NaN interval — as its seconds since 1970).
+func readableTime(_ date: Date) -> String {
+  guard date.timeIntervalSince1970.isFinite else { return "\(date.timeIntervalSince1970) s since 1970" }
+  return readableTime(date.unixMilliseconds)
+}
+
+/// A Unix-milliseconds time as ISO 8601 with milliseconds, UTC. The milliseconds are written from
+/// the number itself: a formatter given the date (a binary fraction of a second) may print one
+/// millisecond less.
 func readableTime(_ milliseconds: Int64) -> String {
-  Date.ISO8601FormatStyle(includingFractionalSeconds: true)
-    .format(Date(timeIntervalSince1970: Double(milliseconds) / 1000))
+  let (seconds, fraction) = milliseconds.quotientAndRemainder(dividingBy: 1000)
+  let (wholeSeconds, millisecond) = fraction < 0 ? (seconds - 1, fraction + 1000) : (seconds, fraction)
+  let text = Date.ISO8601FormatStyle().format(Date(timeIntervalSince1970: Double(wholeSeconds)))
+  guard text.hasSuffix("Z") else { return text }
+  return text.dropLast() + "." + String(String(millisecond + 1000).dropFirst()) + "Z"
 }
 
 extension TaskStatus: CustomStringConvertible {

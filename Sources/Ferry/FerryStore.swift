@@ -1,5 +1,6 @@
 import CoreMetrics
 import FerryLog
+import Foundation
 import Logging
 import Synchronization
 
@@ -14,8 +15,34 @@ import Synchronization
 public final class FerryStore: Sendable {
   /// How a store is opened.
   public struct Configuration: Sendable {
-    /// The wall clock in Unix milliseconds: stamped on events, and "now" for eligibility and ages.
-    public var clock: @Sendable () -> Int64 = wallClockMilliseconds
+    /// The clock the store reads "now" from — the time stamped on events, and "now" for retry
+    /// times, time limits and cache ages — and waits on (retry timers, time limits, max-age
+    /// notices).
+    ///
+    /// The default, `ContinuousClock()` with no ``startDate``, is the system's: "now" is `Date()`
+    /// (so a change of the system's time shows at once) and waits are real sleeps.
+    ///
+    /// Any other clock (or a ``startDate``) makes time elapse on that clock: "now" is the store's
+    /// start date plus the time elapsed on `clock` since the store opened, and waiting until a
+    /// time sleeps on `clock` until its matching instant. A test clock that a test advances by
+    /// hand (FerryTesting's `ManualClock`, or any `Clock<Duration>` such as a package's test
+    /// clock) thus drives every retry, time limit and cache age, and no test sleeps. Cancelling a
+    /// wait's task ends it at once, whatever the clock. Time is kept in whole milliseconds: an
+    /// elapsed time is rounded toward zero to the millisecond.
+    ///
+    /// ```swift
+    /// var configuration = FerryStore.Configuration()
+    /// configuration.clock = testClock                              // any Clock<Duration>
+    /// configuration.startDate = Date(timeIntervalSince1970: 1_700_000_000)
+    /// let store = try await FerryStore.open(at: path, configuration: configuration)
+    /// ```
+    public var clock: any Clock<Duration> = ContinuousClock()
+    /// The wall time that ``clock``'s reading at open stands for. Nil: the clock's own date for a
+    /// ``DatedClock`` (FerryTesting's `ManualClock` is one), `Date()` at open for any other clock.
+    /// A store reopened on a clock that was advanced meanwhile needs this moved on too — or a
+    /// ``DatedClock``, which knows its date. Taken to the millisecond; one that is no time at all
+    /// (an infinite or NaN interval) is refused at open.
+    public var startDate: Date?
     /// Create the store when the directory is missing or empty.
     public var createIfMissing = true
     /// The map size of a new store.
@@ -24,9 +51,6 @@ public final class FerryStore: Sendable {
     public var rebuildChunkSize = 20_000
     /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:)`` any time).
     public var automaticCompaction: AutomaticCompaction?
-    /// Waits until `clock` reads at least the given time (Unix milliseconds). Nil sleeps for the
-    /// difference in real time; a test clock supplies one that waits for the test to advance it.
-    public var sleep: (@Sendable (Int64) async -> Void)?
     /// Where Ferry writes log records (swift-log). Nil, the default, logs nothing at all: a library
     /// must not print unasked, and swift-log's default handler — the one in use until the app
     /// calls `LoggingSystem.bootstrap` — prints to standard output. So the app passes the logger
@@ -91,9 +115,14 @@ public final class FerryStore: Sendable {
       throw FerryError.invalidArgument(
         "rebuildChunkSize must be at least 1 event, not \(configuration.rebuildChunkSize)")
     }
+    if let startDate = configuration.startDate, !startDate.timeIntervalSince1970.isFinite {
+      throw FerryError.invalidArgument(
+        "startDate must be a time, not \(startDate.timeIntervalSince1970) s since 1970")
+    }
     var logConfiguration = EventLog.Configuration(
       projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
-    logConfiguration.clock = configuration.clock
+    let time = StoreTime(configuration.clock, startDate: configuration.startDate)
+    logConfiguration.clock = time.now
     logConfiguration.createIfMissing = configuration.createIfMissing
     logConfiguration.initialMapSize = configuration.initialMapSize
     logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
@@ -101,16 +130,8 @@ public final class FerryStore: Sendable {
     logConfiguration.metricsFactory = configuration.metricsFactory
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
-      let clock = configuration.clock
+      let (clock, sleep) = (time.now, time.sleep)
       let automatic = configuration.automaticCompaction
-      let sleep =
-        configuration.sleep ?? { @Sendable (until: Int64) in
-          while !Task.isCancelled {
-            let delay = until &- clock()
-            if delay <= 0 { return }
-            try? await Task.sleep(for: .milliseconds(delay))
-          }
-        }
       let store = FerryStore(
         log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))

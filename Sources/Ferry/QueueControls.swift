@@ -60,10 +60,10 @@ extension TaskQueue {
   }
 
   /// Whether the store's queue is idle now: no run is under way, in any process, and no task
-  /// could be claimed at `now` (the clock's time when nil). See ``waitUntilIdle()`` for what
-  /// counts as work.
-  public func isIdle(at now: Int64? = nil) throws -> Bool {
-    let time = now ?? clock()
+  /// could be claimed at `date` (the store's clock now when nil; taken to the millisecond, as the
+  /// log keeps times). See ``waitUntilIdle()`` for what counts as work.
+  public func isIdle(at date: Date? = nil) throws -> Bool {
+    let time = date?.unixMilliseconds ?? clock()
     return try log.read { view in
       try Self.isIdle(QueueTables(view.tables(of: TaskQueueProjection.projectionName)), now: time)
     }

@@ -42,39 +42,55 @@ public enum TaskResult: Sendable, Equatable {
 }
 
 /// When a failed task may run again: exponential backoff with jitter, and a limit on attempts.
+///
+/// Delays are kept in whole milliseconds (as the log keeps retry times): a delay's sub-millisecond
+/// part is dropped. A negative delay is taken as zero — the initializer clamps it, and so does
+/// ``delay(afterAttempt:random:)`` for a property set negative afterwards — so a policy never
+/// schedules a retry in the past.
 public struct RetryPolicy: Sendable, Equatable {
   /// Runs allowed in all; after the last one fails the task is dead.
   public var maxAttempts: UInt32
-  /// The delay after the first failure, in milliseconds.
-  public var initialDelay: Int64
+  /// The delay after the first failure.
+  public var initialDelay: Duration
   /// Each further failure multiplies the delay by this.
   public var multiplier: Double
-  /// The delay never exceeds this, in milliseconds.
-  public var maxDelay: Int64
+  /// The delay never exceeds this.
+  public var maxDelay: Duration
   /// The delay varies by up to this fraction either way (0 = exact), so that many clients do not
   /// retry in step.
   public var jitter: Double
 
-  /// A policy; the defaults are 5 attempts, 1 s doubling up to 1 h, ±20 %.
+  /// A policy; the defaults are 5 attempts, 1 s doubling up to 1 h, ±20 %. A `maxAttempts` of 0
+  /// is taken as 1, a negative delay as zero, a multiplier below 1 (or NaN) as 1, and a jitter
+  /// outside 0...1 as its nearest end (NaN or infinite: 0).
   public init(
-    maxAttempts: UInt32 = 5, initialDelay: Int64 = 1000, multiplier: Double = 2, maxDelay: Int64 = 3_600_000,
-    jitter: Double = 0.2
+    maxAttempts: UInt32 = 5, initialDelay: Duration = .seconds(1), multiplier: Double = 2,
+    maxDelay: Duration = .seconds(3600), jitter: Double = 0.2
   ) {
     self.maxAttempts = max(1, maxAttempts)
-    self.initialDelay = max(0, initialDelay)
+    self.initialDelay = max(.zero, initialDelay)
     self.multiplier = multiplier.isNaN ? 1 : max(1, multiplier)  // +infinity: straight to maxDelay
-    self.maxDelay = max(0, maxDelay)
+    self.maxDelay = max(.zero, maxDelay)
     self.jitter = jitter.isFinite ? min(max(jitter, 0), 1) : 0
   }
 
-  /// The delay after the failure of run number `attempt`, for a random number in 0..<1.
-  public func delay(afterAttempt attempt: UInt32, random: Double) -> Int64 {
+  /// The delay after the failure of run number `attempt`, for a random number in 0..<1: whole
+  /// milliseconds, never negative.
+  public func delay(afterAttempt attempt: UInt32, random: Double) -> Duration {
+    .milliseconds(delayMilliseconds(afterAttempt: attempt, random: random))
+  }
+
+  /// ``delay(afterAttempt:random:)`` in milliseconds.
+  func delayMilliseconds(afterAttempt attempt: UInt32, random: Double) -> Int64 {
+    let initialMs = max(0, initialDelay.milliseconds)
+    let maxMs = max(0, maxDelay.milliseconds)
     let exponent = Double(max(attempt, 1) - 1)
-    let grown = Double(initialDelay) * pow(multiplier, exponent)
-    let base = grown.isFinite ? min(grown, Double(maxDelay)) : Double(maxDelay)
+    let grown = Double(initialMs) * pow(multiplier, exponent)
+    let base = grown.isFinite ? min(grown, Double(maxMs)) : Double(maxMs)
     let unit = random.isFinite ? min(max(random, 0), 1) : 0.5
+    let jitter = self.jitter.isFinite ? min(max(self.jitter, 0), 1) : 0
     let delay = base * (1 - jitter + 2 * jitter * unit)
-    guard delay.isFinite else { return maxDelay }
+    guard delay.isFinite else { return min(maxMs, Int64.max / 2) }
     return Int64(min(max(delay, 0), Double(Int64.max / 2)))
   }
 }
@@ -95,12 +111,13 @@ public enum RunFilter: Sendable, Equatable {
 public enum SkipReason: Sendable, Equatable {
   /// An earlier task of its group failed, was skipped or is blocked in this pass.
   case partOfFailedGroup
-  /// Its `isReadyToRun` check said no.
+  /// Its tag's `isReadyToRun` check, or the runner's (``TaskRunner/Configuration/isReadyToRun``),
+  /// said no. ``TaskRunner/conditionsChanged()`` has them asked again.
   case notReady
   /// It has an unresolved recorded error.
   case blockedByError
   /// It waits for its retry time.
-  case waitingForRetry(until: Int64)
+  case waitingForRetry(until: Date)
   /// It is dead (revive it to run it again).
   case dead
   /// It is running already (in another pass or process).
@@ -118,7 +135,7 @@ public enum TaskOutcome: Sendable, Equatable {
   /// The handler succeeded.
   case succeeded
   /// The handler failed; `retryAt` is when it may run again (nil: it is dead).
-  case failed(String, retryAt: Int64?)
+  case failed(String, retryAt: Date?)
   /// The handler recorded an error for the user.
   case errorRecorded(String)
   /// The run was cancelled or interrupted; the task is ready again.
@@ -162,7 +179,7 @@ public struct RunReport: Sendable, Equatable {
   }
   /// Tasks that left the queue (cancelled or cleared) before their turn in the pass.
   public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
-  /// Runs cut short by ``TaskRunner/stop()``; their tasks are ready again.
+  /// Runs cut short by ``TaskRunner/stop()`` or a window's end; their tasks are ready again.
   public var interrupted: Int { entries.filter { $0.outcome == .interrupted }.count }
   /// The first task that failed or recorded an error, if any.
   public var firstFailure: Entry? {
@@ -188,7 +205,7 @@ public enum TaskUpdate: Sendable, Equatable {
   /// A run succeeded; the task left the queue.
   case succeeded(TaskID)
   /// A run failed; `retryAt` nil means the task is dead.
-  case failed(TaskID, message: String, retryAt: Int64?)
+  case failed(TaskID, message: String, retryAt: Date?)
   /// A run was interrupted; the task is ready again.
   case interrupted(TaskID)
   /// A pass skipped the task.
@@ -233,7 +250,7 @@ public struct TaskHistoryEntry: Sendable, Equatable {
     /// A run succeeded.
     case runSucceeded
     /// A run failed; `retryAt` nil means the task became dead.
-    case runFailed(message: String, retryAt: Int64?)
+    case runFailed(message: String, retryAt: Date?)
     /// A run was interrupted (found at open, or cancelled).
     case runInterrupted
     /// A user-fixable error was recorded.
@@ -254,8 +271,16 @@ public struct TaskHistoryEntry: Sendable, Equatable {
 
   /// The event's sequence number.
   public let sequence: UInt64
-  /// When it was logged (Unix milliseconds).
-  public let timestamp: Int64
+  /// When it was logged (whole milliseconds, as the log keeps it).
+  public var timestamp: Date { Date(unixMilliseconds: timestampMs) }
   /// What happened.
   public let event: Kind
+  /// ``timestamp`` as the log keeps it (Unix milliseconds).
+  package let timestampMs: Int64
+
+  init(sequence: UInt64, timestampMs: Int64, event: Kind) {
+    self.sequence = sequence
+    self.timestampMs = timestampMs
+    self.event = event
+  }
 }

@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 /// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, and 2
 /// for `task.runStarted` and `task.errorRecorded`).
@@ -116,7 +117,8 @@ package enum TaskEvent: Equatable, Sendable {
     case .added: return .added
     case .runStarted(_, let attempt, _, _): return .runStarted(attempt: attempt)
     case .runSucceeded: return .runSucceeded
-    case .runFailed(_, let message, _, let next): return .runFailed(message: message, retryAt: next)
+    case .runFailed(_, let message, _, let next):
+      return .runFailed(message: message, retryAt: next.map(Date.init(unixMilliseconds:)))
     case .runInterrupted: return .runInterrupted
     case .errorRecorded(_, let message, _): return .errorRecorded(message: message)
     case .errorResolved: return .errorResolved
@@ -141,7 +143,8 @@ package enum TaskEvent: Equatable, Sendable {
     case .added: return [.added(sequence)]
     case .runStarted(let id, let attempt, _, _): return [.running(id, attempt: attempt)]
     case .runSucceeded(let id): return [.succeeded(id)]
-    case .runFailed(let id, let message, _, let next): return [.failed(id, message: message, retryAt: next)]
+    case .runFailed(let id, let message, _, let next):
+      return [.failed(id, message: message, retryAt: next.map(Date.init(unixMilliseconds:)))]
     case .runInterrupted(let id): return [.interrupted(id)]
     case .errorRecorded(let id, let message, _): return [.errorRecorded(id, message: message)]
     case .errorResolved(let id): return [.errorResolved(id)]

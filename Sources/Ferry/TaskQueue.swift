@@ -49,7 +49,7 @@ public final class TaskQueue: Sendable {
     try await FerryStore.open(at: path, configuration: configuration).queue
   }
 
-  /// Waits until the clock reads at least a time (see ``FerryStore/Configuration/sleep``).
+  /// Waits until the clock reads at least a time (on ``FerryStore/Configuration/clock``).
   let sleep: @Sendable (Int64) async -> Void
 
   init(
@@ -414,7 +414,7 @@ public final class TaskQueue: Sendable {
       case .paused, .resumed: about = nil
       }
       guard about == id, !ended else { return }
-      entries.append(TaskHistoryEntry(sequence: event.sequence, timestamp: event.timestamp, event: kind))
+      entries.append(TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind))
       switch decoded {
       case .runStarted: inRun = true
       case .runFailed, .runInterrupted: inRun = false
@@ -457,9 +457,10 @@ public final class TaskQueue: Sendable {
 
   /// The task a pass would claim next: a retry whose time has come (oldest retry time first), else
   /// the lowest-id ready task after `after` — not manual, not running, first in its group. Reads
-  /// the indexes' first keys, never the whole queue.
-  public func nextRunnable(after: TaskID = 0, at now: Int64? = nil) throws -> PendingTask? {
-    try probeNextRunnable(after: after, at: now).task
+  /// the indexes' first keys, never the whole queue. `date` (the store's clock now when nil) is
+  /// taken to the millisecond, as the log keeps times.
+  public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws -> PendingTask? {
+    try probeNextRunnable(after: after, at: date?.unixMilliseconds).task
   }
 
   /// ``nextRunnable(after:at:)`` with the count of index entries and rows it read.
@@ -485,7 +486,7 @@ public final class TaskQueue: Sendable {
     let message = try reader.readString("message")
     let at = try reader.read(Int64.self, "recordedAt")
     try reader.finish("an error row")
-    return RecordedError(taskId: id, errorId: errorId, message: message, recordedAt: at)
+    return RecordedError(taskId: id, errorId: errorId, message: message, recordedAtMs: at)
   }
 
   /// The longest message logged with a failure or a recorded error, in UTF-8 bytes.

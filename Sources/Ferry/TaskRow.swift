@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 /// A task as the `tasks` table stores it (`Specs/task-events.md` §3.1).
 struct TaskRow: Equatable {
@@ -111,13 +112,13 @@ struct TaskRow: Equatable {
     switch self.status {
     case .ready: status = .ready
     case .running: status = .running
-    case .waiting: status = .waiting(until: eligibleAt ?? 0)
+    case .waiting: status = .waiting(until: Date(unixMilliseconds: eligibleAt ?? 0))
     case .blocked: status = .blockedByError
     case .dead: status = .dead
     }
     return PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
-      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+      addedAtMs: addedAt, lastFailure: lastFailure, errorCount: errorCount)
   }
 }
 

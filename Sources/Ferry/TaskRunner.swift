@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import Synchronization
 
 /// Runs the queue's tasks with the handlers registered per tag.
@@ -11,6 +12,8 @@ import Synchronization
 /// }
 /// let report = try await runner.run()          // one pass over every runnable task, in id order
 /// runner.startAutomaticRunning()               // or: run whenever there is something to run
+/// let window = try await runner.run(for: .seconds(25))   // or: a background window (run(until:))
+/// runner.conditionsChanged()                   // the network is back: ask isReadyToRun again
 /// ```
 ///
 /// Before a handler is called its `runStarted` event is durable, and its result is logged when it
@@ -35,6 +38,17 @@ public final class TaskRunner: Sendable {
     /// How long a run past its time limit has, once its handler is cancelled, to end before the
     /// runner logs the timeout and stops waiting for it.
     public var timeLimitGrace: Duration = .seconds(5)
+    /// How long a run has, once its pass is stopped (``TaskRunner/stop()``, a window's deadline,
+    /// or the cancellation of a window's caller) and its handler cancelled, to end before the
+    /// runner logs it as interrupted and stops waiting for it. Measured on the store's clock.
+    public var interruptionGrace: Duration = .seconds(2)
+    /// A check every task must pass before it runs, whatever its tag — the conditions of the
+    /// whole runner, like a scheduler's constraints ("the network is reachable", "not in Low
+    /// Power Mode"). Asked before the tag's own `isReadyToRun`; a `false` skips the task with
+    /// ``SkipReason/notReady`` like the tag's check. Call ``TaskRunner/conditionsChanged()`` when
+    /// what it reads changes. Nil (the default): no such check. With a check, each task is asked
+    /// and then claimed (two commits instead of one).
+    public var isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
 
     /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff, no time limit.
     public init() {}
@@ -61,6 +75,9 @@ public final class TaskRunner: Sendable {
     /// The automatic-running loop and the signal that wakes it (one per loop, so a loop stopped
     /// and a new one started never share a waiter).
     var automatic: (task: Task<Void, Never>, wakeup: WakeSignal)?
+    /// The background windows under way (``TaskRunner/run(until:_:)``), by number.
+    var windows: [Int: WindowHandle] = [:]
+    var nextWindow = 0
   }
 
   /// The queue it runs.
@@ -177,14 +194,39 @@ public final class TaskRunner: Sendable {
 
   /// Cancels the pass under way (its handler sees cancellation; its task is logged as
   /// interrupted and is ready again) and stops automatic running.
+  ///
+  /// Windows under way (``run(until:_:)``) end too, with ``WindowReport/End/stopped``. A handler
+  /// that ignores its cancellation gets ``Configuration/interruptionGrace``; then its run is
+  /// logged as interrupted and the runner stops waiting for it.
   public func stop() {
-    let (pass, automatic) = state.withLock { s in
+    let (pass, automatic, windows) = state.withLock { s in
       defer { s.automatic = nil }
-      return (s.pass, s.automatic)
+      // Cut under the lock: a window never starts a pass after this (see `windowPass`).
+      for window in s.windows.values { window.cut.cut(.stopped) }
+      return (s.pass, s.automatic, Array(s.windows.values))
     }
     automatic?.task.cancel()
     automatic?.wakeup.signal()
+    for window in windows { window.wakeup.signal() }
     pass?.task.cancel()
+  }
+
+  /// Tells the runner that what its `isReadyToRun` checks look at has changed (the network is
+  /// back, the battery is charging, the user signed in): automatic running runs a pass now, and
+  /// every window (``run(until:_:)``) waiting for a retry time runs one too, asking the checks
+  /// again. A task skipped as ``SkipReason/notReady`` runs then, without the app calling
+  /// ``run(_:)``. A pass under way finishes first and another follows it. With neither automatic
+  /// running nor a window under way it does nothing: call ``run(_:)``.
+  ///
+  /// ```swift
+  /// runner.register(tag: "upload", isReadyToRun: { _ in network.isOnline }) { task in … }
+  /// runner.startAutomaticRunning()
+  /// network.onChange { runner.conditionsChanged() }     // e.g. from NWPathMonitor
+  /// ```
+  public func conditionsChanged() {
+    let (automatic, windows) = state.withLock { s in (s.automatic, Array(s.windows.values)) }
+    automatic?.wakeup.signal()
+    for window in windows { window.wakeup.signal() }
   }
 
   func executePass(_ filter: RunFilter, control: PassControl) async throws -> RunReport {
@@ -211,7 +253,8 @@ public final class TaskRunner: Sendable {
     // The generation is read with the handlers, under the same lock `register` takes.
     state.withLock { s in
       HandlerInfo(
-        tags: s.handlers.mapValues { $0.isReadyToRun != nil }, unhandled: unhandled,
+        tags: s.handlers.mapValues { $0.isReadyToRun != nil || configuration.isReadyToRun != nil },
+        unhandled: unhandled,
         generation: unhandled.generation)
     }
   }
@@ -231,6 +274,8 @@ public final class TaskRunner: Sendable {
     var head: UInt64 = 0
     /// The search found nothing more to claim (rather than stopping at the width, a check or its limit).
     var exhausted = false
+    /// The pass's deadline had come: the command claimed nothing.
+    var pastDeadline = false
   }
 
   /// The pass's loop: one command logs every run that ended since the last one and claims up to
@@ -241,10 +286,12 @@ public final class TaskRunner: Sendable {
     let ended = Mailbox<Finished>()
     var running = 0
     var finished: [Finished] = []
+    var draining = false
     try await withThrowingTaskGroup(of: Void.self) { handlers in
       while true {
-        if Task.isCancelled {
-          // Stopped: the handlers see cancellation; log every outcome, then end.
+        if Task.isCancelled || draining {
+          // Stopped, or past the pass's deadline: the handlers see cancellation (the window that
+          // set the deadline cancels the pass at it); log every outcome, then end.
           while running > 0 {
             let batch = await ended.takeAll()
             running -= batch.count
@@ -259,6 +306,7 @@ public final class TaskRunner: Sendable {
         let toFinish = finished
         let free = width - running
         let (ready, retry) = pass.cursors()
+        let deadline = control.deadline
         finished = []
         // The runs this command may claim count as live from before it commits: a close meanwhile
         // keeps the token locked until they end.
@@ -274,6 +322,11 @@ public final class TaskRunner: Sendable {
             if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
               successors.append(group)
             }
+          }
+          // A window's deadline: nothing more is claimed, decided here with the claims.
+          if let deadline, clock() >= deadline {
+            step.pastDeadline = true
+            return step
           }
           // Successors first: every group this command moved on, however the scan ends.
           for group in successors where step.claims.count < free && step.check == nil {
@@ -316,13 +369,19 @@ public final class TaskRunner: Sendable {
           if logged == .logged { publish(run) }
           report(run, logged: logged, pass: pass)
         }
+        if step.pastDeadline {
+          draining = true
+          continue
+        }
         pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
         for (id, reason) in step.skips where pass.touch(id) {
           if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
           pass.add(id, skip(id, reason))
         }
         var claimed = step.claims
-        if let task = step.check, let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info) {
+        if let task = step.check,
+          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, deadline: deadline)
+        {
           claimed.append(run)
         }
         for run in claimed {
@@ -357,7 +416,7 @@ public final class TaskRunner: Sendable {
 
   /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run.
   private func checkAndClaim(
-    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo
+    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, deadline: Int64?
   ) async throws -> ClaimedRun? {
     guard pass.touch(task.id) else { return nil }
     guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
@@ -365,7 +424,7 @@ public final class TaskRunner: Sendable {
       pass.failGroup(task.groupId)
       return nil
     }
-    if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+    if !(await isReady(task, registration)) {
       pass.add(task.id, skip(task.id, .notReady))
       pass.failGroup(task.groupId)
       return nil
@@ -373,15 +432,21 @@ public final class TaskRunner: Sendable {
     let runner = number
     let clock = queue.clock
     queue.reserveRuns(1)
-    let decision: SingleClaim
+    let decided: SingleClaim?
     do {
-      decision = try await queue.log.execute { context in
-        try ClaimSearch.claim(
-          task.id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: true)
+      decided = try await queue.log.execute { context -> SingleClaim? in
+        let now = clock()
+        if let deadline, now >= deadline { return nil }  // a window's deadline came meanwhile
+        return try ClaimSearch.claim(
+          task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
       }
     } catch {
       queue.endRuns(1)
       throw error
+    }
+    guard let decision = decided else {
+      queue.endRuns(1)
+      return nil
     }
     if case .claimed = decision {} else { queue.endRuns(1) }
     switch decision {
@@ -399,6 +464,13 @@ public final class TaskRunner: Sendable {
       break  // not asked with checked: true
     }
     return nil
+  }
+
+  /// Whether a task may run now: the runner's check (``Configuration/isReadyToRun``), then its tag's.
+  private func isReady(_ task: PendingTask, _ registration: Registration) async -> Bool {
+    if let check = configuration.isReadyToRun, !(await check(task)) { return false }
+    if let check = registration.isReadyToRun, !(await check(task)) { return false }
+    return true
   }
 
   /// Logs runs' outcomes in one command (each only if the run is still the runner's) and tells
@@ -461,12 +533,12 @@ public final class TaskRunner: Sendable {
       if retryable && attempt < policy.maxAttempts {
         // Saturating: a clock near the end of time must not wrap the retry around to the past.
         let (at, overflow) = queue.clock().addingReportingOverflow(
-          policy.delay(afterAttempt: attempt, random: configuration.random()))
+          policy.delayMilliseconds(afterAttempt: attempt, random: configuration.random()))
         retryAt = overflow ? Int64.max : at
       }
       return (
         run, [.runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)],
-        .failed(message, retryAt: retryAt)
+        .failed(message, retryAt: retryAt.map(Date.init(unixMilliseconds:)))
       )
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
@@ -474,37 +546,33 @@ public final class TaskRunner: Sendable {
     }
   }
 
-  /// Calls the handler — under its time limit, when it has one; a throw becomes a failure, except
-  /// a stopped pass's cancellation, which is rethrown.
+  /// Calls the handler in a task of its own — under its time limit, when it has one. A throw
+  /// becomes a failure; a stopped pass's run (``stop()``, a window's deadline or its caller
+  /// cancelled) that then throws anything, or does not end within the interruption grace, is
+  /// rethrown as `CancellationError`: interrupted. A result returned in time is the outcome.
   private func call(_ registration: Registration, _ run: ClaimedRun) async throws(CancellationError) -> TaskResult {
     let task = run.task
     let running = RunningTask(
       id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
       payloadBytes: run.payload)
-    guard let limit = registration.timeLimit ?? configuration.defaultTimeLimit else {
-      do {
-        return try await registration.run(running)
-      } catch {
-        return try failure(error, of: task.id)
-      }
-    }
-    let limitMs = max(1, limit.milliseconds)
+    let limitMs = (registration.timeLimit ?? configuration.defaultTimeLimit).map { max(1, $0.milliseconds) }
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
-    let timedOut = "timed out after \(Self.readable(milliseconds: limitMs))"
+    let timedOut = "timed out after \(Self.readable(milliseconds: limitMs ?? 0))"
     switch await HandlerRun.run(
-      registration.run, running, limitMs: limitMs, graceMs: graceMs, clock: queue.clock, sleep: queue.sleep)
+      registration.run, running, limitMs: limitMs, graceMs: graceMs,
+      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
     {
-    case .ended(.success(let result), _):
+    case .ended(.success(let result), _, _):
       return result
-    case .ended(.failure(let error), timedOut: false):
-      return try failure(error, of: task.id)
-    case .ended(.failure, timedOut: true):
-      if Task.isCancelled { throw CancellationError() }  // the pass was stopped too: interrupted
-      queue.observer.timedOut(run, limitMs: limitMs, abandoned: false)
+    case .ended(.failure, _, stopped: true), .abandoned(_, stopped: true):
+      throw CancellationError()  // the pass was stopped: interrupted
+    case .ended(.failure(let error), timedOut: false, stopped: false):
+      return failure(error, of: task.id)
+    case .ended(.failure, timedOut: true, stopped: false):
+      queue.observer.timedOut(run, limitMs: limitMs ?? 0, abandoned: false)
       return .failed(timedOut, retryable: true)
-    case .abandoned:
-      if Task.isCancelled { throw CancellationError() }
-      queue.observer.timedOut(run, limitMs: limitMs, abandoned: true)
+    case .abandoned(timedOut: _, stopped: false):
+      queue.observer.timedOut(run, limitMs: limitMs ?? 0, abandoned: true)
       return .failed(
         "\(timedOut); the handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
           + "cancelled and was left running (what it returns is not logged)", retryable: true)
@@ -516,14 +584,12 @@ public final class TaskRunner: Sendable {
     milliseconds % 1000 == 0 ? "\(milliseconds / 1000) s" : "\(milliseconds) ms"
   }
 
-  /// What a handler's throw means: a stopped pass's cancellation is rethrown (the run is
-  /// interrupted); anything else is a failure.
-  private func failure(_ error: any Error, of id: TaskID) throws(CancellationError) -> TaskResult {
+  /// What a handler's throw means, when its pass was not stopped: a failure.
+  private func failure(_ error: any Error, of id: TaskID) -> TaskResult {
     switch error {
-    case let cancellation as CancellationError:
+    case is CancellationError:
       // Only a stopped pass interrupts a run; a handler's own cancellation is a failure like any
       // other (treated as an interruption it would run again at once, forever).
-      if Task.isCancelled { throw cancellation }
       return .failed("the handler threw CancellationError", retryable: true)
     case let error as FerryError:
       // A payload of this task that no longer decodes: retrying cannot help.
@@ -574,7 +640,7 @@ public final class TaskRunner: Sendable {
           outcome = skip(id, .noHandler)
           break
         }
-        if let isReady = registration.isReadyToRun, !(await isReady(task)) {
+        if !(await isReady(task, registration)) {
           outcome = skip(id, .notReady)
           break
         }
@@ -609,7 +675,8 @@ public final class TaskRunner: Sendable {
         guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { continue }
         switch decoded {
         case .runSucceeded(id): return .succeeded
-        case .runFailed(id, let message, _, let next): return .failed(message, retryAt: next)
+        case .runFailed(id, let message, _, let next):
+          return .failed(message, retryAt: next.map(Date.init(unixMilliseconds:)))
         case .runInterrupted(id): return .interrupted
         case .errorRecorded(id, let message, true): return .errorRecorded(message)
         default: continue
@@ -692,7 +759,7 @@ public final class TaskRunner: Sendable {
   /// The earliest retry time at or after `passStart`. A time before it was considered by that
   /// pass; one that pass skipped for another reason (not ready, no handler) waits for another
   /// wake-up, so the loop never spins — and a time that came due during the pass is not missed.
-  private func nextRetryTime(from passStart: Int64) -> Int64? {
+  func nextRetryTime(from passStart: Int64) -> Int64? {
     try? queue.log.read { view in
       var at: Int64?
       try view.tables(of: TaskQueueProjection.projectionName).scan(
@@ -793,6 +860,14 @@ final class WakeSignal: Sendable {
       return nil
     }
     waiter?.resume()
+  }
+
+  /// Takes a signal given while nobody waited; false when there was none.
+  func take() -> Bool {
+    state.withLock { s in
+      defer { s.pending = false }
+      return s.pending
+    }
   }
 
   func wait() async {

@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 /// A task's id: the sequence number of the event that added it. Ids are never reused, and their
 /// order is the order tasks were added (FIFO by log order, never by wall clock).
@@ -21,8 +22,9 @@ public enum TaskStatus: Sendable, Equatable {
   case ready
   /// A handler is running it (or was, when the process died; see `runInterrupted`).
   case running
-  /// Failed and waits until this time (Unix milliseconds) before it may run again.
-  case waiting(until: Int64)
+  /// Failed and waits until this time before it may run again (whole milliseconds, as the log
+  /// keeps it).
+  case waiting(until: Date)
   /// A user-fixable error was recorded; it and its group wait until the error is resolved.
   case blockedByError
   /// Failed for good (not retryable, or out of attempts); kept until revived or cancelled.
@@ -50,18 +52,36 @@ public struct PendingTask: Sendable, Equatable {
   public let status: TaskStatus
   /// Runs started so far.
   public let attempts: UInt32
-  /// When it was added (Unix milliseconds).
-  public let addedAt: Int64
+  /// When it was added (whole milliseconds, as the log keeps it).
+  public var addedAt: Date { Date(unixMilliseconds: addedAtMs) }
   /// The message of its last failed run, if any.
   public let lastFailure: String?
   /// How many errors have been recorded on it, resolved or not.
   public let errorCount: UInt32
+  /// ``addedAt`` as the log keeps it (Unix milliseconds).
+  package let addedAtMs: Int64
+
+  init(
+    id: TaskID, tag: String, dataId: String?, groupId: String?, manual: Bool, status: TaskStatus,
+    attempts: UInt32, addedAtMs: Int64, lastFailure: String?, errorCount: UInt32
+  ) {
+    self.id = id
+    self.tag = tag
+    self.dataId = dataId
+    self.groupId = groupId
+    self.manual = manual
+    self.status = status
+    self.attempts = attempts
+    self.addedAtMs = addedAtMs
+    self.lastFailure = lastFailure
+    self.errorCount = errorCount
+  }
 
   /// The same task with another status.
   func with(status: TaskStatus) -> PendingTask {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
-      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+      addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount)
   }
 }
 
@@ -84,8 +104,17 @@ public struct RecordedError: Sendable, Equatable {
   public let errorId: UInt64
   /// The message for the user.
   public let message: String
-  /// When it was recorded (Unix milliseconds).
-  public let recordedAt: Int64
+  /// When it was recorded (whole milliseconds, as the log keeps it).
+  public var recordedAt: Date { Date(unixMilliseconds: recordedAtMs) }
+  /// ``recordedAt`` as the log keeps it (Unix milliseconds).
+  package let recordedAtMs: Int64
+
+  init(taskId: TaskID, errorId: UInt64, message: String, recordedAtMs: Int64) {
+    self.taskId = taskId
+    self.errorId = errorId
+    self.message = message
+    self.recordedAtMs = recordedAtMs
+  }
 }
 
 /// Errors of the task queue. Errors of the log beneath it arrive as `FerryLogError` (module FerryLog).

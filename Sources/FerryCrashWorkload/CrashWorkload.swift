@@ -27,7 +27,7 @@ public func runCrashWorkload(
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.random = { roll() }
   runnerConfiguration.defaultRetry = RetryPolicy(
-    maxAttempts: 4, initialDelay: 500, multiplier: 2, jitter: 0.2)
+    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
   for tag in ["a", "b", "c"] {
     runner.register(tag: tag) { task in
@@ -91,7 +91,8 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.random = { roll() }
   runnerConfiguration.maxConcurrentTasks = 2
-  runnerConfiguration.defaultRetry = RetryPolicy(maxAttempts: 4, initialDelay: 500, multiplier: 2, jitter: 0.2)
+  runnerConfiguration.defaultRetry = RetryPolicy(
+    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
   for tag in ["a", "b", "c"] {
     runner.register(tag: tag) { task in
@@ -112,8 +113,8 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
 
 /// Opens a crash-test store on a simulated clock that continues from the last event, so retries
 /// keep coming due across restarts.
-private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws -> (FerryStore, TestClock) {
-  let clock = TestClock(now: 1_768_467_600_000)
+private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws -> (FerryStore, ManualClock) {
+  let clock = ManualClock(date: Date(unixMilliseconds: 1_768_467_600_000))
   var configuration = FerryStore.Configuration()
   clock.install(in: &configuration)
   if let rebuildChunkSize { configuration.rebuildChunkSize = rebuildChunkSize }
@@ -121,7 +122,7 @@ private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws
   let store = try await FerryStore.open(at: path, configuration: configuration)
   do {
     if let last = try store.log.event(at: try store.log.head()) {
-      clock.set(max(clock.now, last.timestamp + 1))
+      clock.set(max(clock.date, Date(unixMilliseconds: last.timestamp + 1)))
     }
   } catch {
     store.close()

@@ -1,6 +1,5 @@
 import Ferry
 import FerryLog
-import FerryTesting
 import Foundation
 import Synchronization
 
@@ -60,14 +59,15 @@ public func runDemo(
 
 private func tellStory(path: String, seed: UInt64, output: Output) async throws -> FerrySnapshot {
   let say = output.line
-  let clock = TestClock(now: 1_768_467_600_000)  // 2026-01-15 09:00:00 UTC, simulated
+  // 2026-01-15 09:00:00 UTC, simulated
+  let clock = DemoClock(date: Date(unixMilliseconds: 1_768_467_600_000))
   let start = clock.now
   func stamp() -> String {
-    let seconds = (clock.now - start) / 1000
+    let seconds = start.duration(to: clock.now).milliseconds / 1000
     return String(format: "[+%02lld:%02lld]", seconds / 60, seconds % 60)
   }
   var configuration = FerryStore.Configuration()
-  clock.install(in: &configuration)
+  configuration.clock = clock
   if let entries = try? FileManager.default.contentsOfDirectory(atPath: path), !entries.isEmpty {
     throw ToolError(.badInput, "\(path) is not empty: the demo needs a fresh directory")
   }
@@ -79,7 +79,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
   runnerConfiguration.collections = ["grocery-changes": ["add-item"]]
   runnerConfiguration.random = { server.random() }
   runnerConfiguration.defaultRetry = RetryPolicy(
-    maxAttempts: 10, initialDelay: 2000, multiplier: 2, jitter: 0.1)
+    maxAttempts: 10, initialDelay: .seconds(2), multiplier: 2, jitter: 0.1)
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
   runner.register(tag: "add-item") { task in server.add(try task.payload(as: GroceryItem.self).name) }
   runner.register(tag: "share-list") { _ in .succeeded }
@@ -91,8 +91,8 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
       switch entry.outcome {
       case .succeeded: text = "sent to the server"
       case .failed(let message, let retryAt):
-        text =
-          "failed: \(message)" + (retryAt.map { ", retry in \(humanDuration($0 - clock.now))" } ?? ", dead")
+        let retry = retryAt.map { humanDuration($0.unixMilliseconds - clock.date.unixMilliseconds) }
+        text = "failed: \(message)" + (retry.map { ", retry in \($0)" } ?? ", dead")
       case .errorRecorded(let message): text = "needs the user: \(message)"
       case .interrupted: text = "interrupted"
       case .skipped(let reason): text = "skipped (\(reason))"
@@ -105,12 +105,12 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
     describe(try await runner.run())
   }
   func advanceToNextRetry() -> Bool {
-    let next = (try? store.queue.pendingTasks())?.compactMap { task -> Int64? in
+    let next = (try? store.queue.pendingTasks())?.compactMap { task -> Date? in
       if case .waiting(let until) = task.status { return until }
       return nil
     }.min()
     guard let next else { return false }
-    clock.set(max(clock.now, next))
+    clock.set(max(clock.date, next))
     return true
   }
 
@@ -185,7 +185,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
   say("")
   say("final state (ferry inspect):")
   let snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
-  InspectReport(snapshot, now: clock.now, maxAgeMs: 3_600_000).lines().forEach { say("  " + $0) }
+  InspectReport(snapshot, now: clock.date.unixMilliseconds, maxAgeMs: 3_600_000).lines().forEach { say("  " + $0) }
   let verified = try store.log.verify()
   say("")
   say(

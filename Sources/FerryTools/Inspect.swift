@@ -122,7 +122,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
         totals.running += 1
       case .waiting(let until):
         status = "waiting"
-        eligibleAt = until
+        eligibleAt = until.unixMilliseconds
         totals.waiting += 1
       case .blockedByError:
         status = "blocked"
@@ -138,24 +138,24 @@ public struct InspectReport: Codable, Sendable, Equatable {
       return Task(
         id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
         status: status,
-        eligibleAt: eligibleAt, behind: behind, attempts: task.attempts, addedAt: task.addedAt,
+        eligibleAt: eligibleAt, behind: behind, attempts: task.attempts, addedAt: task.addedAtMs,
         lastFailure: task.lastFailure,
         error: errorByTask[task.id])
     }
     groups = snapshot.groups.map { Group(group: $0.group, tasks: $0.tasks) }
     totals.groups = groups.count
     errors = snapshot.errors.map {
-      Error(taskId: $0.taskId, errorId: $0.errorId, message: $0.message, recordedAt: $0.recordedAt)
+      Error(taskId: $0.taskId, errorId: $0.errorId, message: $0.message, recordedAt: $0.recordedAtMs)
     }
     totals.errors = errors.count
     caches = snapshot.caches.map { record in
-      let age = record.lastSuccess.map { max(0, now &- $0) }
-      let tooOld = record.lastSuccess.map { $0 < now &- maxAgeMs }
+      let age = record.lastSuccessMs.map { max(0, now &- $0) }
+      let tooOld = record.lastSuccessMs.map { $0 < now &- maxAgeMs }
       if tooOld == true { totals.tooOld += 1 }
       return Cache(
-        key: record.key, lastSuccess: record.lastSuccess, ageMs: age, tooOld: tooOld,
-        lastAttempt: record.lastAttempt,
-        lastFailure: record.lastFailure?.at, lastFailureMessage: record.lastFailure?.message,
+        key: record.key, lastSuccess: record.lastSuccessMs, ageMs: age, tooOld: tooOld,
+        lastAttempt: record.lastAttemptMs,
+        lastFailure: record.lastFailureMs?.at, lastFailureMessage: record.lastFailureMs?.message,
         fetchCount: record.fetchCount, morePagesAvailable: record.morePagesAvailable)
     }
     totals.caches = caches.count

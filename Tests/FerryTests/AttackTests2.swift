@@ -121,7 +121,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
     defer { queue.close() }
     var config = TaskRunner.Configuration()
     config.maxConcurrentTasks = width
-    config.defaultRetry = RetryPolicy(maxAttempts: 5, initialDelay: 60_000)
+    config.defaultRetry = RetryPolicy(maxAttempts: 5, initialDelay: .seconds(60))
     let runner = TaskRunner(queue: queue, configuration: config)
     struct Bad: Error {}
     let inGroup = Mutex<[String: Int]>([:])
@@ -192,7 +192,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
     defer { queue.close() }
     var config = TaskRunner.Configuration()
     config.maxConcurrentTasks = width
-    config.defaultRetry = RetryPolicy(maxAttempts: 1000, initialDelay: 0)
+    config.defaultRetry = RetryPolicy(maxAttempts: 1000, initialDelay: .zero)
     let runner = TaskRunner(queue: queue, configuration: config)
     let succeeded = Mutex<[TaskID: Int]>([:])
     let handler: @Sendable (RunningTask) async throws -> TaskResult = { task in

@@ -7,16 +7,16 @@ import Testing
 @Suite struct CacheDateTests {
   @Test func timesComeAndGoAsDatesWhileTheLogKeepsMilliseconds() async throws {
     try await withStore { store, clock, _ in
-      let fetched = Date(timeIntervalSince1970: Double(clock.now - 5_250) / 1000)
+      let fetched = Date(timeIntervalSince1970: Double(clock.milliseconds - 5_250) / 1000)
       try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false), at: fetched)
       let record = try #require(try store.ledger.record("notes"))
-      #expect(record.lastSuccess == clock.now - 5_250)  // milliseconds inside
-      #expect(record.lastSuccessDate == fetched)
-      #expect(record.lastAttemptDate == fetched)
-      #expect(record.lastFailureDate == nil)
+      #expect(record.lastSuccessMs == clock.milliseconds - 5_250)  // milliseconds inside
+      #expect(record.lastSuccess == fetched)
+      #expect(record.lastAttempt == fetched)
+      #expect(record.lastFailure == nil)
       let age = try store.ledger.state(key: "notes", maxAge: .seconds(3600))
-      #expect(age.lastFetchedDate == fetched)
-      #expect(store.ledger.currentDate == Date(timeIntervalSince1970: Double(clock.now) / 1000))
+      #expect(age.lastFetched == fetched)
+      #expect(store.ledger.now == clock.date)
 
       let notes = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: .seconds(3600),

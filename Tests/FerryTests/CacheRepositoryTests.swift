@@ -204,7 +204,7 @@ final class NotesBackend: Sendable {
       #expect(backend.fetches == 1)
       #expect(
         try store.ledger.state(key: "notes", maxAge: .seconds(60))
-          == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
+          == .cache(lastFetched: clock.date, age: .zero, isTooOld: false))
     }
   }
 
@@ -298,7 +298,7 @@ final class NotesBackend: Sendable {
       try await store.ledger.makeFresh("a")
       #expect(
         try store.ledger.state(key: "a", maxAge: .seconds(30))
-          == .cache(lastFetched: clock.now, age: .zero, isTooOld: false))
+          == .cache(lastFetched: clock.date, age: .zero, isTooOld: false))
       try await store.ledger.makeNeverFetched("a")
       #expect(try store.ledger.state(key: "a", maxAge: .seconds(30)) == .noCache)
     }

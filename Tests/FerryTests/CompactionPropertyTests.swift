@@ -102,7 +102,7 @@ final class OutcomeSalt: Sendable {
 struct StorePair {
   let compactedFixture = QueueFixture()
   let referenceFixture = QueueFixture()
-  let clock = TestClock()
+  let clock = ManualClock()
   let salt = OutcomeSalt()
   var configuration = FerryStore.Configuration()
   var compacted: FerryStore

@@ -253,7 +253,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
     defer { fixture.remove() }
     let clock = fixture.clock
     var store = try await fixture.openStore()
-    let start = clock.now
+    let start = clock.milliseconds
     let id = try await store.queue.add(tag: "t", payload: ["n": 1])
     _ = try await store.log.append(TaskEvent.runStarted(id, attempt: 1, owner: "", runner: 0).newEvent)
     try await store.queue.clear()

@@ -108,7 +108,7 @@ struct Model {
     func mayStart(_ task: Task, now: Int64) -> Bool {
       switch task.status {
       case .ready: return true
-      case .waiting(let until): return until <= now
+      case .waiting(let until): return until <= at(now)
       default: return false
       }
     }
@@ -123,8 +123,8 @@ struct Model {
       successorOf = nil
       if pick == nil {
         let due = tasks.compactMap { task -> (at: Int64, id: UInt64)? in
-          guard indexed(task), case .waiting(let until) = task.status, until <= now else { return nil }
-          return (until, task.id)
+          guard indexed(task), case .waiting(let until) = task.status, until <= at(now) else { return nil }
+          return (until.unixMilliseconds, task.id)
         }.sorted { ($0.at, $0.id) < ($1.at, $1.id) }
         for key in due {
           if let cursor = retryCursor, (key.at, key.id) <= (cursor.at, cursor.id) { continue }
@@ -157,7 +157,7 @@ struct Model {
       case 2:
         _ = log()
         tasks[index].status =
-          attempt < Self.maxAttempts ? .waiting(until: now + 1000 * (1 << Int64(attempt - 1))) : .dead
+          attempt < Self.maxAttempts ? .waiting(until: at(now + 1000 * (1 << Int64(attempt - 1)))) : .dead
         if let group = task.group { failedGroups.insert(group) }
       case 3:
         let errorId = log()
@@ -243,10 +243,10 @@ enum Command: CustomStringConvertible {
       let commands = numbers.map(Command.init)
       let fixture = QueueFixture()
       defer { fixture.remove() }
-      let clock = TestClock()
+      let clock = ManualClock()
       var configuration = FerryStore.Configuration()
       clock.install(in: &configuration)
-      var model = Model(now: clock.now)
+      var model = Model(now: clock.milliseconds)
       do {
         var store = try await FerryStore.open(at: fixture.path, configuration: configuration)
         var runners = [makeRunner(store), makeRunner(store)]
@@ -407,7 +407,7 @@ func makeRunner(
   var configuration = TaskRunner.Configuration()
   configuration.random = { 0.5 }
   configuration.defaultRetry = RetryPolicy(
-    maxAttempts: Model.maxAttempts, initialDelay: 1000, multiplier: 2, jitter: 0)
+    maxAttempts: Model.maxAttempts, initialDelay: .seconds(1), multiplier: 2, jitter: 0)
   let runner = TaskRunner(queue: store.queue, configuration: configuration)
   for tag in ["t0", "t1", "t2"] {
     runner.register(tag: tag) { task in
@@ -443,7 +443,7 @@ func expectSame(_ store: FerryStore, _ model: Model, after step: Int, _ commands
       (
         $0.key,
         Model.Cache(
-          lastSuccess: $0.lastSuccess, lastAttempt: $0.lastAttempt, lastFailureAt: $0.lastFailure?.at,
+          lastSuccess: $0.lastSuccessMs, lastAttempt: $0.lastAttemptMs, lastFailureAt: $0.lastFailureMs?.at,
           count: $0.fetchCount)
       )
     })

@@ -69,7 +69,7 @@ struct CapturingLogHandler: LogHandler {
       let cancelled = try await queue.add(tag: "upload", payload: Item(name: secret), manual: true)
       try await queue.cancel(cancelled)
       let run = runner(queue)
-      run.register(tag: "upload", retry: RetryPolicy(initialDelay: 1000, jitter: 0)) { task in
+      run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
         task.attempt == 1 ? .failed("offline") : .succeeded
       }
       run.register(tag: "reject") { _ in .failed("the server refuses it", retryable: false) }
@@ -155,7 +155,7 @@ struct CapturingLogHandler: LogHandler {
       let started = Journal()
       let release = Gate()
       let run = runner(queue) { $0.timeLimitGrace = .seconds(5) }
-      run.register(tag: "hang", retry: RetryPolicy(initialDelay: 1000, jitter: 0), timeLimit: .seconds(10)) {
+      run.register(tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)) {
         _ in
         started.note("started")
         await release.wait()  // ignores its cancellation
@@ -261,11 +261,11 @@ struct CapturingLogHandler: LogHandler {
       let second = runner(queue) { $0.maxConcurrentTasks = 2 }
       for run in [first, second] {
         run.register(
-          tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
+          tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler)
         run.register(
-          tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: 1000, jitter: 0), handler: handler)
+          tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: .seconds(1), jitter: 0), handler: handler)
         run.register(
-          tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, jitter: 0), handler: handler)
+          tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler)
       }
       for round in 0..<4 {
         if round > 0 { clock.advance(by: .seconds(10)) }  // every retry comes due
@@ -294,7 +294,7 @@ struct CapturingLogHandler: LogHandler {
       let oldest = try #require(pending.first)
       #expect(
         try metrics.expectMeter("ferry_queue_oldest_pending_age_seconds").lastValue
-          == Double(clock.now - oldest.addedAt) / 1000)
+          == Double(clock.milliseconds - oldest.addedAtMs) / 1000)
       let ready = try store.log.read { view in try view.tables(of: "taskQueue").count("ready") }
       #expect(try metrics.expectMeter("ferry_queue_ready").lastValue == Double(ready))
 

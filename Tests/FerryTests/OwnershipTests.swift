@@ -469,7 +469,7 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     let queue = try await fixture.open()
     defer { queue.close() }
     let runner = TaskRunner(queue: queue)
-    runner.register(tag: "t", retry: RetryPolicy(maxAttempts: 5, initialDelay: 1000, jitter: 0)) { _ in
+    runner.register(tag: "t", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1), jitter: 0)) { _ in
       .failed("offline")
     }
     var ids: [TaskID] = []

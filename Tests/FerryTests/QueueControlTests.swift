@@ -118,7 +118,7 @@ import Testing
       #expect(refused.map { "\($0)" } == "\(FerryError.taskRunning(id))")
       #expect(try queue.payload(of: id, as: Item.self) == Item(name: "old"))
       release.open()
-      #expect(try await report.outcome(of: id) == .failed("offline", retryAt: fixture.time + 1000))
+      #expect(try await report.outcome(of: id) == .failed("offline", retryAt: at(fixture.time + 1000)))
       // The run has ended (a retryable failure): now the update is taken.
       try await queue.updatePayload(id, to: Item(name: "new"))
       #expect(try queue.payload(of: id, as: Item.self) == Item(name: "new"))
@@ -302,7 +302,7 @@ import Testing
       run.register(tag: "t") { task in task.id == retrying ? .failed("offline") : .succeeded }
       #expect(
         try await run.run(.task(retrying)).outcome(of: retrying)
-          == .failed("offline", retryAt: clock.now + 1000))
+          == .failed("offline", retryAt: at(clock.milliseconds + 1000)))
       // Blocked, behind a blocked head, manual, a retry ahead: nothing to do now.
       try await queue.waitUntilIdle()
       #expect(try queue.isIdle())
@@ -450,7 +450,7 @@ import Testing
       let journal = Journal()
       let release = Gate()
       let run = runner(queue) { $0.timeLimitGrace = .seconds(5) }
-      run.register(tag: "hang", retry: RetryPolicy(initialDelay: 1000, jitter: 0), timeLimit: .seconds(10)) {
+      run.register(tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)) {
         task in
         guard task.attempt == 1 else { return .succeeded }
         journal.note("started")
@@ -459,7 +459,7 @@ import Testing
         return .succeeded  // too late: never logged
       }
       run.register(tag: "next") { _ in .succeeded }
-      let start = clock.now
+      let start = clock.milliseconds
       async let first = run.run()
       try await waitUntil { journal.all == ["started"] }
       await clock.waitForSleepers()
@@ -470,9 +470,9 @@ import Testing
       let message =
         "timed out after 10 s; the handler did not stop within 5 s of being cancelled and was left running "
         + "(what it returns is not logged)"
-      #expect(report.outcome(of: hung) == .failed(message, retryAt: start + 15_000 + 1000))
+      #expect(report.outcome(of: hung) == .failed(message, retryAt: at(start + 15_000 + 1000)))
       #expect(report.outcome(of: next) == nil)  // its group failed in this pass
-      #expect(try queue.task(hung)?.status == .waiting(until: start + 16_000))
+      #expect(try queue.task(hung)?.status == .waiting(until: at(start + 16_000)))
 
       // The hung handler ends late: nothing of it is logged.
       release.open()
@@ -487,7 +487,7 @@ import Testing
       let history = try queue.history(of: hung).map(\.event)
       #expect(
         history == [
-          .added, .runStarted(attempt: 1), .runFailed(message: message, retryAt: start + 16_000),
+          .added, .runStarted(attempt: 1), .runFailed(message: message, retryAt: at(start + 16_000)),
           .runStarted(attempt: 2), .runSucceeded,
         ])
       let outcomes = try store.log.forEachTaskEvent().filter { _, decoded in
@@ -518,13 +518,13 @@ import Testing
         return .succeeded
       }
       run.register(tag: "quick") { _ in .succeeded }
-      let start = clock.now
+      let start = clock.milliseconds
       async let report = run.run()
       await started.wait()
       await clock.waitForSleepers()
       clock.advance(by: .milliseconds(1500))
       let done = try await report
-      #expect(done.outcome(of: slow) == .failed("timed out after 1500 ms", retryAt: start + 1500 + 1000))
+      #expect(done.outcome(of: slow) == .failed("timed out after 1500 ms", retryAt: at(start + 1500 + 1000)))
       #expect(done.outcome(of: quick) == .succeeded)
       #expect(clock.sleeperCount == 0)  // the grace timer was given up with the run
       try expectConsistent(queue)

@@ -33,7 +33,7 @@ func waitFor(
     let queue = try await fixture.open()
     defer { queue.close() }
     let run = runner(queue)
-    run.register(tag: "t", retry: RetryPolicy(initialDelay: 1000, jitter: 0)) { task in
+    run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
       let name = try task.payload(as: Item.self).name
       if name == "flaky" { return task.attempt == 1 ? .failed("offline") : .succeeded }
       fixture.time += 2000  // a slow task: the pass outlives the flaky task's retry time
@@ -169,13 +169,14 @@ func waitFor(
   }
 
   @Test func retryPoliciesNeverTrapOnStrangeNumbers() {
-    #expect(RetryPolicy(initialDelay: 1000, jitter: .nan).delay(afterAttempt: 1, random: 0.5) == 1000)
-    #expect(RetryPolicy(initialDelay: 1000, jitter: 0.2).delay(afterAttempt: 1, random: .nan) == 1000)
-    let huge = RetryPolicy(maxAttempts: 100, initialDelay: 1000, multiplier: .infinity, maxDelay: 60_000)
-    #expect(huge.delay(afterAttempt: 50, random: 0.5) == 60_000)
+    #expect(RetryPolicy(initialDelay: .seconds(1), jitter: .nan).delay(afterAttempt: 1, random: 0.5) == .seconds(1))
+    #expect(RetryPolicy(initialDelay: .seconds(1), jitter: 0.2).delay(afterAttempt: 1, random: .nan) == .seconds(1))
+    let huge = RetryPolicy(
+      maxAttempts: 100, initialDelay: .seconds(1), multiplier: .infinity, maxDelay: .seconds(60))
+    #expect(huge.delay(afterAttempt: 50, random: 0.5) == .seconds(60))
     let steep = RetryPolicy(
-      maxAttempts: 100, initialDelay: 1000, multiplier: 1e300, maxDelay: 60_000, jitter: 0)
-    #expect(steep.delay(afterAttempt: 90, random: 0.5) == 60_000)
+      maxAttempts: 100, initialDelay: .seconds(1), multiplier: 1e300, maxDelay: .seconds(60), jitter: 0)
+    #expect(steep.delay(afterAttempt: 90, random: 0.5) == .seconds(60))
   }
 
   @Test func historyEndsWhereTheTaskEnded() async throws {

@@ -13,12 +13,12 @@ struct Item: Codable, Equatable, Sendable {
 /// A fresh store directory and a clock the test moves by hand.
 final class QueueFixture: Sendable {
   let path = FileManager.default.temporaryDirectory.path + "/ferry-queue-\(UUID().uuidString.prefix(8))"
-  let clock = TestClock(now: 1_700_000_000_000)
+  let clock = ManualClock(date: at(1_700_000_000_000))
 
   /// The clock's time (Unix milliseconds); setting it moves the clock.
   var time: Int64 {
-    get { clock.now }
-    set { clock.set(newValue) }
+    get { clock.milliseconds }
+    set { clock.set(milliseconds: newValue) }
   }
 
   /// The store's configuration on this fixture's clock.
@@ -46,7 +46,7 @@ final class QueueFixture: Sendable {
 /// Runs `body` on a fresh store with its own directory and test clock, then closes and removes it.
 func withStore(
   _ configure: (inout FerryStore.Configuration) -> Void = { _ in },
-  _ body: (FerryStore, TestClock, QueueFixture) async throws -> Void
+  _ body: (FerryStore, ManualClock, QueueFixture) async throws -> Void
 ) async throws {
   let fixture = QueueFixture()
   defer { fixture.remove() }
@@ -77,7 +77,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(try queue.payload(of: b, as: Item.self) == Item(name: "b"))
     let task = try #require(try queue.task(a))
     #expect(task.status == .ready)
-    #expect(task.addedAt == fixture.time)
+    #expect(task.addedAt == at(fixture.time))
     #expect(try queue.nextRunnable()?.id == a)
     #expect(try queue.nextRunnable(after: a)?.id == b)
     try expectConsistent(queue)
@@ -148,7 +148,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let error = try #require(try queue.latestError(head))
     #expect(error.errorId == errorId)
     #expect(error.message == "Log in again to upload")
-    #expect(error.recordedAt == fixture.time)
+    #expect(error.recordedAt == at(fixture.time))
     #expect(try queue.errors().map(\.taskId) == [head])
 
     try await queue.resolveError(head)
@@ -174,10 +174,10 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
 
     let retryAt = fixture.time + 30_000
     _ = try await queue.record([.runFailed(a, message: "offline", retryable: true, nextEligibleAt: retryAt)])
-    #expect(try queue.task(a)?.status == .waiting(until: retryAt))
+    #expect(try queue.task(a)?.status == .waiting(until: at(retryAt)))
     #expect(try queue.task(a)?.lastFailure == "offline")
-    #expect(try queue.nextRunnable(at: retryAt - 1) == nil)
-    #expect(try queue.nextRunnable(at: retryAt)?.id == a)
+    #expect(try queue.nextRunnable(at: at(retryAt - 1)) == nil)
+    #expect(try queue.nextRunnable(at: at(retryAt))?.id == a)
 
     _ = try await queue.record([.runStarted(a, attempt: 2, owner: "", runner: 0), .runInterrupted(a)])
     #expect(try queue.task(a)?.status == .ready)

@@ -71,7 +71,7 @@ func runner(
     let queue = try await fixture.open()
     defer { queue.close() }
     let run = runner(queue)
-    run.register(tag: "t", retry: RetryPolicy(maxAttempts: 3, initialDelay: 1000, multiplier: 2, jitter: 0.2))
+    run.register(tag: "t", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), multiplier: 2, jitter: 0.2))
     { task in
       try task.payload(as: Item.self).name == "bad" ? .failed("offline") : .succeeded
     }
@@ -81,7 +81,7 @@ func runner(
 
     var report = try await run.run()
     let start = fixture.time
-    #expect(report.outcome(of: bad) == .failed("offline", retryAt: start + 1000))
+    #expect(report.outcome(of: bad) == .failed("offline", retryAt: at(start + 1000)))
     // Behind a waiting head, the rest of the group is not runnable: a pass never touches it.
     #expect(report.outcome(of: after) == nil)
     #expect(report.outcome(of: loose) == .succeeded)
@@ -89,12 +89,12 @@ func runner(
 
     report = try await run.run()
     #expect(report.entries.isEmpty)  // nothing runnable: a waiting task costs a pass nothing
-    #expect(try await run.run(.task(bad)).outcome(of: bad) == .skipped(.waitingForRetry(until: start + 1000)))
+    #expect(try await run.run(.task(bad)).outcome(of: bad) == .skipped(.waitingForRetry(until: at(start + 1000))))
     #expect(try queue.task(after)?.status == .waitingForGroup(behind: bad))
 
     fixture.time = start + 1000
     report = try await run.run()
-    #expect(report.outcome(of: bad) == .failed("offline", retryAt: start + 1000 + 2000))
+    #expect(report.outcome(of: bad) == .failed("offline", retryAt: at(start + 1000 + 2000)))
     fixture.time += 2000
     report = try await run.run()
     #expect(report.outcome(of: bad) == .failed("offline", retryAt: nil))  // third attempt of three
@@ -106,8 +106,8 @@ func runner(
     let history = try queue.history(of: bad).map(\.event)
     #expect(
       history == [
-        .added, .runStarted(attempt: 1), .runFailed(message: "offline", retryAt: start + 1000),
-        .runStarted(attempt: 2), .runFailed(message: "offline", retryAt: start + 3000),
+        .added, .runStarted(attempt: 1), .runFailed(message: "offline", retryAt: at(start + 1000)),
+        .runStarted(attempt: 2), .runFailed(message: "offline", retryAt: at(start + 3000)),
         .runStarted(attempt: 3), .runFailed(message: "offline", retryAt: nil),
       ])
 
@@ -119,11 +119,12 @@ func runner(
 
   @Test func theBackoffScheduleDoublesUpToItsCapWithJitterAround() {
     let policy = RetryPolicy(
-      maxAttempts: 10, initialDelay: 1000, multiplier: 2, maxDelay: 10_000, jitter: 0.2)
+      maxAttempts: 10, initialDelay: .seconds(1), multiplier: 2, maxDelay: .seconds(10), jitter: 0.2)
     #expect(
-      (1...6).map { policy.delay(afterAttempt: $0, random: 0.5) } == [1000, 2000, 4000, 8000, 10_000, 10_000])
-    #expect(policy.delay(afterAttempt: 1, random: 0) == 800)
-    #expect(policy.delay(afterAttempt: 1, random: 1) == 1200)
+      (1...6).map { policy.delay(afterAttempt: $0, random: 0.5) }
+        == [1000, 2000, 4000, 8000, 10_000, 10_000].map(Duration.milliseconds))
+    #expect(policy.delay(afterAttempt: 1, random: 0) == .milliseconds(800))
+    #expect(policy.delay(afterAttempt: 1, random: 1) == .milliseconds(1200))
   }
 
   @Test func aRecordedErrorBlocksUntilResolvedThenTheGroupRuns() async throws {

@@ -87,7 +87,7 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
 func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
   let pending = sizes.lookupPending
   let retries = min(sizes.dueRetries, pending)
-  let clock = TestClock()
+  let clock = ManualClock()
   var configuration = FerryStore.Configuration()
   clock.install(in: &configuration)
   let fp = scratchPath("w4r")
@@ -98,7 +98,7 @@ func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.maxConcurrentTasks = 8
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
-  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: 1000)) { _ in .failed("offline") }
+  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1))) { _ in .failed("offline") }
   let failed = try await runner.run().failed
   _ = try await fill(store, pending - retries)  // ready, tag "t"
 
