@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 /// A task's id: the sequence number of the event that added it. Ids are never reused, and their
 /// order is the order tasks were added (FIFO by log order, never by wall clock).
@@ -12,6 +13,42 @@ public enum UniquePolicy: UInt8, Sendable, CaseIterable {
   case keep = 1
   /// Remove the existing tasks that are not running, then add the new one.
   case replace = 2
+}
+
+/// How urgent a task is: among the tasks that may start now, a pass claims higher priorities
+/// first (`Specs/task-events.md` §4.3). Within one priority the order is unchanged: due retries
+/// by retry time, then ready tasks by id. Priority never reorders a group: a group's tasks run in
+/// id order, and its head competes with the head's own priority.
+///
+/// ``low``, ``normal`` and ``high`` are the usual levels; any `Int8` is a level of its own
+/// (larger is more urgent), for apps that need more than three.
+public struct TaskPriority: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+  /// The level as stored in the log: larger runs first; 0 is ``normal``.
+  public let rawValue: Int8
+
+  /// A level: larger runs first.
+  public init(rawValue: Int8) { self.rawValue = rawValue }
+
+  /// Runs after the normal and high tasks that may start.
+  public static let low = TaskPriority(rawValue: -1)
+  /// The default.
+  public static let normal = TaskPriority(rawValue: 0)
+  /// Runs before the normal and low tasks that may start.
+  public static let high = TaskPriority(rawValue: 1)
+
+  public static func < (lhs: TaskPriority, rhs: TaskPriority) -> Bool { lhs.rawValue < rhs.rawValue }
+
+  public var description: String {
+    switch self {
+    case .low: return "low"
+    case .normal: return "normal"
+    case .high: return "high"
+    default: return "priority \(rawValue)"
+    }
+  }
+
+  /// The first byte of an index key: higher priorities sort first (127 → 0, −128 → 255).
+  var indexLevel: UInt8 { UInt8(127 - Int(rawValue)) }
 }
 
 /// Where a queued task stands.
@@ -56,12 +93,17 @@ public struct PendingTask: Sendable, Equatable {
   public let lastFailure: String?
   /// How many errors have been recorded on it, resolved or not.
   public let errorCount: UInt32
+  /// How urgent it is (``TaskPriority/normal`` unless given to `add`).
+  public let priority: TaskPriority
+  /// When given to `add`: no run of it starts after this time; a task still queued then leaves
+  /// the queue (``TaskUpdate/expired(_:)``). A run already under way is not interrupted.
+  public let deadline: Date?
 
   /// The same task with another status.
   func with(status: TaskStatus) -> PendingTask {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
-      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+      addedAt: addedAt, lastFailure: lastFailure, errorCount: errorCount, priority: priority, deadline: deadline)
   }
 }
 
