@@ -185,11 +185,14 @@ public struct InspectReport: Codable, Sendable, Equatable {
         let next =
           task.eligibleAt.map(isoTime) ?? task.behind.map { "after task \($0)" }
           ?? (task.status == "ready" ? "now" : "-")
-        var note = task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" } ?? ""
-        if let deadline = task.deadline { note = "deadline \(isoTime(deadline))" + (note.isEmpty ? "" : "; ") + note }
-        let marks = (task.manual ? " (manual)" : "") + (task.priority.map { " (\(TaskPriority(rawValue: $0)))" } ?? "")
+        // Priority (when not normal) and deadline lead the last column.
+        let note = [
+          task.priority.map { "priority \(TaskPriority(rawValue: $0))" },
+          task.deadline.map { "deadline \(isoTime($0))" },
+          task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" },
+        ].compactMap { $0 }.joined(separator: "; ")
         out.append(
-          "  " + column("\(task.id)", 6) + column(task.tag + marks, 22)
+          "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
             + column(task.group ?? "-", 14) + column(task.status, 16) + column("\(task.attempts)", 9)
             + column(next, 26)
             + note)
