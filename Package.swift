@@ -17,15 +17,17 @@ let package = Package(
   ],
   targets: [
     .systemLibrary(
-      name: "CLMDB",
+      name: "CFerryLMDB",
       pkgConfig: "lmdb",
       providers: [.apt(["liblmdb-dev"]), .brew(["lmdb"])]
     ),
-    .target(name: "LMDB", dependencies: ["CLMDB"]),
+    .target(name: "LMDB", dependencies: ["CFerryLMDB"]),
     .target(name: "FerryLog", dependencies: ["LMDB"]),
     .target(name: "Ferry", dependencies: ["FerryLog"]),
     .target(name: "FerryTesting", dependencies: ["Ferry", "FerryLog"]),
     .target(name: "FerryTools", dependencies: ["Ferry", "FerryLog", "FerryTesting", "LMDB"]),
+    // The crash tests' workload and invariant check: built into the crash worker and the tests, never the CLI.
+    .target(name: "FerryCrashWorkload", dependencies: ["Ferry", "FerryLog", "FerryTesting"]),
     .executableTarget(
       name: "ferry",
       dependencies: [
@@ -44,7 +46,7 @@ let package = Package(
       name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),
     .executableTarget(
       name: "ferry-crash-worker",
-      dependencies: ["FerryTools"],
+      dependencies: ["FerryCrashWorkload", "FerryLog"],
       path: "Tools/ferry-crash-worker"
     ),
     // Helpers the test targets share (where the built executables are); not a product.
@@ -59,7 +61,9 @@ let package = Package(
     ),
     .testTarget(
       name: "FerryToolsTests",
-      dependencies: ["FerryTools", "Ferry", "FerryLog", "FerryTesting", "TestSupport"]),
+      dependencies: [
+        "FerryTools", "FerryCrashWorkload", "Ferry", "FerryLog", "FerryTesting", "TestSupport",
+      ]),
     .testTarget(name: "FerryCrashTests", dependencies: ["TestSupport"], path: "Tests/Crash"),
     .testTarget(
       name: "FerryLogTests",

@@ -36,6 +36,9 @@ if command -v python3 >/dev/null 2>&1; then
   echo "ferry: golden vectors match their generator"
 fi
 
+# The README's install section, tried from a fresh package that links only `Ferry`.
+bash Tools/try-install.sh
+
 swift test --skip-build "$@"
 
 # Power loss (not just process death): skipped, saying so, where root or loop devices are missing.

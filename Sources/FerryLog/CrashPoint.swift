@@ -9,35 +9,46 @@ import Synchronization
 /// Labelled places where the crash tests kill the process (`SIGKILL`), to prove that a crash at
 /// each of them loses nothing acknowledged (`Specs/crash-model.md`).
 ///
-/// Armed only by the environment: `FERRY_CRASH_POINT=<label>` kills at the `FERRY_CRASH_AFTER`-th
-/// time (default 1) the process reaches that label. Unarmed, reaching a point costs one check of a
-/// value read once.
-public enum CrashPoint {
+/// `package` access: only Ferry's own modules, its crash worker and its tests can name it — an app
+/// linking Ferry cannot, and `Tools/try-install.sh` proves that by compiling an app that tries.
+/// Armed only by a process that asks for it (the crash worker calls ``armFromEnvironment()``) and
+/// then by the environment: `FERRY_CRASH_POINT=<label>` kills at the `FERRY_CRASH_AFTER`-th time
+/// (default 1) the process reaches that label. In an app the variable does nothing. Unarmed,
+/// reaching a point costs one relaxed atomic load.
+package enum CrashPoint {
   /// Inside a group commit's write transaction, everything written, just before the commit.
-  public static let beforeCommit = "append.beforeCommit"
+  package static let beforeCommit = "append.beforeCommit"
   /// Just after a group commit is durable, before its callers are told.
-  public static let afterCommit = "append.afterCommit"
+  package static let afterCommit = "append.afterCommit"
   /// After one chunk of a rebuild or catch-up is committed, before the next.
-  public static let rebuildChunk = "rebuild.chunk"
+  package static let rebuildChunk = "rebuild.chunk"
   /// While a new store is being created: its environment exists, its metadata does not yet.
-  public static let creatingStore = "create.beforeMeta"
+  package static let creatingStore = "create.beforeMeta"
   /// Inside a compaction's transaction: snapshot written, events removed, not yet committed.
-  public static let compaction = "compaction"
+  package static let compaction = "compaction"
   /// During crash recovery at open, before interrupted runs are logged.
-  public static let recovery = "recovery"
+  package static let recovery = "recovery"
 
-  private static let armed: (label: String, after: Int)? = {
-    guard let raw = getenv("FERRY_CRASH_POINT") else { return nil }
-    let label = String(cString: raw)
-    let after = getenv("FERRY_CRASH_AFTER").flatMap { Int(String(cString: $0)) } ?? 1
-    return label.isEmpty ? nil : (label, max(1, after))
-  }()
+  private static let isArmed = Atomic<Bool>(false)
+  private static let armed = Mutex<(label: String, after: Int)?>(nil)
   private static let hits = Atomic<Int>(0)
+
+  /// Reads `FERRY_CRASH_POINT` and `FERRY_CRASH_AFTER` and arms the point they name (nothing when
+  /// unset or empty). Only the crash worker calls this.
+  package static func armFromEnvironment() {
+    guard let raw = getenv("FERRY_CRASH_POINT") else { return }
+    let label = String(cString: raw)
+    guard !label.isEmpty else { return }
+    let after = getenv("FERRY_CRASH_AFTER").flatMap { Int(String(cString: $0)) } ?? 1
+    armed.withLock { $0 = (label, max(1, after)) }
+    isArmed.store(true, ordering: .releasing)
+  }
 
   /// Kills the process here if this label is armed and its count is reached.
   @inline(__always)
-  public static func reach(_ label: String) {
-    guard let armed, armed.label == label else { return }
+  package static func reach(_ label: String) {
+    guard isArmed.load(ordering: .acquiring) else { return }
+    guard let armed = armed.withLock({ $0 }), armed.label == label else { return }
     let count = hits.add(1, ordering: .relaxed).newValue
     if count >= armed.after { kill(getpid(), SIGKILL) }
   }

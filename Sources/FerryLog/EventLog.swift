@@ -1,5 +1,5 @@
 import Foundation
-import CLMDB
+import CFerryLMDB
 import LMDB
 import Synchronization
 
@@ -738,11 +738,11 @@ public final class EventLog: Sendable {
   /// Counters of commits and appends since open.
   public var statistics: Statistics { writer?.statistics.withLock { $0 } ?? Statistics() }
 
-  /// Counters of the LMDB environment (commits, aborts, map growths).
-  public var storageCounters: Environment.Counters { environment.counters }
+  /// Counters of the storage engine in this process (commits, aborts, map growths).
+  public var storageCounters: StorageCounters { StorageCounters(environment.counters) }
 
   /// The map size and how much of it is used.
-  public func storageInfo() throws -> Environment.Info { try guarded { try environment.info() } }
+  public func storageInfo() throws -> StorageInfo { StorageInfo(try guarded { try environment.info() }) }
 
   /// Runs `body`, turning storage errors into ``FerryLogError`` and refusing work after close.
   func guarded<R>(_ body: () throws -> R) throws -> R {

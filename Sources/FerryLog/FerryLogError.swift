@@ -1,4 +1,4 @@
-import CLMDB
+import CFerryLMDB
 import Foundation
 import LMDB
 
@@ -68,8 +68,8 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case quotaExceeded(path: String)
   /// The device reported an input/output error (`EIO`): the disk or file system is failing.
   case ioError(path: String, detail: String)
-  /// LMDB (or the operating system beneath it) failed.
-  case storage(LMDBError)
+  /// LMDB (or the operating system beneath it) failed in a way none of the cases above names.
+  case storage(StorageFailure)
 
   /// A one-line message for people.
   public var description: String {
@@ -146,7 +146,7 @@ extension FerryLogError {
 
   /// The typed error for a storage failure: damage, a full disk, a used-up quota and I/O errors
   /// get their own cases (with advice); anything else stays ``storage(_:)``.
-  public init(_ error: LMDBError, path: String) {
+  package init(_ error: LMDBError, path: String) {
     switch error.code {
     case MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_CURSOR_FULL:
       self = .damagedStore(path: path, reason: error.message)
@@ -162,7 +162,7 @@ extension FerryLogError {
         self = .ioError(path: path, detail: error.message)
       }
     case EACCES, EPERM, EROFS: self = .permissionDenied(path: path, detail: error.message)
-    default: self = .storage(error)
+    default: self = .storage(StorageFailure(error))
     }
   }
 }
@@ -170,4 +170,37 @@ extension FerryLogError {
 extension FerryLogError: LocalizedError {
   /// The one-line message, so that `localizedDescription` carries it.
   public var errorDescription: String? { description }
+}
+
+/// A failure of the storage engine beneath the log (LMDB, or the operating system under it) that
+/// no case of ``FerryLogError`` names: its code and message, as the engine gave them. FerryLog's
+/// API shows this instead of the engine's own error type, so an app depends on Ferry's types only.
+public struct StorageFailure: Error, Sendable, Equatable, CustomStringConvertible {
+  /// The engine's return code (LMDB's `MDB_*`, negative) or an `errno` value (positive).
+  public let code: Int32
+  /// The code's symbolic name (`MDB_MAP_FULL`, `ENOENT`, …).
+  public let name: String
+  /// The engine's message, with what Ferry was doing.
+  public let message: String
+
+  /// A failure with these parts.
+  public init(code: Int32, name: String, message: String) {
+    self.code = code
+    self.name = name
+    self.message = message
+  }
+
+  package init(_ error: LMDBError) {
+    self.init(code: error.code, name: error.name, message: error.message)
+  }
+
+  /// Whether LMDB said its pages are damaged: a page that points nowhere or holds what no page
+  /// can (`MDB_PAGE_NOTFOUND`, `MDB_CORRUPTED`), as a scribbled-over page gives — or a transaction
+  /// it gave up on (`MDB_BAD_TXN`), which in a read is what follows one of those caught on the way.
+  public var isDamage: Bool {
+    code == MDB_CORRUPTED || code == MDB_BAD_TXN || code == MDB_PAGE_NOTFOUND
+  }
+
+  /// The name, the code and the message.
+  public var description: String { "\(name) (\(code)): \(message)" }
 }

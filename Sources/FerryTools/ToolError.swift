@@ -61,7 +61,7 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
-      case .storage(let lmdb) where isDamage(lmdb): return damaged(lmdb)
+      case .storage(let failure) where failure.isDamage: return damaged(failure.message)
       case .projectionFailed(_, _, let underlying):
         if underlying is FerryError { return ToolError(.corruptRecord, log.description) }
         return ToolError(.storageError, log.description)
@@ -80,26 +80,19 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
           + "`ferry verify` names what differs, `ferry salvage` recovers what is left into a new store")
     }
     if let lmdb = error as? LMDBError {
-      if isDamage(lmdb) { return damaged(lmdb) }
-      return ToolError(.storageError, "storage error: \(lmdb)")
+      let failure = StorageFailure(lmdb)
+      if failure.isDamage { return damaged(failure.message) }
+      return ToolError(.storageError, "storage error: \(failure)")
     }
     return ToolError(.storageError, "\(error)")
   }
 }
 
-/// Whether LMDB said its pages are damaged: a page that points nowhere or holds what no page
-/// can (`MDB_PAGE_NOTFOUND`, `MDB_CORRUPTED`), as a scribbled-over page gives — or a transaction
-/// it gave up on (`MDB_BAD_TXN`), which in a read is what follows one of those that was caught
-/// on the way (the commands that read never nest transactions).
-private func isDamage(_ error: LMDBError) -> Bool {
-  error == .corrupted || error == .badTransaction || error.name == "MDB_PAGE_NOTFOUND"
-}
-
 /// The failure for damage LMDB found in its own pages.
-private func damaged(_ error: LMDBError) -> ToolError {
+private func damaged(_ message: String) -> ToolError {
   ToolError(
     .corruptRecord,
-    "the store is damaged: LMDB found a damaged page or gave up after one (\(error.message)); "
+    "the store is damaged: LMDB found a damaged page or gave up after one (\(message)); "
       + "nothing was changed — "
       + "`ferry salvage` recovers what is left into a new store")
 }

@@ -1,4 +1,4 @@
-import CLMDB
+import CFerryLMDB
 
 #if canImport(Glibc)
   import Glibc

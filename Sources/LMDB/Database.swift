@@ -1,4 +1,4 @@
-import CLMDB
+import CFerryLMDB
 
 /// A handle to one named database (a B-tree of sorted keys) inside an ``Environment``.
 ///

@@ -1,4 +1,4 @@
-import CLMDB
+import CFerryLMDB
 import Synchronization
 
 #if canImport(Glibc)

@@ -1,4 +1,4 @@
-import CLMDB
+import CFerryLMDB
 
 /// A read or write transaction, valid only inside the closure given to ``Environment/read(_:)``
 /// or ``Environment/write(_:)``.

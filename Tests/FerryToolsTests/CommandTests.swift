@@ -15,10 +15,16 @@ struct CommandResult {
 }
 
 /// Runs the built `ferry` with `arguments` (and `input` on standard input), killing it after a minute.
-func ferry(_ arguments: [String], input: String? = nil) throws -> CommandResult {
+func ferry(
+  _ arguments: [String], input: String? = nil, environment: [String: String] = [:],
+  executable: String = "ferry"
+) throws -> CommandResult {
   let process = Process()
-  process.executableURL = productURL("ferry")
+  process.executableURL = productURL(executable)
   process.arguments = arguments
+  if !environment.isEmpty {
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+  }
   let out = Pipe()
   let err = Pipe()
   process.standardOutput = out

@@ -1,6 +1,6 @@
 import Ferry
 import FerryLog
-import FerryTools
+import FerryCrashWorkload
 import Foundation
 import LMDB
 import Synchronization

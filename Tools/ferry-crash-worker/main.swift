@@ -1,9 +1,10 @@
-import FerryTools
+import FerryCrashWorkload
 // The crash tests' worker, spawned (never forked) by the harness and killed at random moments or
 // at labelled crash points (FERRY_CRASH_POINT): `workload` runs the seeded workload and prints an
 // `ack` line after each durable event; `runner` is a second process running passes on the same
 // store; `check` reopens a store after a kill and checks every
-// invariant against the acknowledgements read from a file. The work is FerryTools' (tested there).
+// invariant against the acknowledgements read from a file. The work is FerryCrashWorkload's (tested in FerryToolsTests).
+import FerryLog
 import Foundation
 import Synchronization
 
@@ -14,6 +15,7 @@ func fail(_ message: String) -> Never {
   exit(2)
 }
 
+CrashPoint.armFromEnvironment()  // only this worker is killed at labelled points
 let arguments = CommandLine.arguments
 guard arguments.count >= 3 else {
   fail("usage: ferry-crash-worker workload DIR SEED [OPS] | runner DIR SEED | check DIR ACKFILE")

@@ -1,0 +1,18 @@
+/// A small, seeded random source (SplitMix64): the same seed gives the same story — the demo's,
+/// the crash workload's, the byte-flip campaign's. Package access: shared by Ferry's own tools and
+/// tests, not part of any API an app sees.
+package struct SeededRandom: RandomNumberGenerator, Sendable {
+  private var state: UInt64
+  /// A source that starts from `seed`.
+  package init(seed: UInt64) { state = seed }
+  /// The next 64 random bits.
+  package mutating func next() -> UInt64 {
+    state &+= 0x9E37_79B9_7F4A_7C15
+    var z = state
+    z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+    z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+    return z ^ (z >> 31)
+  }
+  /// A number in 0..<1.
+  package mutating func unit() -> Double { Double(next() >> 11) / Double(1 << 53) }
+}
