@@ -312,7 +312,9 @@ extension QueueTables where Tables == ProjectionTables {
     }
     guard try isEligible(id, row) else { return }
     switch row.status {
-    case .ready: try tables.put("ready", key: QueueKey.ready(row.level, id), value: [])
+    // A new task's key is usually the last (the largest id, at the common level): LMDB then
+    // appends without searching and fills its pages; any other key is stored the ordinary way.
+    case .ready: try tables.putLast("ready", key: QueueKey.ready(row.level, id), value: [])
     case .waiting:
       try tables.put("waiting", key: QueueKey.waiting(row.level, row.eligibleAt ?? 0, id), value: [])
     case .running, .blocked, .dead: break
