@@ -7,7 +7,9 @@ import Testing
 /// through: the removal skips the deletes of rows a task cannot have (a `ready` row for a task that
 /// is not ready, an `errors` row for one that never had an error), and this shows it skips no more.
 @Suite(.timeLimit(.minutes(2))) struct RemovalTests {
-  static let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads"]
+  static let tables = [
+    "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines",
+  ]
 
   func rows(_ queue: TaskQueue) throws -> [String: Int] {
     try queue.log.read { view in
