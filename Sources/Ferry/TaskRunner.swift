@@ -309,7 +309,6 @@ public final class TaskRunner: Sendable {
         let toFinish = finished
         let free = width - running
         let cursors = pass.cursors()
-        let deadline = control.deadline
         finished = []
         // The runs this command may claim count as live from before it commits: a close meanwhile
         // keeps the token locked until they end.
@@ -329,8 +328,9 @@ public final class TaskRunner: Sendable {
               successors.append(group)
             }
           }
-          // A window's deadline: nothing more is claimed, decided here with the claims.
-          if let deadline, clock() >= deadline {
+          // A window's deadline: nothing more is claimed, decided here with the claims (read here,
+          // not before the command waited for the writer: a window may have joined meanwhile).
+          if let deadline = control.deadline, clock() >= deadline {
             step.pastDeadline = true
             return step
           }
@@ -393,7 +393,7 @@ public final class TaskRunner: Sendable {
         }
         var claimed = step.claims
         if let task = step.check,
-          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, deadline: deadline)
+          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, control: control)
         {
           claimed.append(run)
         }
@@ -429,7 +429,7 @@ public final class TaskRunner: Sendable {
 
   /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run.
   private func checkAndClaim(
-    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, deadline: Int64?
+    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, control: PassControl
   ) async throws -> ClaimedRun? {
     guard pass.touch(task.id) else { return nil }
     let priority = task.priority
@@ -450,7 +450,8 @@ public final class TaskRunner: Sendable {
     do {
       decided = try await queue.log.execute { context -> SingleClaim? in
         let now = clock()
-        if let deadline, now >= deadline { return nil }  // a window's deadline came meanwhile
+        // A window's deadline came while the check was asked — the window may have joined then.
+        if let deadline = control.deadline, now >= deadline { return nil }
         return try ClaimSearch.claim(
           task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
       }

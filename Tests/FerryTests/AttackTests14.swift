@@ -89,4 +89,44 @@ import Testing
       #expect(try queue.task(second) == nil)
     }
   }
+
+  /// A pass whose `isReadyToRun` check is slow: a window joins it, its deadline comes while the
+  /// check is being asked, the check then says yes — and the claim went ahead after the
+  /// deadline (a `task.runStarted` logged past it), since the claim read the pass's deadline as
+  /// it was before the window joined. Nothing may be claimed from a window's deadline on.
+  @Test func aClaimAfterASlowReadinessCheckReadsTheDeadlineOfAWindowThatJoinedMeanwhile() async throws {
+    try await withStore { store, clock, _ in
+      let queue = store.queue
+      let id = try await queue.add(tag: "t", payload: ["n": 1])
+      let asked = Gate()
+      let answer = Gate()
+      let run = TaskRunner(queue: queue)
+      run.register(
+        tag: "t",
+        isReadyToRun: { _ in
+          asked.open()
+          await answer.wait()
+          return true
+        }
+      ) { _ in .succeeded }
+      let pass = Task { try await run.run() }
+      await asked.wait()
+      let start = clock.milliseconds
+      let window = Task { try await run.run(until: at(start + 10_000)) }
+      await Self.waitForPassLimit(run, start + 10_000)
+      clock.advance(by: .seconds(10))
+      answer.open()
+      let report = try await window.value
+      _ = try await pass.value
+
+      #expect(report.end == .deadline)
+      let starts = try store.log.forEachTaskEvent().filter {
+        if case .runStarted(id, _, _, _) = $0.1 { return true }
+        return false
+      }
+      #expect(starts.isEmpty, "a run of \(id) started after the window's deadline")
+      #expect(try queue.task(id)?.status == .ready)
+      try expectConsistent(queue)
+    }
+  }
 }
