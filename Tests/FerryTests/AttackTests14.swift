@@ -1,6 +1,7 @@
 import FerryLog
 import FerryTesting
 import Foundation
+import MetricsTestKit
 import Synchronization
 import TestSupport
 import Testing
@@ -128,5 +129,33 @@ import Testing
       #expect(try queue.task(id)?.status == .ready)
       try expectConsistent(queue)
     }
+  }
+
+  /// Two stores in one process with the app's metrics backend: the queue gauges carry no
+  /// dimension that tells the stores apart, so both write one `ferry_queue_depth` series and it
+  /// reads whichever store refreshed last (here 1, then 3, then 1 again…), and the counters of
+  /// both add up in one series. Fixing it needs a per-store dimension (a configuration field,
+  /// the README's metrics table): not a small change, so it is left described here.
+  @Test(.disabled("the metrics of two stores share series: needs a per-store metrics dimension (API)"))
+  func twoStoresInOneProcessGaugeTheirQueuesInSeparateSeries() async throws {
+    let metrics = TestMetrics()
+    let first = QueueFixture()
+    let second = QueueFixture()
+    defer {
+      first.remove()
+      second.remove()
+    }
+    let one = try await first.openStore { $0.metricsFactory = metrics }
+    defer { one.close() }
+    let two = try await second.openStore { $0.metricsFactory = metrics }
+    defer { two.close() }
+    for n in 0..<3 { try await one.queue.add(tag: "t", payload: ["n": n]) }
+    try await two.queue.add(tag: "t", payload: ["n": 0])
+    _ = try await TaskRunner(queue: one.queue).run()  // reads the gauges at the pass's end
+    _ = try await TaskRunner(queue: two.queue).run()
+
+    let depths = metrics.meters.filter { $0.label == "ferry_queue_depth" }
+    #expect(depths.count == 2, "one series per store")
+    #expect(Set(depths.compactMap { $0.lastValue }) == [3, 1])
   }
 }
