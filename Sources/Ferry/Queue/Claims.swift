@@ -329,12 +329,21 @@ final class PassControl: Sendable {
     var required: UInt64 = 0
     var finished = false
     var deadline: Int64?
+    var cutShort = false
   }
   private let state = Mutex(State())
 
   /// The time (store clock, Unix ms) from which the pass claims nothing more: the earliest
   /// deadline of the windows running it (``TaskRunner/run(until:_:)``); nil: none.
   var deadline: Int64? { state.withLock { $0.deadline } }
+
+  /// Whether the pass ended because it was stopped or reached its deadline, rather than finding
+  /// nothing more to run: a window whose own deadline has not come, or automatic running, runs
+  /// another pass after it (another window may have cut it short at an earlier deadline).
+  var wasCutShort: Bool { state.withLock { $0.cutShort } }
+
+  /// The pass stopped claiming: it was cancelled or its deadline came.
+  func markCutShort() { state.withLock { $0.cutShort = true } }
 
   /// Claims nothing from `time` on (an earlier deadline set before stays).
   func limit(until time: Int64) {

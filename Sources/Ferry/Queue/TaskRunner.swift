@@ -154,21 +154,22 @@ public final class TaskRunner: Sendable {
       guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
       return try await runSingle(id)
     }
-    return try await pass(filter, joinRunning: true)
+    return try await pass(filter, joinRunning: true).report
   }
 
   /// Starts a pass, or joins the one under way when `joinRunning` and it covers `filter` (the
   /// same filter, or `.all` for a group or collection), was not stopped, and will still look at
-  /// the queue as it stands now.
-  func pass(_ filter: RunFilter, joinRunning: Bool) async throws -> RunReport {
+  /// the queue as it stands now. `cutShort`: the pass was stopped or reached a window's deadline
+  /// (``PassControl/wasCutShort``) rather than running out of work.
+  func pass(_ filter: RunFilter, joinRunning: Bool) async throws -> (report: RunReport, cutShort: Bool) {
     let required = try queue.log.head()
     while true {
-      let (pass, joined) = state.withLock { s -> (Task<RunReport, any Error>, Bool) in
+      let (pass, control, joined) = state.withLock { s -> (Task<RunReport, any Error>, PassControl, Bool) in
         if let running = s.pass {
           let joins =
             joinRunning && Self.covers(running.filter, filter) && !running.task.isCancelled
             && running.control.join(requiring: required)
-          return (running.task, joins)
+          return (running.task, running.control, joins)
         }
         let control = PassControl()
         let pass = Task { [self] in
@@ -176,9 +177,9 @@ public final class TaskRunner: Sendable {
           return try await executePass(filter, control: control)
         }
         s.pass = ActivePass(task: pass, filter: filter, control: control)
-        return (pass, true)
+        return (pass, control, true)
       }
-      if joined { return try await pass.value }
+      if joined { return (try await pass.value, control.wasCutShort) }
       _ = try? await pass.value  // wait for it to end, then start one of our own
     }
   }
@@ -293,6 +294,7 @@ public final class TaskRunner: Sendable {
         if Task.isCancelled || draining {
           // Stopped, or past the pass's deadline: the handlers see cancellation (the window that
           // set the deadline cancels the pass at it); log every outcome, then end.
+          control.markCutShort()
           while running > 0 {
             let batch = await ended.takeAll()
             running -= batch.count
@@ -307,7 +309,6 @@ public final class TaskRunner: Sendable {
         let toFinish = finished
         let free = width - running
         let cursors = pass.cursors()
-        let deadline = control.deadline
         finished = []
         // The runs this command may claim count as live from before it commits: a close meanwhile
         // keeps the token locked until they end.
@@ -327,8 +328,9 @@ public final class TaskRunner: Sendable {
               successors.append(group)
             }
           }
-          // A window's deadline: nothing more is claimed, decided here with the claims.
-          if let deadline, clock() >= deadline {
+          // A window's deadline: nothing more is claimed, decided here with the claims (read here,
+          // not before the command waited for the writer: a window may have joined meanwhile).
+          if let deadline = control.deadline, clock() >= deadline {
             step.pastDeadline = true
             return step
           }
@@ -391,7 +393,7 @@ public final class TaskRunner: Sendable {
         }
         var claimed = step.claims
         if let task = step.check,
-          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, deadline: deadline)
+          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, control: control)
         {
           claimed.append(run)
         }
@@ -427,7 +429,7 @@ public final class TaskRunner: Sendable {
 
   /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run.
   private func checkAndClaim(
-    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, deadline: Int64?
+    _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, control: PassControl
   ) async throws -> ClaimedRun? {
     guard pass.touch(task.id) else { return nil }
     let priority = task.priority
@@ -448,7 +450,8 @@ public final class TaskRunner: Sendable {
     do {
       decided = try await queue.log.execute { context -> SingleClaim? in
         let now = clock()
-        if let deadline, now >= deadline { return nil }  // a window's deadline came meanwhile
+        // A window's deadline came while the check was asked — the window may have joined then.
+        if let deadline = control.deadline, now >= deadline { return nil }
         return try ClaimSearch.claim(
           task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
       }
@@ -756,8 +759,13 @@ public final class TaskRunner: Sendable {
         while !Task.isCancelled {
           let passStart = queue.clock()
           // Never join a pass started by someone else: it may not have listed what woke us.
-          if (try? queue.isPaused()) == false { _ = try? await pass(.all, joinRunning: false) }
+          var cutShort = false
+          if (try? queue.isPaused()) == false {
+            cutShort = (try? await pass(.all, joinRunning: false))?.cutShort ?? false
+          }
           if Task.isCancelled { break }
+          // A window's deadline (or its stop) cut the pass short: what it left is still to run.
+          if cutShort { continue }
           let timer = nextRetryTime(from: passStart).map { at in
             Task {
               await queue.sleep(at)

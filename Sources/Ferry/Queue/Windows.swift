@@ -251,7 +251,7 @@ extension TaskRunner {
         break
       }
       _ = handle.wakeup.take()  // this pass sees what woke the window so far
-      let report = try await windowPass(filter, until: deadline, handle.cut)
+      let (report, cutShort) = try await windowPass(filter, until: deadline, handle.cut)
       for entry in report.entries { outcomes[entry.taskId] = entry.outcome }
       if let reason = handle.cut.reason {
         end = reason
@@ -262,6 +262,9 @@ extension TaskRunner {
         break
       }
       if handle.wakeup.take() { continue }  // something changed during the pass
+      // Another window's earlier deadline (or its caller's cancellation) cut the pass this window
+      // ran or joined: what that pass left is this window's to run until its own deadline.
+      if cutShort { continue }
       guard let next = nextRetryTime(from: passStart), next < deadline else {
         end = .outOfWork
         break
@@ -291,12 +294,14 @@ extension TaskRunner {
   /// One pass of a window: its own, or the runner's pass under way when that covers `filter`
   /// (then joined); another pass under way is waited for, then the window runs its own. Either
   /// way the pass claims nothing from `deadline` on, and is cancelled when the window is cut.
+  /// `cutShort`: the pass was stopped or reached a deadline (``PassControl/wasCutShort``).
   private func windowPass(
     _ filter: RunFilter, until deadline: Int64, _ cut: WindowCut
-  ) async throws -> RunReport {
+  ) async throws -> (report: RunReport, cutShort: Bool) {
     let required = try queue.log.head()
     while true {
-      let attached = state.withLock { s -> (task: Task<RunReport, any Error>, mine: Bool)? in
+      let attached = state.withLock {
+        s -> (task: Task<RunReport, any Error>, control: PassControl, mine: Bool)? in
         // Under the lock `stop()` cuts with: once cut, no pass starts.
         if cut.reason != nil { return nil }
         if let running = s.pass {
@@ -304,7 +309,7 @@ extension TaskRunner {
           let joins =
             Self.covers(running.filter, filter) && !running.task.isCancelled
             && running.control.join(requiring: required)
-          return (running.task, joins)
+          return (running.task, running.control, joins)
         }
         let control = PassControl()
         control.limit(until: deadline)
@@ -313,14 +318,14 @@ extension TaskRunner {
           return try await executePass(filter, control: control)
         }
         s.pass = ActivePass(task: pass, filter: filter, control: control)
-        return (pass, true)
+        return (pass, control, true)
       }
-      guard let (pass, mine) = attached else { return RunReport() }
+      guard let (pass, control, mine) = attached else { return (RunReport(), false) }
       cut.attach(pass)
       let result = await pass.result
       cut.detach()
-      if mine { return try result.get() }
-      if cut.reason != nil || queue.clock() >= deadline { return RunReport() }
+      if mine { return (try result.get(), control.wasCutShort) }
+      if cut.reason != nil || queue.clock() >= deadline { return (RunReport(), false) }
     }
   }
 }
