@@ -5,7 +5,7 @@ import FerryTools
 struct FerryCommand: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "ferry",
-    abstract: "Run the demo, and inspect, replay, verify, export and import Ferry stores.",
+    abstract: "Run the demo; inspect, replay, verify, export and import Ferry stores; cancel, revive, resolve, forget, pause and resume.",
     discussion: """
       Read-only commands never write to the store and work while an app writes to it. They read it in a \
       child process of their own: if reading a damaged store crashes, ferry says the store is damaged \
@@ -14,7 +14,7 @@ struct FerryCommand: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Demo.self, Inspect.self, Log.self, Replay.self, Verify.self, Export.self, Import.self, Stats.self,
-      Compact.self, Salvage.self,
+      Compact.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self, Pause.self, Resume.self,
     ]
   )
 }
