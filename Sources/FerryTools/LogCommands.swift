@@ -79,9 +79,29 @@ public func printLog(
   }
 }
 
+/// The stable JSON form of `ferry verify --json`.
+public struct VerifyJSON: Codable, Sendable, Equatable {
+  /// Whether nothing is wrong.
+  public var healthy: Bool
+  /// The log's head sequence.
+  public var head: UInt64
+  /// Records whose CRC, sequence and decoding were checked.
+  public var recordsChecked: Int
+  /// Projection rows compared with a rebuild.
+  public var rowsCompared: Int
+  /// Stale reader slots of dead processes cleared while opening.
+  public var staleReadersCleared: Int
+  /// The first bad sequence number, if a problem names one.
+  public var firstBadSequence: UInt64?
+  /// Each problem, one line each.
+  public var problems: [String]
+  /// Whether more differing rows were found than are listed.
+  public var moreDifferences: Bool
+}
+
 /// `ferry verify`: every record, contiguity, projections against a rebuild, stale readers.
-/// Returns whether the store is healthy.
-public func verify(path: String, output: Output) throws(ToolError) -> Bool {
+/// Returns whether the store is healthy. With `json`, prints one ``VerifyJSON`` object.
+public func verify(path: String, json: Bool = false, output: Output) throws(ToolError) -> Bool {
   let store = try openForReading(path)
   defer { store.close() }
   do {
@@ -89,18 +109,31 @@ public func verify(path: String, output: Output) throws(ToolError) -> Bool {
     output.progress("verify", 0, Int(head))
     let report = try store.log.verify()
     output.progress("verify", Int(head), Int(head))
+    let first = report.problems.compactMap(\.sequence).first
+    if json {
+      output.line(
+        jsonLine(
+          VerifyJSON(
+            healthy: report.isHealthy, head: report.head, recordsChecked: Int(report.recordsChecked),
+            rowsCompared: Int(report.rowsCompared), staleReadersCleared: Int(store.log.environmentStaleReadersCleared),
+            firstBadSequence: first, problems: report.problems.map { "\($0)" },
+            moreDifferences: report.moreDifferences)))
+      if report.isHealthy { return true }
+      try throwIfDamaged(report, path: path)
+      return false
+    }
     output.line(
       "verified \(report.recordsChecked) of \(report.head) records (CRC32C, sequence, decoding), "
         + "\(report.rowsCompared) projection rows compared with a rebuild")
     if store.log.environmentStaleReadersCleared > 0 {
       output.line(
-        "cleared \(store.log.environmentStaleReadersCleared) stale reader slots left by dead processes")
+        "cleared \(plural(Int(store.log.environmentStaleReadersCleared), "stale reader slot")) left by dead processes")
     }
     if report.isHealthy {
       output.line("ok: no problems")
       return true
     }
-    if let first = report.problems.compactMap(\.sequence).first {
+    if let first {
       output.line("first bad sequence number: \(first)")
     }
     for problem in report.problems { output.line("problem: \(problem)") }
@@ -308,7 +341,7 @@ private func importEvents(
     // that cannot finish them.
     let interrupted = try await store.queue.interruptEveryRun()
     if !interrupted.isEmpty {
-      output.line("interrupted \(interrupted.count) runs that were under way in the exported store")
+      output.line("interrupted \(plural(interrupted.count, "run")) that \(interrupted.count == 1 ? "was" : "were") under way in the exported store")
     }
     return imported
   } catch let error as ToolError {
@@ -318,8 +351,44 @@ private func importEvents(
   }
 }
 
-/// `ferry stats`: counts by event type, file and map sizes, oldest and newest event.
-public func stats(path: String, output: Output) throws(ToolError) {
+/// The stable JSON form of `ferry stats --json`.
+public struct StatsJSON: Codable, Sendable, Equatable {
+  /// One event at an end of the log.
+  public struct End: Codable, Sendable, Equatable {
+    /// Its sequence number.
+    public var seq: UInt64
+    /// Its type.
+    public var type: String
+    /// When it was appended (Unix ms).
+    public var timestamp: Int64
+    /// The same, as UTC ISO 8601.
+    public var time: String
+  }
+  /// The events the log holds (fewer than `head` after a compaction).
+  public var events: Int
+  /// The head sequence number.
+  public var head: UInt64
+  /// Events by type.
+  public var types: [String: Int]
+  /// The last sequence a compaction removed events through, if any.
+  public var compactedThrough: UInt64?
+  /// Events compactions removed in all.
+  public var compactedRemoved: UInt64?
+  /// The size of `data.mdb`.
+  public var dataFileBytes: Int
+  /// LMDB's map size.
+  public var mapBytes: Int
+  /// Bytes of the map in use.
+  public var usedBytes: Int
+  /// The oldest event held.
+  public var oldest: End?
+  /// The newest event.
+  public var newest: End?
+}
+
+/// `ferry stats`: counts by event type, file and map sizes, oldest and newest event. With
+/// `json`, one ``StatsJSON`` object.
+public func stats(path: String, json: Bool = false, output: Output) throws(ToolError) {
   let store = try openForReading(path)
   defer { store.close() }
   do {
@@ -329,6 +398,7 @@ public func stats(path: String, output: Output) throws(ToolError) {
     var done = 0
     var oldest: LoggedEvent?
     var newest: LoggedEvent?
+    output.progress("stats", 0, Int(head))
     try store.log.forEachRecord(chunkSize: 5000) { event in
       counts[event.type, default: 0] += 1
       done += 1
@@ -341,6 +411,18 @@ public func stats(path: String, output: Output) throws(ToolError) {
     let fileSize =
       (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?.intValue
       ?? 0
+    if json {
+      func end(_ event: LoggedEvent?) -> StatsJSON.End? {
+        event.map { StatsJSON.End(seq: $0.sequence, type: $0.type, timestamp: $0.timestamp, time: isoTime($0.timestamp)) }
+      }
+      output.line(
+        jsonLine(
+          StatsJSON(
+            events: done, head: head, types: counts, compactedThrough: compaction.map { UInt64($0.through) },
+            compactedRemoved: compaction.map { UInt64($0.removed) }, dataFileBytes: fileSize,
+            mapBytes: Int(info.mapSize), usedBytes: Int(info.usedBytes), oldest: end(oldest), newest: end(newest))))
+      return
+    }
     // The events the log holds: after a compaction, fewer than the head's sequence number.
     output.line("events: \(done)" + (done == Int(head) ? "" : " (head \(head))"))
     for (type, count) in counts.sorted(by: { $0.key < $1.key }) {
@@ -360,4 +442,17 @@ public func stats(path: String, output: Output) throws(ToolError) {
   } catch {
     throw ToolError.from(error)
   }
+}
+
+/// The stable JSON form of `ferry import --json`: `{"imported": N, "store": "DIR"}`.
+public struct ImportJSON: Codable, Sendable, Equatable {
+  /// Events imported.
+  public var imported: Int
+  /// The new store's directory.
+  public var store: String
+}
+
+/// The line `ferry import --json` prints once the import is done.
+public func importedJSON(count: Int, store: String) -> String {
+  jsonLine(ImportJSON(imported: count, store: store))
 }

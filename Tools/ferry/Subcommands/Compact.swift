@@ -21,6 +21,9 @@ struct Compact: AsyncParsableCommand {
   @Flag(help: "Then write a compacted copy of the file and swap it in, to give freed space back.")
   var copy = false
 
+  @Flag(help: "Print one JSON object (keys: removed, remaining, snapshotSequence, dataFileBytesAfter, …).")
+  var json = false
+
   func validate() throws {
     guard retention >= 0 else { throw ValidationError("--retention must not be negative") }
   }
@@ -28,7 +31,7 @@ struct Compact: AsyncParsableCommand {
   func run() async throws {
     try await perform { () async throws(ToolError) -> ExitStatus in
       try await compact(
-        path: store.dir, retentionMs: milliseconds(seconds: retention), copy: copy, output: .standard)
+        path: store.dir, retentionMs: milliseconds(seconds: retention), copy: copy, json: json, output: .standard)
       return .ok
     }
   }
