@@ -14,6 +14,8 @@ public struct LogFilter: Sendable {
   public var task: UInt64?
   /// Only events about this cache key.
   public var key: String?
+  /// Only events appended at or after this time (Unix ms; `--since`).
+  public var since: Int64?
 
   /// Shows every event.
   public init() {}
@@ -22,6 +24,7 @@ public struct LogFilter: Sendable {
     if let type, event.type != type { return false }
     if let task, summary.taskId != task { return false }
     if let key, summary.key != key { return false }
+    if let since, event.timestamp < since { return false }
     return true
   }
 }

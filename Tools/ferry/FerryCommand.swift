@@ -25,11 +25,14 @@ struct StoreArgument: ParsableArguments {
   var dir: String
 }
 
-/// Seconds from a flag in milliseconds, saturating (a flag of `Int64.max` seconds means "forever",
-/// not a crash).
-func milliseconds(seconds: Int64) -> Int64 {
-  let (product, overflow) = seconds.multipliedReportingOverflow(by: 1000)
-  return overflow ? (seconds < 0 ? .min : .max) : product
+/// The milliseconds of a duration flag (`7d`, `36h`, `90m`, `45s`, plain seconds), or a
+/// validation error (exit status 64) that says what the flag takes.
+func durationFlag(_ text: String, _ flag: String) throws -> Int64 {
+  do {
+    return try parseDuration(text, flag: flag)
+  } catch {
+    throw ValidationError(error.message)
+  }
 }
 
 /// Runs a command's work, printing a failure as one line on standard error with its exit status.
