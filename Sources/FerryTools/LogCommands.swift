@@ -40,6 +40,8 @@ struct LogLine: Codable {
   var taskId: UInt64?
   var key: String?
   var text: String
+  var payloadJSON: JSONValue?
+  var replaces: UInt64?
 }
 
 /// `ferry log`: the events, decoded. With `follow`, waits for new events (polling, since the
@@ -50,9 +52,12 @@ public func printLog(
 ) async throws(ToolError) {
   let store = try openForReading(path)
   defer { store.close() }
+  var replacement = ReplacementTracker(task: filter.task)
   func show(_ event: LoggedEvent) {
     let summary = EventSummary(event)
-    guard filter.accepts(event, summary) else { return }
+    let replaces = replacement.replaced(by: event)
+    guard filter.accepts(event, summary) || replaces != nil else { return }
+    let note = replaces.map { " (replaces task \($0), which leaves the queue)" } ?? ""
     if json {
       output.line(
         jsonLine(
@@ -61,9 +66,9 @@ public func printLog(
             timestamp: event.timestamp,
             time: isoTime(event.timestamp), id: event.id.description, taskId: summary.taskId,
             key: summary.key,
-            text: summary.text)))
+            text: summary.text + note, payloadJSON: payloadJSON(event), replaces: replaces)))
     } else {
-      output.line("\(column("\(event.sequence)", 8))\(isoTime(event.timestamp))  \(summary.text)")
+      output.line("\(column("\(event.sequence)", 8))\(isoTime(event.timestamp))  \(summary.text)\(note)")
     }
   }
   do {
@@ -229,7 +234,10 @@ struct ExportHeader: Codable {
   var events: UInt64
 }
 
-/// One event of an export: everything its record holds, the payload in base64.
+/// One event of an export: everything its record holds, the payload in base64 — the exact bytes
+/// `ferry import` reads back — and, for a queue event that carries the app's payload as UTF-8 JSON
+/// (`task.added`, `task.payloadUpdated`), that payload decoded in `payloadJSON`, to read and grep
+/// (import ignores it).
 struct ExportedEvent: Codable {
   var seq: UInt64
   var type: String
@@ -237,6 +245,7 @@ struct ExportedEvent: Codable {
   var timestamp: Int64
   var id: String
   var payload: String
+  var payloadJSON: JSONValue?
 }
 
 /// `ferry export`: the log as JSON Lines (a header, then one event per line).
@@ -253,7 +262,8 @@ public func export(path: String, output: Output) throws(ToolError) {
         jsonLine(
           ExportedEvent(
             seq: event.sequence, type: event.type, schemaVersion: event.storedSchemaVersion,
-            timestamp: event.timestamp, id: event.id.hex, payload: Data(event.payload).base64EncodedString()))
+            timestamp: event.timestamp, id: event.id.hex, payload: Data(event.payload).base64EncodedString(),
+            payloadJSON: payloadJSON(event)))
       )
       done += 1
       if done % 1000 == 0 { output.progress("export", done, Int(head)) }
@@ -458,4 +468,40 @@ public struct ImportJSON: Codable, Sendable, Equatable {
 /// The line `ferry import --json` prints once the import is done.
 public func importedJSON(count: Int, store: String) -> String {
   jsonLine(ImportJSON(imported: count, store: store))
+}
+
+/// For `ferry log --task N`: notices the `task.added` with `unique: .replace` that replaced task N
+/// (same tag and data id, while N was queued and had no run under way), which logs no event of N's
+/// own.
+struct ReplacementTracker {
+  let task: UInt64?
+  private var identity: (tag: String, dataId: String)?
+  private var running = false
+
+  init(task: UInt64?) { self.task = task }
+
+  /// The task `event` replaces, when it is the one followed.
+  mutating func replaced(by event: LoggedEvent) -> UInt64? {
+    guard let task, event.type.hasPrefix("task.") || event.type.hasPrefix("queue."),
+      let decoded = try? TaskEvent(event)
+    else { return nil }
+    switch decoded {
+    case .added(let tag, _, let dataId, _, _, let unique):
+      if event.sequence == task, let dataId { identity = (tag, dataId) }
+      if event.sequence != task, unique == .replace, !running, let identity, identity.tag == tag,
+        identity.dataId == dataId
+      {
+        self.identity = nil
+        return task
+      }
+    case .runStarted(let id, _, _, _) where id == task: running = true
+    case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
+      running = false
+    case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false
+    case .runSucceeded(let id) where id == task, .cancelled(let id) where id == task: identity = nil
+    case .cleared: identity = nil
+    default: break
+    }
+    return nil
+  }
 }

@@ -95,4 +95,55 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let table = try ferry(["inspect", demo.path]).stdout
     #expect(table.contains(#"evil\u001B[2J\ntag\u202E"#))
   }
+
+  @Test func exportAndLogShowPayloadsDecodedAndLogFollowsAReplacement() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let store = try await FerryStore.open(at: demo.path)
+    let first = try await store.queue.add(
+      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1", unique: .replace)
+    let second = try await store.queue.add(
+      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", unique: .replace)
+    let other = try await store.queue.add(tag: "save", payload: [1, 2, 3], dataId: "note-2", unique: .replace)
+    store.close()
+
+    struct Exported: Decodable {
+      let seq: UInt64
+      let type: String
+      let payload: String
+      let payloadJSON: JSONValue?
+    }
+    let export = try ferry(["export", demo.path])
+    #expect(export.status == 0)
+    expectNoControls(export.stdout)
+    let events = try export.stdout.split(separator: "\n").dropFirst().map {
+      try JSONDecoder().decode(Exported.self, from: Data($0.utf8))
+    }
+    #expect(events.count == 3)
+    #expect(events[0].payloadJSON == .object(["item": .string("milk\u{1B}[1m"), "size": .string("2l")]))
+    #expect(events[2].payloadJSON == .array([.integer(1), .integer(2), .integer(3)]))
+    #expect(events.allSatisfy { Data(base64Encoded: $0.payload) != nil })
+    // The bytes are still what import reads: the round trip gives the same export.
+    let copy = DemoStore()
+    defer { copy.remove() }
+    #expect(try ferry(["import", copy.path], input: export.stdout).status == 0)
+    #expect(try ferry(["export", copy.path]).stdout == export.stdout)
+
+    // `log --task` of the replaced task shows the add that replaced it.
+    let human = try ferry(["log", demo.path, "--task", String(first)])
+    #expect(human.status == 0)
+    let lines = human.stdout.split(separator: "\n")
+    #expect(lines.count == 2)
+    #expect(lines.last?.contains("task \(second) added") == true)
+    #expect(lines.last?.contains("(replaces task \(first)") == true)
+    #expect(human.stdout.contains(#""item":"oat milk""#))
+    let json = try ferry(["log", demo.path, "--task", String(first), "--json"])
+    let logged = try json.stdout.split(separator: "\n").map {
+      try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
+    }
+    #expect(logged.count == 2)
+    #expect(logged.last?["replaces"] as? Int == Int(first))
+    #expect((logged.last?["payloadJSON"] as? [String: Any])?["item"] as? String == "oat milk")
+    #expect(try ferry(["log", demo.path, "--task", String(other)]).stdout.split(separator: "\n").count == 1)
+  }
 }
