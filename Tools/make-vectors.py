@@ -487,7 +487,60 @@ def build_task_vectors():
             "payloadHex": updated.hex(),
         }),
     ]
+    vectors += build_priority_vectors(ts, event_id)
     return vectors
+
+
+def payload_optional_string(text):
+    """A payload string? field: a presence byte, then the string when present."""
+    return b"\x00" if text is None else b"\x01" + payload_string(text)
+
+
+def build_priority_vectors(ts, event_id):
+    """Schema version 2 of task.added (Specs/task-events.md 2.3): priority i8 and deadline i64?
+    appended to version 1. A version 1 record with the payload its upcaster must produce (priority
+    0, no deadline), version 2 records as Ferry must encode them, and task.expired (2.4)."""
+    task_payload = b'{"id":7}'
+    added_v1 = (payload_string("save-note") + struct.pack(">I", len(task_payload)) + task_payload
+                + payload_optional_string("note-7") + payload_optional_string("notes")
+                + b"\x00"      # manual: false
+                + b"\x00")     # unique: 0 (append)
+    deadline = 1768467660123
+    added_high = added_v1 + struct.pack(">b", 1) + b"\x01" + struct.pack(">q", deadline)
+    added_low = added_v1 + struct.pack(">b", -1) + b"\x00"
+    expired = struct.pack(">Q", 42)
+    return [
+        ("upcast-004-task-added-v1", {
+            "description": "task.added at schema version 1: tag \"save-note\", payload {\"id\":7}, dataId "
+                           "\"note-7\", groupId \"notes\", not manual, unique 0. Version 2 adds priority (i8) "
+                           "and deadline (i64?); the upcaster appends priority 0 (normal) and an absent "
+                           "deadline (presence byte 0).",
+            "sequence": 55, "hex": encode("task.added", 1, ts, event_id, added_v1, sequence=55).hex(),
+            "type": "task.added", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "v1PayloadHex": added_v1.hex(), "upcastSchemaVersion": 2,
+            "upcastPayloadHex": (added_v1 + b"\x00" + b"\x00").hex(),
+        }),
+        ("task-004-added-v2-high-deadline", {
+            "description": "task.added at schema version 2: the add of upcast-004 with priority 1 (high) "
+                           "and deadline 1768467660123 (Unix ms).",
+            "sequence": 56, "hex": encode("task.added", 2, ts, event_id, added_high, sequence=56).hex(),
+            "type": "task.added", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": added_high.hex(),
+        }),
+        ("task-005-added-v2-low", {
+            "description": "task.added at schema version 2: the add of upcast-004 with priority -1 (low, "
+                           "the byte ff) and no deadline.",
+            "sequence": 57, "hex": encode("task.added", 2, ts, event_id, added_low, sequence=57).hex(),
+            "type": "task.added", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": added_low.hex(),
+        }),
+        ("task-006-expired", {
+            "description": "task.expired at schema version 1 (Specs/task-events.md 2.4): taskId 42.",
+            "sequence": 58, "hex": encode("task.expired", 1, ts, event_id, expired, sequence=58).hex(),
+            "type": "task.expired", "schemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": expired.hex(),
+        }),
+    ]
 
 
 def main() -> None:

@@ -161,6 +161,11 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
         return
       }
       interruptedOwners[owner] = (id, event.sequence)
+    case .expired(let id) where present.contains(id):
+      // A deadline never interrupts a run: only a task without a claim expires.
+      if let owner = open[id] {
+        violations.append("task \(id) expired at \(event.sequence) while \(owner)'s run was under way")
+      }
     default:
       break
     }
@@ -173,7 +178,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
     let summary = EventSummary(event)
     switch summary.kind {
     case .task("added"): added[event.sequence] = summary.groupId
-    case .task("runSucceeded"), .task("cancelled"):
+    case .task("runSucceeded"), .task("cancelled"), .task("expired"):
       guard let id = summary.taskId else { return }
       // A success that removed its task (not the late result of a run whose task had already left)
       // must come in id order within its group: only a group's head runs.

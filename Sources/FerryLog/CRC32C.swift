@@ -5,7 +5,7 @@ import CFerryCRC
 /// With the CPU's CRC-32C instruction where it has one (SSE4.2 on x86-64, the ARMv8 CRC extension
 /// on arm64, through the CFerryCRC target), else software slicing-by-8; both give the same
 /// checksum. `CRC32C.checksum("123456789".utf8) == 0xE306_9283`.
-public enum CRC32C {
+package enum CRC32C {
   /// Whether this CPU computes the checksum with an instruction (else software).
   public static let usesHardware = ferry_crc32c_available() != 0
 

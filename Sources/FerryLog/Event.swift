@@ -5,7 +5,7 @@ public struct NewEvent: Sendable, Equatable {
   /// what decoding `payload` gives; it is never stored, and a rebuild decodes the payload.
   package var decoded: (any Sendable)? = nil
 
-  /// Equal when everything stored is equal (``decoded`` is not stored).
+  /// Equal when everything stored is equal (`decoded` is not stored).
   public static func == (a: NewEvent, b: NewEvent) -> Bool {
     a.type == b.type && a.schemaVersion == b.schemaVersion && a.payload == b.payload && a.id == b.id
       && a.timestamp == b.timestamp
@@ -40,7 +40,7 @@ public struct LoggedEvent: Sendable, Equatable {
   /// The decoded payload its appender handed along (``NewEvent/decoded``), on the live path only.
   package let decoded: (any Sendable)?
 
-  /// Equal when everything stored is equal (``decoded`` is not stored).
+  /// Equal when everything stored is equal (`decoded` is not stored).
   public static func == (a: LoggedEvent, b: LoggedEvent) -> Bool {
     a.sequence == b.sequence && a.type == b.type && a.schemaVersion == b.schemaVersion
       && a.storedSchemaVersion == b.storedSchemaVersion && a.timestamp == b.timestamp && a.id == b.id

@@ -17,7 +17,7 @@
 /// cannot tell whether it is stored under the right key. Every integer is big-endian. Decoding
 /// checks, in order: the minimum length, the CRC, the format version, each field, then (format 2)
 /// that the sequence inside the record is the one it is stored under.
-public enum EventRecord {
+package enum EventRecord {
   /// The record format this code writes and the newest it reads.
   public static let formatVersion: UInt8 = 2
   /// The longest event type, in bytes.

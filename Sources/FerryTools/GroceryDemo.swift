@@ -96,6 +96,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
       case .errorRecorded(let message): text = "needs the user: \(message)"
       case .interrupted: text = "interrupted"
       case .skipped(let reason): text = "skipped (\(reason))"
+      case .expired: text = "expired before it could start"
       }
       say("    task \(task): \(text)")
     }

@@ -29,6 +29,10 @@ public struct InspectReport: Codable, Sendable, Equatable {
     public var lastFailure: String?
     /// Its unresolved error, if any.
     public var error: String?
+    /// Its priority when not normal (larger runs first).
+    public var priority: Int8?
+    /// Its deadline (Unix ms), if any: no run starts after it.
+    public var deadline: Int64?
   }
   /// One group and its tasks in order.
   public struct Group: Codable, Sendable, Equatable {
@@ -140,7 +144,9 @@ public struct InspectReport: Codable, Sendable, Equatable {
         status: status,
         eligibleAt: eligibleAt, behind: behind, attempts: task.attempts, addedAt: task.addedAtMs,
         lastFailure: task.lastFailure,
-        error: errorByTask[task.id])
+        error: errorByTask[task.id],
+        priority: task.priority == .normal ? nil : task.priority.rawValue,
+        deadline: task.deadline.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) })
     }
     groups = snapshot.groups.map { Group(group: $0.group, tasks: $0.tasks) }
     totals.groups = groups.count
@@ -179,7 +185,12 @@ public struct InspectReport: Codable, Sendable, Equatable {
         let next =
           task.eligibleAt.map { relativeTime($0, now: now) } ?? task.behind.map { "after task \($0)" }
           ?? (task.status == "ready" ? "now" : "-")
-        let note = task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" } ?? ""
+        // Priority (when not normal) and deadline lead the last column.
+        let note = [
+          task.priority.map { "priority \(TaskPriority(rawValue: $0))" },
+          task.deadline.map { "deadline \(isoTime($0))" },
+          task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" },
+        ].compactMap { $0 }.joined(separator: "; ")
         out.append(
           "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
             + column(task.group ?? "-", 14) + column(task.status, 16) + column("\(task.attempts)", 9)

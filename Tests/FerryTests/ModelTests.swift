@@ -20,6 +20,9 @@ struct Model {
     var attempts: UInt32 = 0
     /// The step that added the task or last updated its payload (what its payload says).
     var payload: Int = 0
+    var priority: Int8 = 0
+    /// No run starts after this time (Unix ms).
+    var deadline: Int64?
   }
   struct Cache: Equatable {
     var lastSuccess: Int64?
@@ -53,7 +56,8 @@ struct Model {
   /// Adds a task; with `keep` and a queued twin nothing is logged and the twin's id comes back.
   @discardableResult
   mutating func add(
-    tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy, payload: Int
+    tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy, payload: Int,
+    priority: Int8 = 0, deadline: Int64? = nil
   ) -> UInt64 {
     var replaced: Set<UInt64> = []
     if let dataId, unique != .append {
@@ -63,7 +67,10 @@ struct Model {
     }
     let id = log()
     remove(replaced)
-    tasks.append(Task(id: id, tag: tag, group: group, dataId: dataId, manual: manual, payload: payload))
+    tasks.append(
+      Task(
+        id: id, tag: tag, group: group, dataId: dataId, manual: manual, payload: payload, priority: priority,
+        deadline: deadline))
     return id
   }
 
@@ -96,14 +103,21 @@ struct Model {
   /// Whether a task is in the runner's indexes (ready or waiting): not manual, heading its group.
   func indexed(_ task: Task) -> Bool { !task.manual && (task.group.map { head(of: $0) == task.id } ?? true) }
 
-  /// One pass, as `Specs/task-events.md` §4 claims tasks: the successor of a group whose task
-  /// just succeeded when the cursor passed it, then due retries in (time, id) order after the
-  /// retry cursor, then ready tasks in id order after the ready cursor; each task at most once.
+  /// One pass, as `Specs/task-events.md` §4 claims tasks: first every task whose deadline has
+  /// passed expires (in (deadline, id) order, one event each; the clock does not move during a
+  /// model pass, so no claim meets one later); then the successor of a group whose task just
+  /// succeeded when its priority's cursor passed it, then — the highest priority first — that
+  /// priority's due retries in (time, id) order after its retry cursor, then its ready tasks in id
+  /// order after its ready cursor; each task at most once.
   mutating func pass(salt: Int) {
+    let due = tasks.compactMap { task in task.deadline.map { (at: $0, id: task.id) } }
+      .filter { $0.at <= now }.sorted { ($0.at, $0.id) < ($1.at, $1.id) }
+    for _ in due { _ = log() }
+    remove(Set(due.map(\.id)))
     var touched = Set<UInt64>()
     var failedGroups = Set<String>()
-    var readyCursor: UInt64 = 0
-    var retryCursor: (at: Int64, id: UInt64)?
+    var readyCursors: [Int8: UInt64] = [:]
+    var retryCursors: [Int8: (at: Int64, id: UInt64)] = [:]
     var successorOf: String?
     func mayStart(_ task: Task, now: Int64) -> Bool {
       switch task.status {
@@ -114,30 +128,34 @@ struct Model {
     }
     while true {
       var pick: UInt64?
-      if let group = successorOf, let head = head(of: group), head <= readyCursor,
-        let task = tasks.first(where: { $0.id == head }), mayStart(task, now: now), indexed(task),
+      if let group = successorOf, let head = head(of: group),
+        let task = tasks.first(where: { $0.id == head }), head <= readyCursors[task.priority] ?? 0,
+        mayStart(task, now: now), indexed(task),
         !touched.contains(head), !failedGroups.contains(group)
       {
         pick = head
       }
       successorOf = nil
-      if pick == nil {
+      for priority in Set(tasks.map(\.priority)).sorted(by: >) where pick == nil {
         let due = tasks.compactMap { task -> (at: Int64, id: UInt64)? in
-          guard indexed(task), case .waiting(let until) = task.status, until <= at(now) else { return nil }
+          guard task.priority == priority, indexed(task), case .waiting(let until) = task.status, until <= at(now)
+          else { return nil }
           return (until.unixMilliseconds, task.id)
         }.sorted { ($0.at, $0.id) < ($1.at, $1.id) }
         for key in due {
-          if let cursor = retryCursor, (key.at, key.id) <= (cursor.at, cursor.id) { continue }
-          retryCursor = key
+          if let cursor = retryCursors[priority], (key.at, key.id) <= (cursor.at, cursor.id) { continue }
+          retryCursors[priority] = key
           guard let task = tasks.first(where: { $0.id == key.id }) else { continue }
           if touched.contains(task.id) || (task.group.map { failedGroups.contains($0) } ?? false) { continue }
           pick = task.id
           break
         }
-      }
-      if pick == nil {
-        for task in tasks where indexed(task) && task.status == .ready && task.id > readyCursor {
-          readyCursor = task.id
+        if pick != nil { break }
+        for task in tasks
+        where task.priority == priority && indexed(task) && task.status == .ready
+          && task.id > readyCursors[priority] ?? 0
+        {
+          readyCursors[priority] = task.id
           if touched.contains(task.id) || (task.group.map { failedGroups.contains($0) } ?? false) { continue }
           pick = task.id
           break
@@ -175,7 +193,8 @@ struct Model {
 
 /// One generated command, decoded from an integer so that sequences shrink to short, small ones.
 enum Command: CustomStringConvertible {
-  case add(tag: Int, group: Int?, dataId: Int, manual: Bool, unique: Int)
+  /// `deadline`: milliseconds from now (0: due at once).
+  case add(tag: Int, group: Int?, dataId: Int, manual: Bool, unique: Int, priority: Int8, deadline: Int64?)
   case pass(salt: Int)
   /// Two runners of the store run a pass each at the same time.
   case twoRunners(salt: Int)
@@ -197,7 +216,8 @@ enum Command: CustomStringConvertible {
     switch n % 19 {
     case 0, 1, 2, 3, 4:
       self = .add(
-        tag: p % 3, group: p % 4 == 3 ? nil : p % 3, dataId: p % 2, manual: p % 11 == 5, unique: (p / 3) % 3)
+        tag: p % 3, group: p % 4 == 3 ? nil : p % 3, dataId: p % 2, manual: p % 11 == 5, unique: (p / 3) % 3,
+        priority: Int8((p / 9) % 3) - 1, deadline: p % 5 == 2 ? Int64(1000 * (p % 7)) : nil)
     case 5, 6, 7: self = .pass(salt: p)
     case 8: self = .resolve(p)
     case 9: self = .cancel(p)
@@ -215,9 +235,10 @@ enum Command: CustomStringConvertible {
 
   var description: String {
     switch self {
-    case .add(let tag, let group, let dataId, let manual, let unique):
+    case .add(let tag, let group, let dataId, let manual, let unique, let priority, let deadline):
       return
-        "add(t\(tag), g\(group.map(String.init) ?? "-"), d\(dataId), \(manual ? "manual" : "auto"), u\(unique))"
+        "add(t\(tag), g\(group.map(String.init) ?? "-"), d\(dataId), \(manual ? "manual" : "auto"), u\(unique), "
+        + "p\(priority)\(deadline.map { ", deadline +\($0)" } ?? ""))"
     case .pass(let salt): return "pass(\(salt))"
     case .twoRunners(let salt): return "twoRunners(\(salt))"
     case .resolve(let k): return "resolve(\(k))"
@@ -252,16 +273,18 @@ enum Command: CustomStringConvertible {
         var runners = [makeRunner(store), makeRunner(store)]
         for (step, command) in commands.enumerated() {
           switch command {
-          case .add(let tag, let group, let dataId, let manual, let unique):
+          case .add(let tag, let group, let dataId, let manual, let unique, let priority, let deadline):
             let policy = UniquePolicy(rawValue: UInt8(unique)) ?? .append
             let data: String? = policy == .append ? nil : "d\(dataId)"
+            let at = deadline.map { model.now + $0 }
             try await store.queue.add(
               tag: "t\(tag)", payload: ["step": step], dataId: data, groupId: group.map { "g\($0)" },
               manual: manual,
-              unique: policy)
+              unique: policy, priority: TaskPriority(rawValue: priority),
+              deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) })
             model.add(
               tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy,
-              payload: step)
+              payload: step, priority: priority, deadline: at)
           case .pass(let salt):
             currentSalt.withLock { $0 = salt }
             _ = try await runners[salt % 2].run()  // either runner: passes behave the same
@@ -365,18 +388,24 @@ extension Model {
       if case .waitingForGroup = status { status = .ready }  // derived when read; stored as ready
       return Model.Task(
         id: $0.id, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: status,
-        attempts: $0.attempts, payload: payloads[$0.id] ?? -1)
+        attempts: $0.attempts, payload: payloads[$0.id] ?? -1, priority: $0.priority.rawValue,
+        deadline: milliseconds($0.deadline))
     }
     errors = Dictionary(uniqueKeysWithValues: snapshot.errors.map { ($0.taskId, ($0.errorId, $0.message)) })
     nextSequence = snapshot.head + 1
   }
 }
 
+/// A deadline as the log holds it.
+func milliseconds(_ date: Date?) -> Int64? { date.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) } }
+
 /// From the log after `before`: no task is claimed while a run of it is under way, every run ends
-/// exactly once, by one outcome, and both reports together name each run once.
+/// exactly once, by one outcome, both reports together name each run once, and a task expires at
+/// most once, never during a run of it.
 func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunReport], _ commands: [Command]) throws {
   var open: [UInt64: String] = [:]
   var runs: [UInt64: Int] = [:]
+  var expired: Set<UInt64> = []
   try log.forEachEvent(from: before + 1) { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
@@ -388,14 +417,19 @@ func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunRepor
       .errorRecorded(let id, _, true):
       #expect(open[id] != nil, "task \(id) finished without a run in \(commands)")
       open[id] = nil
+    case .expired(let id):
+      #expect(open[id] == nil, "task \(id) expired during its run in \(commands)")
+      #expect(expired.insert(id).inserted, "task \(id) expired twice in \(commands)")
     default: break
     }
   }
   #expect(open.isEmpty, "runs left open: \(open) in \(commands)")
   let reported = reports.flatMap(\.entries).filter {
     if case .skipped = $0.outcome { return false }
-    return true
+    return $0.outcome != .expired
   }
+  let reportedExpired = reports.flatMap(\.entries).filter { $0.outcome == .expired }.map(\.taskId)
+  #expect(reportedExpired.sorted() == expired.sorted(), "expiries reported and logged differ in \(commands)")
   #expect(reported.count == runs.values.reduce(0, +), "reports and log disagree in \(commands)")
 }
 
@@ -429,7 +463,8 @@ func expectSame(_ store: FerryStore, _ model: Model, after step: Int, _ commands
     let payload = try store.queue.payload(of: task.id, as: [String: Int].self)["step"] ?? -1
     return Model.Task(
       id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
-      status: task.status, attempts: task.attempts, payload: payload)
+      status: task.status, attempts: task.attempts, payload: payload, priority: task.priority.rawValue,
+      deadline: milliseconds(task.deadline))
   }
   #expect(actual == model.shown, "tasks differ after step \(step) of \(commands)")
   #expect(

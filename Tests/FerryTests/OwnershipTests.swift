@@ -479,7 +479,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     fixture.time += 60_000
     let probe = try queue.probeNextRunnable()
     #expect(probe.task?.id == ids.first)
-    #expect(probe.touched <= 2, "read \(probe.touched) entries")
+    // The levels present (two seeks in `waiting`, one in the empty `ready`), the due retry, its row.
+    #expect(probe.touched <= 5, "read \(probe.touched) entries")
     let after = try queue.probeNextRunnable(after: ids[150])
     #expect(after.task?.id == ids[151])
   }

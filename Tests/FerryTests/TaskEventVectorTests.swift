@@ -4,8 +4,8 @@ import Testing
 @testable import Ferry
 @testable import FerryLog
 
-/// The golden vectors of the queue's schema-2 events (`Specs/task-events.md` §2.1) and of
-/// `task.payloadUpdated` (§2.2), written by the independent generator (`Tools/make-vectors.py`):
+/// The golden vectors of the queue's schema-2 events (`Specs/task-events.md` §2.1, §2.3) and of
+/// `task.payloadUpdated` (§2.2) and `task.expired` (§2.4), written by the independent generator (`Tools/make-vectors.py`):
 /// version 1 records upcast to what version 2 says, and current events encode to exactly the
 /// generator's bytes.
 @Suite struct TaskEventVectorTests {
@@ -27,6 +27,13 @@ import Testing
     return try JSONDecoder().decode(Vector.self, from: data)
   }
 
+  /// The add of the `task.added` vectors, with a priority and a deadline.
+  static func noteAdd(priority: Int8, deadline: Int64?) -> TaskEvent {
+    .added(
+      tag: "save-note", payload: Array(#"{"id":7}"#.utf8), dataId: "note-7", groupId: "notes", manual: false,
+      unique: .append, priority: priority, deadline: deadline)
+  }
+
   static func bytes(_ hex: String) -> [UInt8] {
     var result: [UInt8] = []
     var index = hex.startIndex
@@ -41,6 +48,7 @@ import Testing
   @Test(arguments: [
     ("upcast-002-task-runStarted-v1", TaskEvent.runStarted(42, attempt: 3, owner: "", runner: 0)),
     ("upcast-003-task-errorRecorded-v1", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: true)),
+    ("upcast-004-task-added-v1", Self.noteAdd(priority: 0, deadline: nil)),
   ])
   func versionOneRecordsUpcastAsSpecified(_ name: String, _ expected: TaskEvent) throws {
     let vector = try Self.load(name)
@@ -56,6 +64,9 @@ import Testing
     ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
     ("task-002-errorRecorded-v2", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: false)),
     ("task-003-payloadUpdated", TaskEvent.payloadUpdated(42, payload: Array(#"{"item":"oat milk"}"#.utf8))),
+    ("task-004-added-v2-high-deadline", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
+    ("task-005-added-v2-low", Self.noteAdd(priority: -1, deadline: nil)),
+    ("task-006-expired", TaskEvent.expired(42)),
   ])
   func currentEventsEncodeToTheGeneratorsBytes(_ name: String, _ event: TaskEvent) throws {
     let vector = try Self.load(name)

@@ -130,6 +130,39 @@ struct DemoStore {
     #expect(log.stdout.contains(#"task 1 payload updated: {"text":"fixed"}"#), "\(log.stdout)")
   }
 
+  /// Priority and deadlines as the tools show them: `ferry inspect` marks a task's priority and
+  /// deadline, and `ferry log` reads both out of an add and names the task a pass expired.
+  @Test func inspectAndLogShowPriorityDeadlinesAndExpiry() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let deadline: Int64 = 4_102_444_800_000  // 2100-01-01T00:00:00Z
+    do {
+      let store = try await FerryStore.open(at: demo.path)
+      defer { store.close() }
+      _ = try await store.queue.add(
+        tag: "save-note", payload: ["text": "late"], deadline: Date().addingTimeInterval(-1))
+      _ = try await store.queue.add(
+        tag: "save-note", payload: ["text": "urgent"], manual: true, priority: .high,
+        deadline: Date(timeIntervalSince1970: Double(deadline) / 1000))
+      let report = try await TaskRunner(queue: store.queue).run()  // no handler: it only sweeps
+      #expect(report.outcome(of: 1) == .expired)
+    }
+    let table = try ferry(["inspect", demo.path])
+    #expect(table.status == 0)
+    let line = table.stdout.split(separator: "\n").first { $0.contains("save-note") }
+    #expect(line?.contains("save-note (manual)") == true, "\(table.stdout)")
+    #expect(line?.contains("priority high; deadline 2100-01-01T00:00:00.000Z") == true, "\(table.stdout)")
+    let json = try ferry(["inspect", demo.path, "--json"])
+    let report = try JSONDecoder().decode(InspectReport.self, from: Data(json.stdout.utf8))
+    #expect(report.tasks.map(\.id) == [2])
+    #expect(report.tasks.map(\.priority) == [1])
+    #expect(report.tasks.map(\.deadline) == [deadline])
+    let log = try ferry(["log", demo.path])
+    #expect(log.status == 0)
+    #expect(log.stdout.contains("task 1 expired: its deadline passed before it started"), "\(log.stdout)")
+    #expect(log.stdout.contains("priority high, deadline 2100-01-01T00:00:00.000Z"), "\(log.stdout)")
+  }
+
   @Test func logFiltersAndReplayTravelsInTime() async throws {
     let demo = DemoStore()
     defer { demo.remove() }

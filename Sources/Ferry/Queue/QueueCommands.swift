@@ -17,7 +17,7 @@ enum QueueCommand {
   }
 
   static func add(_ event: TaskEvent, _ context: CommandContext) throws -> AddOutcome {
-    guard case .added(let tag, _, let dataId, _, _, let unique) = event else {
+    guard case .added(let tag, _, let dataId, _, _, let unique, _, _) = event else {
       throw FerryError.invalidArgument("not an add")
     }
     var replaced: [TaskID] = []

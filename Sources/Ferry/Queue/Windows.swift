@@ -343,22 +343,26 @@ extension TaskQueue {
   func nextDue(excluding excluded: Set<TaskID>) throws -> Int64? {
     let now = clock()
     return try log.read { view in
-      let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+      var queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
       if try queue.tables.get("state", key: QueueKey.paused) == [1] { return nil }
       var ready = false
       try queue.tables.scan("ready", from: nil) { key, _ in
-        guard let id = QueueKey.trailingID(key) else { return true }
+        guard let (_, id) = QueueKey.readyEntry(key) else { return true }
         if excluded.contains(id) { return true }
         ready = true
         return false
       }
       if ready { return now }
+      // `waiting` is ordered by priority level, then time: the earliest is the least of each
+      // level's first time (one seek per level).
       var first: Int64?
-      try queue.tables.scan("waiting", from: nil) { key, _ in
-        guard let (at, id) = QueueKey.waitingTime(key) else { return true }
-        if excluded.contains(id) && at <= now { return true }  // due, and skipped for a condition
-        first = max(at, now)
-        return false
+      for level in try queue.runnableLevels() {
+        try queue.tables.scan("waiting", from: [level]) { key, _ in
+          guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level else { return false }
+          if excluded.contains(id) && at <= now { return true }  // due, and skipped for a condition
+          first = min(first ?? .max, max(at, now))
+          return false
+        }
       }
       return first
     }

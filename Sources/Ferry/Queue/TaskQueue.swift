@@ -205,10 +205,20 @@ public final class TaskQueue: Sendable {
   /// With ``UniquePolicy/keep`` and a queued task of the same tag and `dataId`, nothing is added
   /// and that task's id is returned. With ``UniquePolicy/replace`` those tasks (unless running)
   /// leave the queue first. Unique policies need a `dataId`.
+  ///
+  /// `priority`: among the tasks that may start, a pass claims the more urgent first (within a
+  /// priority: due retries by retry time, then by id). It never reorders a group: a group's tasks
+  /// run in id order, and its head competes with its own priority.
+  ///
+  /// `deadline`: no run of the task starts after it (on the store's clock, to the millisecond). A
+  /// task still queued then — ready, waiting, blocked, dead, manual or behind its group's head —
+  /// leaves the queue with a logged `task.expired` when a claim meets it or a pass sweeps it
+  /// (``TaskOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the deadline
+  /// is not interrupted; if it fails, no retry starts after the deadline.
   @discardableResult
   public func add<Payload: Encodable & Sendable>(
     tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append
+    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil
   ) async throws -> TaskID {
     try Self.validate(tag, name: "tag", max: Self.maxTagLength)
     if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
@@ -216,9 +226,11 @@ public final class TaskQueue: Sendable {
     if unique != .append && dataId == nil {
       throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
     }
+    let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
     let bytes = try Self.encode(payload)
     let event = TaskEvent.added(
-      tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+      tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
+      priority: priority.rawValue, deadline: deadlineMilliseconds)
     if unique == .append {
       let sequence = try await log.append(event.newEvent)
       observer.added(sequence, tag: tag, groupId: groupId)
@@ -377,13 +389,13 @@ public final class TaskQueue: Sendable {
   }
 
   /// A task's history, read from the log: its add, every run start and outcome, errors recorded
-  /// and resolved, payload updates, revival and its end (succeeded, cancelled, cleared). Works for finished tasks
+  /// and resolved, payload updates, revival and its end (succeeded, cancelled, expired, cleared). Works for finished tasks
   /// too, as long as the log holds their events. Reads the log from the task's add onward.
   public func history(of id: TaskID) throws -> [TaskHistoryEntry] {
     guard let added = try log.event(at: id), added.type == "task.added" else {
       throw FerryError.noSuchTask(id)
     }
-    guard case .added(let tag, _, let dataId, _, _, _) = try TaskEvent(added) else {
+    guard case .added(let tag, _, let dataId, _, _, _, _, _) = try TaskEvent(added) else {
       throw FerryError.noSuchTask(id)
     }
     var entries: [TaskHistoryEntry] = []
@@ -395,7 +407,7 @@ public final class TaskQueue: Sendable {
       let about: TaskID?
       var kind = decoded.historyKind
       switch decoded {
-      case .added(let otherTag, _, let otherDataId, _, _, let unique):
+      case .added(let otherTag, _, let otherDataId, _, _, let unique, _, _):
         if event.sequence == id {
           about = id
         } else if unique == .replace, !inRun, otherTag == tag, let dataId, otherDataId == dataId {
@@ -408,7 +420,7 @@ public final class TaskQueue: Sendable {
       case .runStarted(let task, _, _, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
         .runInterrupted(let task),
         .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
-        .payloadUpdated(let task, _):
+        .payloadUpdated(let task, _), .expired(let task):
         about = task
       case .cleared: about = id
       case .paused, .resumed: about = nil
@@ -419,7 +431,7 @@ public final class TaskQueue: Sendable {
       case .runStarted: inRun = true
       case .runFailed, .runInterrupted: inRun = false
       case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
-      case .runSucceeded, .cancelled, .cleared: ended = true
+      case .runSucceeded, .cancelled, .expired, .cleared: ended = true
       case .added: if event.sequence != id { ended = true }
       default: break
       }
@@ -455,10 +467,12 @@ public final class TaskQueue: Sendable {
     return payload
   }
 
-  /// The task a pass would claim next: a retry whose time has come (oldest retry time first), else
-  /// the lowest-id ready task after `after` — not manual, not running, first in its group. Reads
-  /// the indexes' first keys, never the whole queue. `date` (the store's clock now when nil) is
-  /// taken to the millisecond, as the log keeps times.
+  /// The task a pass would claim next: the most urgent priority first; within it, a retry whose
+  /// time has come (oldest retry time first), else the lowest-id ready task after `after` — not
+  /// manual, not running, first in its group. Reads the indexes' first keys (one seek per priority
+  /// level present), never the whole queue. A task past its deadline may be named: the claim
+  /// expires it instead of running it. `date` (the store's clock now when nil) is taken to the
+  /// millisecond, as the log keeps times.
   public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws -> PendingTask? {
     try probeNextRunnable(after: after, at: date?.unixMilliseconds).task
   }
@@ -475,6 +489,15 @@ public final class TaskQueue: Sendable {
   }
 
   // MARK: Helpers
+
+  /// A deadline as Unix milliseconds (rounded down), or `invalidArgument` when it has none.
+  static func milliseconds(deadline: Date) throws -> Int64 {
+    let value = (deadline.timeIntervalSince1970 * 1000).rounded(.down)
+    guard value.isFinite, value >= -9.2e18, value <= 9.2e18 else {
+      throw FerryError.invalidArgument("the deadline \(deadline) is not a time Ferry can store")
+    }
+    return Int64(value)
+  }
 
   private func queueTables<R>(_ body: (QueueTables<ProjectionReader>) throws -> R) throws -> R {
     try log.read { view in try body(QueueTables(view.tables(of: TaskQueueProjection.projectionName))) }

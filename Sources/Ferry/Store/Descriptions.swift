@@ -61,6 +61,7 @@ extension TaskOutcome: CustomStringConvertible {
     case .errorRecorded(let message): return "error recorded: \(message)"
     case .interrupted: return "interrupted"
     case .skipped(let reason): return "skipped: \(reason)"
+    case .expired: return "expired: its deadline passed before it started"
     }
   }
 }
@@ -79,6 +80,7 @@ extension TaskUpdate: CustomStringConvertible {
     case .errorRecorded(let id, let message): return "task \(id) error recorded: \(message)"
     case .errorResolved(let id): return "task \(id) error resolved"
     case .cancelled(let id): return "task \(id) cancelled"
+    case .expired(let id): return "task \(id) expired (its deadline passed before it started)"
     case .revived(let id): return "task \(id) revived"
     case .payloadUpdated(let id): return "task \(id) payload updated"
     case .cleared: return "queue cleared"

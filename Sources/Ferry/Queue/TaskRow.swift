@@ -20,6 +20,13 @@ struct TaskRow: Equatable {
   /// The run under way: who claimed it (set by `task.runStarted`, ended by the run's outcome).
   /// A task with a claim is never claimed again, whatever its status says meanwhile.
   var claim: Claim?
+  /// Larger runs first (0 normal), from the add.
+  var priority: Int8 = 0
+  /// No run starts after this time (Unix ms), from the add.
+  var deadline: Int64?
+
+  /// The first byte of the task's `ready` and `waiting` keys: higher priorities sort first.
+  var level: UInt8 { TaskPriority(rawValue: priority).indexLevel }
 
   /// Who owns a run: a process's liveness token and a runner within it.
   struct Claim: Equatable {
@@ -66,14 +73,19 @@ struct TaskRow: Equatable {
     writer.write(claim?.owner)
     writer.write(claim?.runner ?? 0)
     writer.write(claim?.attempt ?? 0)
+    writer.write(UInt8(bitPattern: priority))
+    writer.write(deadline)
     return writer.bytes
   }
 
   init(
     tag: String, dataId: String?, groupId: String?, manual: Bool, status: Status = .ready,
     attempts: UInt32 = 0,
-    eligibleAt: Int64? = nil, addedAt: Int64, lastFailure: String? = nil, errorCount: UInt32 = 0
+    eligibleAt: Int64? = nil, addedAt: Int64, lastFailure: String? = nil, errorCount: UInt32 = 0,
+    priority: Int8 = 0, deadline: Int64? = nil
   ) {
+    self.priority = priority
+    self.deadline = deadline
     self.tag = tag
     self.dataId = dataId
     self.groupId = groupId
@@ -104,6 +116,8 @@ struct TaskRow: Equatable {
     let runner = try reader.read(UInt32.self, "claim runner")
     let attempt = try reader.read(UInt32.self, "claim attempt")
     claim = owner.map { Claim(owner: $0, runner: runner, attempt: attempt) }
+    priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
+    deadline = try reader.readOptional(Int64.self, "deadline")
     try reader.finish("a task row")
   }
 
@@ -118,7 +132,8 @@ struct TaskRow: Equatable {
     }
     return PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
-      addedAtMs: addedAt, lastFailure: lastFailure, errorCount: errorCount)
+      addedAtMs: addedAt, lastFailure: lastFailure, errorCount: errorCount,
+      priority: TaskPriority(rawValue: priority), deadline: deadline.map(Date.init(unixMilliseconds:)))
   }
 }
 
@@ -126,12 +141,33 @@ struct TaskRow: Equatable {
 enum QueueKey {
   static func task(_ id: TaskID) -> [UInt8] { id.bigEndianBytes }
 
-  /// The waiting index orders by time: flipping the sign bit makes signed order byte order.
-  static func waiting(_ at: Int64, _ id: TaskID) -> [UInt8] {
-    (UInt64(bitPattern: at) ^ (1 << 63)).bigEndianBytes + id.bigEndianBytes
+  /// A `ready` key: the priority level (higher priorities first), then the id.
+  static func ready(_ level: UInt8, _ id: TaskID) -> [UInt8] { [level] + id.bigEndianBytes }
+
+  static func readyEntry(_ key: UnsafeRawBufferPointer) -> (level: UInt8, id: TaskID)? {
+    guard key.count == 9, let id = UInt64(bigEndianBytes: key[1..<9]) else { return nil }
+    return (key[0], id)
   }
 
-  static func waitingTime(_ key: UnsafeRawBufferPointer) -> (at: Int64, id: TaskID)? {
+  /// Times in keys order by time: flipping the sign bit makes signed order byte order.
+  static func time(_ at: Int64) -> [UInt8] { (UInt64(bitPattern: at) ^ (1 << 63)).bigEndianBytes }
+
+  /// A `waiting` key: the priority level, then the retry time, then the id.
+  static func waiting(_ level: UInt8, _ at: Int64, _ id: TaskID) -> [UInt8] {
+    [level] + time(at) + id.bigEndianBytes
+  }
+
+  static func waitingTime(_ key: UnsafeRawBufferPointer) -> (level: UInt8, at: Int64, id: TaskID)? {
+    guard key.count == 17, let raw = UInt64(bigEndianBytes: key[1..<9]),
+      let id = UInt64(bigEndianBytes: key[9..<17])
+    else { return nil }
+    return (key[0], Int64(bitPattern: raw ^ (1 << 63)), id)
+  }
+
+  /// A `deadlines` key: the deadline, then the id.
+  static func deadline(_ at: Int64, _ id: TaskID) -> [UInt8] { time(at) + id.bigEndianBytes }
+
+  static func deadlineEntry(_ key: UnsafeRawBufferPointer) -> (at: Int64, id: TaskID)? {
     guard key.count == 16, let raw = UInt64(bigEndianBytes: key[0..<8]),
       let id = UInt64(bigEndianBytes: key[8..<16])
     else { return nil }

@@ -106,7 +106,7 @@ extension TaskQueue {
   }
 
   /// The idle rule of ``waitUntilIdle()``, on the queue's indexes: the first keys of `running`,
-  /// `ready` and `waiting` (by time), and the pause flag.
+  /// `ready` and of each priority level of `waiting` (by time), and the pause flag.
   static func isIdle(_ queue: QueueTables<some ProjectionTableReading>, now: Int64) throws -> Bool {
     func isEmpty(_ table: String) throws -> Bool {
       var empty = true
@@ -119,12 +119,9 @@ extension TaskQueue {
     if try !isEmpty("running") { return false }
     if try queue.tables.get("state", key: QueueKey.paused) == [1] { return true }
     if try !isEmpty("ready") { return false }
-    var due = false
-    try queue.tables.scan("waiting", from: nil) { key, _ in
-      due = (QueueKey.waitingTime(key)?.at ?? .min) <= now
-      return false
-    }
-    return !due
+    // The first key of each priority level of `waiting` is its earliest retry time.
+    var queue = queue
+    return try queue.earliestRetry(atOrAfter: .min).map { $0 > now } ?? true
   }
 
   /// One encoder for every payload: made once (its options never change after), not per add.

@@ -142,6 +142,8 @@ public enum TaskOutcome: Sendable, Equatable {
   case interrupted
   /// It was not run.
   case skipped(SkipReason)
+  /// Its deadline had passed before a run of it started: it left the queue (`task.expired`).
+  case expired
 }
 
 /// The result of one pass.
@@ -152,13 +154,17 @@ public struct RunReport: Sendable, Equatable {
     public let taskId: TaskID
     /// What happened.
     public let outcome: TaskOutcome
+    /// The task's priority: the report lists the more urgent tasks first.
+    public internal(set) var priority: TaskPriority = .normal
   }
 
-  /// Every task the pass considered, in task-id order.
+  /// Every task the pass considered: the most urgent priority first, then in task-id order.
   public internal(set) var entries: [Entry] = []
 
   /// Tasks whose handler ran.
-  public var ran: Int { entries.count - skipped }
+  public var ran: Int { entries.count - skipped - expired }
+  /// Tasks whose deadline had passed before they started: the pass expired them, none ran.
+  public var expired: Int { entries.filter { $0.outcome == .expired }.count }
   /// Tasks that succeeded.
   public var succeeded: Int { entries.filter { $0.outcome == .succeeded }.count }
   /// Tasks that failed (retryable or not) or recorded an error.
@@ -216,6 +222,8 @@ public enum TaskUpdate: Sendable, Equatable {
   case errorResolved(TaskID)
   /// The task was cancelled.
   case cancelled(TaskID)
+  /// The task's deadline passed before a run of it started: it left the queue.
+  case expired(TaskID)
   /// A dead task was revived.
   case revived(TaskID)
   /// The task's payload was replaced (``TaskQueue/updatePayload(_:to:)``); its next run gets the new one.
@@ -232,7 +240,7 @@ public enum TaskUpdate: Sendable, Equatable {
     switch self {
     case .current(let id, _), .added(let id), .running(let id, _), .succeeded(let id), .failed(let id, _, _),
       .interrupted(let id), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
-      .cancelled(let id), .revived(let id), .payloadUpdated(let id):
+      .cancelled(let id), .expired(let id), .revived(let id), .payloadUpdated(let id):
       return id
     case .cleared, .paused, .resumed: return nil
     }
@@ -263,6 +271,8 @@ public struct TaskHistoryEntry: Sendable, Equatable {
     case payloadUpdated
     /// The task was cancelled.
     case cancelled
+    /// Its deadline passed before a run of it started: it left the queue.
+    case expired
     /// The queue was cleared.
     case cleared
     /// A later add with ``UniquePolicy/replace`` (the task with this id) took its place.

@@ -115,7 +115,7 @@ public struct EventSummary: Sendable, Equatable {
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
       kind = .task(name)
       switch decoded {
-      case .added(let tag, let payload, let dataId, let group, let manual, let unique):
+      case .added(let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline):
         taskId = event.sequence
         groupId = group
         var parts = ["task \(event.sequence) added: tag \(tag)"]
@@ -123,6 +123,8 @@ public struct EventSummary: Sendable, Equatable {
         if let dataId { parts.append("dataId \(dataId)") }
         if manual { parts.append("manual") }
         if unique != .append { parts.append("unique \(unique)") }
+        if priority != 0 { parts.append("priority \(TaskPriority(rawValue: priority))") }
+        if let deadline { parts.append("deadline \(readableTime(deadline))") }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
         text = parts.joined(separator: ", ")
       case .runStarted(let id, let attempt, let owner, let runner):
@@ -150,6 +152,9 @@ public struct EventSummary: Sendable, Equatable {
       case .cancelled(let id):
         taskId = id
         text = "task \(id) cancelled"
+      case .expired(let id):
+        taskId = id
+        text = "task \(id) expired: its deadline passed before it started"
       case .revived(let id):
         taskId = id
         text = "task \(id) revived"

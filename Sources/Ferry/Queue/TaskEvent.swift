@@ -2,10 +2,12 @@ import FerryLog
 import Foundation
 
 /// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, and 2
-/// for `task.runStarted` and `task.errorRecorded`).
+/// for `task.added`, `task.runStarted` and `task.errorRecorded`).
 package enum TaskEvent: Equatable, Sendable {
+  /// `priority`: larger runs first (0 normal); `deadline`: Unix ms after which no run starts.
   case added(
-    tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy)
+    tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy,
+    priority: Int8 = 0, deadline: Int64? = nil)
   /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
   /// process's liveness token, ``RunOwner``; empty in events logged before owners existed).
   case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32)
@@ -17,6 +19,9 @@ package enum TaskEvent: Equatable, Sendable {
   case errorRecorded(TaskID, message: String, endsRun: Bool)
   case errorResolved(TaskID)
   case cancelled(TaskID)
+  /// The task's deadline passed before a run of it started: it leaves the queue. Logged only by a
+  /// command that saw the deadline passed on its clock and the task queued without a claim.
+  case expired(TaskID)
   case revived(TaskID)
   /// The task's payload is now `payload` (the JSON bytes a run is handed); its id, place in its
   /// group and status stay.
@@ -28,11 +33,13 @@ package enum TaskEvent: Equatable, Sendable {
   package static let types = [
     "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
     "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "task.payloadUpdated",
-    "queue.cleared", "queue.paused", "queue.resumed",
+    "task.expired", "queue.cleared", "queue.paused", "queue.resumed",
   ]
 
   /// Types whose current schema version is 2, with the upcaster from version 1.
   static let upcasters: [String: @Sendable ([UInt8]) throws -> [UInt8]] = [
+    // v1 had no priority or deadline: priority 0 (normal), no deadline (an absent optional).
+    "task.added": { v1 in v1 + [0] + [0] },
     // v1 had no owner: an empty owner (never alive) and runner 0.
     "task.runStarted": { v1 in v1 + [0, 0, 0, 0] + [0, 0, 0, 0] },
     // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
@@ -53,6 +60,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorRecorded: return "task.errorRecorded"
     case .errorResolved: return "task.errorResolved"
     case .cancelled: return "task.cancelled"
+    case .expired: return "task.expired"
     case .revived: return "task.revived"
     case .payloadUpdated: return "task.payloadUpdated"
     case .cleared: return "queue.cleared"
@@ -64,13 +72,15 @@ package enum TaskEvent: Equatable, Sendable {
   var payload: [UInt8] {
     var writer = PayloadWriter()
     switch self {
-    case .added(let tag, let payload, let dataId, let groupId, let manual, let unique):
+    case .added(let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline):
       writer.write(tag)
       writer.write(bytes: payload)
       writer.write(dataId)
       writer.write(groupId)
       writer.write(manual)
       writer.write(unique.rawValue)
+      writer.write(UInt8(bitPattern: priority))
+      writer.write(deadline)
     case .runStarted(let id, let attempt, let owner, let runner):
       writer.write(id)
       writer.write(attempt)
@@ -89,7 +99,7 @@ package enum TaskEvent: Equatable, Sendable {
       writer.write(id)
       writer.write(bytes: payload)
     case .runSucceeded(let id), .runInterrupted(let id), .errorResolved(let id), .cancelled(let id),
-      .revived(let id):
+      .revived(let id), .expired(let id):
       writer.write(id)
     case .cleared, .paused, .resumed:
       break
@@ -100,7 +110,7 @@ package enum TaskEvent: Equatable, Sendable {
   /// The schema version this code writes for the event's type.
   var schemaVersion: UInt16 {
     switch self {
-    case .runStarted, .errorRecorded: return 2  // the types in `upcasters`
+    case .added, .runStarted, .errorRecorded: return 2  // the types in `upcasters`
     default: return 1
     }
   }
@@ -123,6 +133,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorRecorded(_, let message, _): return .errorRecorded(message: message)
     case .errorResolved: return .errorResolved
     case .cancelled: return .cancelled
+    case .expired: return .expired
     case .revived: return .revived
     case .payloadUpdated: return .payloadUpdated
     case .cleared, .paused, .resumed: return .cleared
@@ -132,7 +143,7 @@ package enum TaskEvent: Equatable, Sendable {
   /// The payload an add or a payload update carries (nil for the other events).
   var carriedPayload: [UInt8]? {
     switch self {
-    case .added(_, let payload, _, _, _, _), .payloadUpdated(_, let payload): return payload
+    case .added(_, let payload, _, _, _, _, _, _), .payloadUpdated(_, let payload): return payload
     default: return nil
     }
   }
@@ -149,6 +160,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .errorRecorded(let id, let message, _): return [.errorRecorded(id, message: message)]
     case .errorResolved(let id): return [.errorResolved(id)]
     case .cancelled(let id): return [.cancelled(id)]
+    case .expired(let id): return [.expired(id)]
     case .revived(let id): return [.revived(id)]
     case .payloadUpdated(let id, _): return [.payloadUpdated(id)]
     case .cleared: return [.cleared]
@@ -172,8 +184,11 @@ package enum TaskEvent: Equatable, Sendable {
         guard let unique = UniquePolicy(rawValue: raw) else {
           throw PayloadError("unique policy \(raw) is not known")
         }
+        let priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
+        let deadline = try reader.readOptional(Int64.self, "deadline")
         self = .added(
-          tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+          tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
+          priority: priority, deadline: deadline)
       case "task.runStarted":
         self = .runStarted(
           try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
@@ -191,6 +206,7 @@ package enum TaskEvent: Equatable, Sendable {
           endsRun: try reader.readBool("endsRun"))
       case "task.errorResolved": self = .errorResolved(try reader.read(UInt64.self, "taskId"))
       case "task.cancelled": self = .cancelled(try reader.read(UInt64.self, "taskId"))
+      case "task.expired": self = .expired(try reader.read(UInt64.self, "taskId"))
       case "task.revived": self = .revived(try reader.read(UInt64.self, "taskId"))
       case "task.payloadUpdated":
         self = .payloadUpdated(

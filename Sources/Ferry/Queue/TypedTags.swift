@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 // Tags as the app's own type: an enum of the app's kinds of work instead of string literals
 // scattered over the code. The log stores the raw value, so a typed tag and its string are the
@@ -14,14 +15,16 @@ import FerryLog
 // ```
 
 extension TaskQueue {
-  /// Adds a task whose tag is `tag.rawValue` (see ``add(tag:payload:dataId:groupId:manual:unique:)``).
+  /// Adds a task whose tag is `tag.rawValue` (see
+  /// ``add(tag:payload:dataId:groupId:manual:unique:priority:deadline:)``).
   @discardableResult
   public func add<Tag: RawRepresentable, Payload: Encodable & Sendable>(
     tag: Tag, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append
+    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil
   ) async throws -> TaskID where Tag.RawValue == String {
     try await add(
-      tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique)
+      tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
+      priority: priority, deadline: deadline)
   }
 
   /// Cancels the queued tasks of `tag.rawValue` (see ``cancel(tag:)-(String)``).

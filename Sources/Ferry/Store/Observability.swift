@@ -97,6 +97,9 @@ final class QueueObserver: Sendable {
     case .cleared: logger?.debug("queue cleared")
     case .paused: logger?.debug("automatic running paused")
     case .resumed: logger?.debug("automatic running resumed")
+    case .expired(let id):
+      metrics?.expired.increment()
+      logger?.debug("task expired: its deadline passed before it started", metadata: [FerryLogMetadata.taskId: "\(id)"])
     case .current, .added, .running, .succeeded, .failed, .interrupted, .skipped, .errorRecorded: return
     }
     refreshGaugesIfDue()
@@ -280,7 +283,7 @@ final class QueueMetrics: Sendable {
   }
 
   let factory: any MetricsFactory
-  let cancelled, errorsRecorded, interrupted: Counter
+  let cancelled, expired, errorsRecorded, interrupted: Counter
   let depth, running, ready, oldestAge: Meter
   private let tags = Mutex<[String: Tagged]>([:])
   /// The time of the last gauge refresh (uptime nanoseconds); held while refreshing.
@@ -290,6 +293,7 @@ final class QueueMetrics: Sendable {
   init(factory: any MetricsFactory) {
     self.factory = factory
     cancelled = Counter(label: "ferry_tasks_cancelled_total", factory: factory)
+    expired = Counter(label: "ferry_tasks_expired_total", factory: factory)
     errorsRecorded = Counter(label: "ferry_errors_recorded_total", factory: factory)
     interrupted = Counter(label: "ferry_runs_interrupted_total", factory: factory)
     depth = Meter(label: "ferry_queue_depth", factory: factory)

@@ -7,15 +7,19 @@ struct TaskQueueProjection: Projection {
   let name = TaskQueueProjection.projectionName
   /// 2: claims with owners (`task.runStarted` v2), the `running` index holds each claim.
   /// 3: `task.payloadUpdated`, and the `payloads` table naming the event that holds a task's payload.
-  let version: UInt32 = 3
-  let tables = ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "state"]
+  /// 4: priority and deadline (`task.added` v2) in the row, `ready` and `waiting` keys led by the
+  /// priority level, the `deadlines` index and `task.expired`.
+  let version: UInt32 = 4
+  let tables = [
+    "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines", "state",
+  ]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     guard TaskEvent.typeSet.contains(event.type) else { return }  // the other side's events
     let queue = QueueTables(tables)
     // On the live path the appender hands the event it encoded; a rebuild decodes the payload.
     switch try (event.decoded as? TaskEvent) ?? TaskEvent(event) {
-    case .added(let tag, _, let dataId, let groupId, let manual, let unique):
+    case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         if unique == .keep && !existing.isEmpty { return }
@@ -23,9 +27,11 @@ struct TaskQueueProjection: Projection {
           for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
         }
       }
-      let row = TaskRow(tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp)
+      let row = TaskRow(
+        tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp, priority: priority,
+        deadline: deadline)
       let id = event.sequence
-      // A new task's id is the largest yet: its rows go at the end of `tasks` (and of `ready`).
+      // A new task's id is the largest yet: its row goes at the end of `tasks`.
       try tables.putLast("tasks", key: QueueKey.task(id), value: row.bytes)
       if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
       if let dataId {
@@ -42,7 +48,7 @@ struct TaskQueueProjection: Projection {
         row.eligibleAt = nil
         row.claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
       }
-    case .runSucceeded(let id), .cancelled(let id):
+    case .runSucceeded(let id), .cancelled(let id), .expired(let id):
       try queue.remove(id)
     case .runFailed(let id, let message, _, let next):
       try queue.update(id) { row in
@@ -88,7 +94,7 @@ struct TaskQueueProjection: Projection {
       guard try queue.row(id) != nil else { return }
       try tables.put("payloads", key: QueueKey.task(id), value: event.sequence.bigEndianBytes)
     case .cleared:
-      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads"] {
+      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines"] {
         try tables.removeAll(table)
       }
     case .paused:
@@ -147,32 +153,85 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return ids
   }
 
-  /// The next task after `after` that may run at `now`: a due retry (the oldest retry time first,
-  /// read from the start of the time-ordered `waiting` index, so due retries cost what they
-  /// return), else the first key of `ready` past `after`. Blocked, dead, manual, claimed and
-  /// non-head tasks are in neither index, so they are never read.
+  /// The priority levels that have entries in an index whose keys lead with the level, most
+  /// urgent first: one seek per level present (at most 256), never a walk of the entries.
+  mutating func levels(_ table: String) throws -> [UInt8] {
+    var levels: [UInt8] = []
+    var from: [UInt8]?
+    while true {
+      var found: UInt8?
+      try tables.scan(table, from: from) { key, _ in
+        found = key.first
+        return false
+      }
+      touched += 1
+      guard let level = found else { break }
+      levels.append(level)
+      if level == .max { break }
+      from = [level + 1]
+    }
+    return levels
+  }
+
+  /// The levels present in `ready` or `waiting`, most urgent first.
+  mutating func runnableLevels() throws -> [UInt8] {
+    Array(Set(try levels("waiting")).union(try levels("ready"))).sorted()
+  }
+
+  /// The next task after `after` that may run at `now`, in a pass's order: the most urgent
+  /// priority first, and within it due retries (the oldest retry time first, read from the start
+  /// of that level's time-ordered `waiting` entries, so due retries cost what they return), then
+  /// the first `ready` key of the level past `after`. Blocked, dead, manual, claimed and non-head
+  /// tasks are in neither index, so they are never read.
   mutating func nextRunnable(after: TaskID, now: Int64) throws -> TaskID? {
     var found: TaskID?
     var visited = 0
-    try tables.scan("waiting", from: nil) { key, _ in
-      visited += 1
-      guard let (at, id) = QueueKey.waitingTime(key), at <= now else { return false }
-      if id > after {
-        found = id
-        return false
-      }
-      return true
-    }
-    // No id follows the largest (`after &+ 1` would wrap around to the first task).
-    if found == nil && after < TaskID.max {
-      try tables.scan("ready", from: QueueKey.task(after + 1)) { key, _ in
+    for level in try runnableLevels() {
+      try tables.scan("waiting", from: [level]) { key, _ in
         visited += 1
-        found = QueueKey.trailingID(key)
-        return false
+        guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else { return false }
+        if id > after {
+          found = id
+          return false
+        }
+        return true
       }
+      // No id follows the largest (`after &+ 1` would wrap around to the first task).
+      if found == nil && after < TaskID.max {
+        try tables.scan("ready", from: QueueKey.ready(level, after + 1)) { key, _ in
+          visited += 1
+          if let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level { found = id }
+          return false
+        }
+      }
+      if found != nil { break }
     }
     touched += visited
     return found
+  }
+
+  /// The earliest retry time at or after `time` in `waiting` (one seek per priority level).
+  mutating func earliestRetry(atOrAfter time: Int64) throws -> Int64? {
+    var earliest: Int64?
+    for level in try levels("waiting") {
+      try tables.scan("waiting", from: [level] + QueueKey.time(time)) { key, _ in
+        if let (keyLevel, at, _) = QueueKey.waitingTime(key), keyLevel == level {
+          earliest = min(earliest ?? at, at)
+        }
+        return false
+      }
+    }
+    return earliest
+  }
+
+  /// The earliest deadline at or after `time` of a queued task without a claim.
+  func earliestDeadline(atOrAfter time: Int64) throws -> Int64? {
+    var earliest: Int64?
+    try tables.scan("deadlines", from: QueueKey.time(time)) { key, _ in
+      earliest = QueueKey.deadlineEntry(key)?.at
+      return false
+    }
+    return earliest
   }
 
   /// The task holding a group back: its head, when the head cannot start now — claimed, manual,
@@ -247,17 +306,26 @@ extension QueueTables where Tables == ProjectionTables {
 
   func index(_ id: TaskID, _ row: TaskRow) throws {
     if let claim = row.claim { try tables.put("running", key: QueueKey.task(id), value: claim.bytes) }
+    // Every queued task with a deadline and no claim, whatever its status, group or manual flag:
+    // what a pass's sweep expires (a run under way is never interrupted by its deadline).
+    if let deadline = row.deadline, row.claim == nil {
+      try tables.put("deadlines", key: QueueKey.deadline(deadline, id), value: [])
+    }
     guard try isEligible(id, row) else { return }
     switch row.status {
-    case .ready: try tables.putLast("ready", key: QueueKey.task(id), value: [])
-    case .waiting: try tables.put("waiting", key: QueueKey.waiting(row.eligibleAt ?? 0, id), value: [])
+    // A new task's key is usually the last (the largest id, at the common level): LMDB then
+    // appends without searching and fills its pages; any other key is stored the ordinary way.
+    case .ready: try tables.putLast("ready", key: QueueKey.ready(row.level, id), value: [])
+    case .waiting:
+      try tables.put("waiting", key: QueueKey.waiting(row.level, row.eligibleAt ?? 0, id), value: [])
     case .running, .blocked, .dead: break
     }
   }
 
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
-    try tables.delete("ready", key: QueueKey.task(id))
+    try tables.delete("ready", key: QueueKey.ready(row.level, id))
     if row.claim != nil { try tables.delete("running", key: QueueKey.task(id)) }
-    if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(at, id)) }
+    if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(row.level, at, id)) }
+    if let deadline = row.deadline { try tables.delete("deadlines", key: QueueKey.deadline(deadline, id)) }
   }
 }

@@ -113,7 +113,7 @@ struct RetentionPlan: Sendable {
       case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
         .runInterrupted(let id),
         .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
-        .payloadUpdated(let id, _):
+        .payloadUpdated(let id, _), .expired(let id):
         task = id
       case .cleared:
         // A tombstone: it stays while anything it shadows stays.

@@ -267,10 +267,11 @@ public final class TaskRunner: Sendable {
   struct BatchStep: Sendable {
     var logged: [QueueCommand.FinishOutcome] = []
     var claims: [ClaimedRun] = []
-    var skips: [(TaskID, SkipReason)] = []
+    var skips: [(TaskID, SkipReason, TaskPriority)] = []
+    /// Tasks this command expired (their deadline passed): swept, or met by the search.
+    var expired: [ExpiredTask] = []
     var check: PendingTask?
-    var readyCursor: TaskID
-    var retryCursor: [UInt8]?
+    var cursors: PassCursors
     var head: UInt64 = 0
     /// The search found nothing more to claim (rather than stopping at the width, a check or its limit).
     var exhausted = false
@@ -305,7 +306,7 @@ public final class TaskRunner: Sendable {
         let clock = queue.clock
         let toFinish = finished
         let free = width - running
-        let (ready, retry) = pass.cursors()
+        let cursors = pass.cursors()
         let deadline = control.deadline
         finished = []
         // The runs this command may claim count as live from before it commits: a close meanwhile
@@ -314,7 +315,10 @@ public final class TaskRunner: Sendable {
         let step: BatchStep
         do {
           step = try await queue.log.execute { context -> BatchStep in
-          var step = BatchStep(readyCursor: ready, retryCursor: retry)
+          var step = BatchStep(cursors: cursors)
+          // Tasks whose deadline passed leave the queue first, whatever their state: the sweep
+          // reads the `deadlines` index from its start, so it costs what it expires.
+          step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
           var successors: [String] = []
           for run in toFinish {
             let logged = try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
@@ -331,20 +335,21 @@ public final class TaskRunner: Sendable {
           // Successors first: every group this command moved on, however the scan ends.
           for group in successors where step.claims.count < free && step.check == nil {
             switch try ClaimSearch.successor(
-              of: group, context, pass: pass, readyCursor: step.readyCursor, handlers: info, owner: owner,
-              runner: runner, now: clock(), skips: &step.skips)
+              of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
+              runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
             {
             case .some(.claimed(let run)): step.claims.append(run)
             case .some(.check(let task)): step.check = task
             default: break  // nothing to take from this group now
             }
           }
+          // A sweep that reached its limit leaves more to expire: the next command goes on.
+          let sweptAll = step.expired.count < ClaimSearch.scanLimit
           while step.claims.count < free && step.check == nil {
             let found = try ClaimSearch.next(
-              context, pass: pass, cursors: (step.readyCursor, step.retryCursor), handlers: info,
-              owner: owner, runner: runner, now: clock())
-            step.readyCursor = found.readyCursor
-            step.retryCursor = found.retryCursor
+              context, pass: pass, cursors: step.cursors, handlers: info,
+              owner: owner, runner: runner, now: clock(), expired: &step.expired)
+            step.cursors = found.cursors
             step.skips += found.skips
             switch found.found {
             case .claimed(let run):
@@ -354,7 +359,7 @@ public final class TaskRunner: Sendable {
             case .more: break
             case .none(let head):
               step.head = head
-              step.exhausted = true
+              step.exhausted = sweptAll
             }
             break
           }
@@ -369,14 +374,20 @@ public final class TaskRunner: Sendable {
           if logged == .logged { publish(run) }
           report(run, logged: logged, pass: pass)
         }
+        for task in step.expired {
+          queue.publish(.expired(task.id))
+          if pass.matches(task.row) && pass.touch(task.id) {
+            pass.add(task.id, .expired, priority: TaskPriority(rawValue: task.row.priority))
+          }
+        }
         if step.pastDeadline {
           draining = true
           continue
         }
-        pass.advance(readyCursor: step.readyCursor, retryCursor: step.retryCursor, claimed: step.claims)
-        for (id, reason) in step.skips where pass.touch(id) {
+        pass.advance(cursors: step.cursors, claimed: step.claims)
+        for (id, reason, priority) in step.skips where pass.touch(id) {
           if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
-          pass.add(id, skip(id, reason))
+          pass.add(id, skip(id, reason), priority: priority)
         }
         var claimed = step.claims
         if let task = step.check,
@@ -394,7 +405,7 @@ public final class TaskRunner: Sendable {
           handlers.addTask { [self] in ended.put(await runClaimed(run)) }
         }
         if running == 0 {
-          if !finished.isEmpty { continue }
+          if !finished.isEmpty || !step.expired.isEmpty { continue }
           if step.exhausted && step.check == nil && control.finish(at: step.head) { return }
           continue
         }
@@ -419,13 +430,14 @@ public final class TaskRunner: Sendable {
     _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, deadline: Int64?
   ) async throws -> ClaimedRun? {
     guard pass.touch(task.id) else { return nil }
+    let priority = task.priority
     guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
-      pass.add(task.id, skip(task.id, .noHandler))
+      pass.add(task.id, skip(task.id, .noHandler), priority: priority)
       pass.failGroup(task.groupId)
       return nil
     }
     if !(await isReady(task, registration)) {
-      pass.add(task.id, skip(task.id, .notReady))
+      pass.add(task.id, skip(task.id, .notReady), priority: priority)
       pass.failGroup(task.groupId)
       return nil
     }
@@ -453,12 +465,16 @@ public final class TaskRunner: Sendable {
     case .claimed(let run):
       return run
     case .gone:
-      pass.add(task.id, skip(task.id, .noLongerQueued))  // cancelled or cleared while it was asked
+      // cancelled or cleared while it was asked
+      pass.add(task.id, skip(task.id, .noLongerQueued), priority: priority)
+    case .expired:
+      queue.publish(.expired(task.id))
+      pass.add(task.id, .expired, priority: priority)
     case .skip(let reason):
-      pass.add(task.id, skip(task.id, reason))
+      pass.add(task.id, skip(task.id, reason), priority: priority)
       pass.failGroup(task.groupId)
     case .runningElsewhere:
-      pass.add(task.id, skip(task.id, .running))
+      pass.add(task.id, skip(task.id, .running), priority: priority)
       pass.failGroup(task.groupId)
     case .check:
       break  // not asked with checked: true
@@ -499,7 +515,7 @@ public final class TaskRunner: Sendable {
   /// Puts a run whose outcome a command logged (or refused) in the pass's report.
   private func report(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
     let id = finished.run.task.id
-    pass.add(id, logged == .logged ? finished.outcome : .interrupted)
+    pass.add(id, logged == .logged ? finished.outcome : .interrupted, priority: finished.run.task.priority)
     if finished.outcome != .succeeded { pass.failGroup(finished.run.task.groupId) }
   }
 
@@ -633,6 +649,9 @@ public final class TaskRunner: Sendable {
       switch decision {
       case .gone:
         outcome = skip(id, .noLongerQueued)
+      case .expired:
+        queue.publish(.expired(id))
+        outcome = .expired
       case .skip(let reason):
         outcome = skip(id, reason)
       case .check(let task):
@@ -756,20 +775,15 @@ public final class TaskRunner: Sendable {
   /// Whether passes run by themselves.
   public var isRunningAutomatically: Bool { state.withLock { $0.automatic != nil } }
 
-  /// The earliest retry time at or after `passStart`. A time before it was considered by that
+  /// The earliest retry time or deadline at or after `passStart`. A time before it was considered by that
   /// pass; one that pass skipped for another reason (not ready, no handler) waits for another
   /// wake-up, so the loop never spins — and a time that came due during the pass is not missed.
   func nextRetryTime(from passStart: Int64) -> Int64? {
     try? queue.log.read { view in
-      var at: Int64?
-      try view.tables(of: TaskQueueProjection.projectionName).scan(
-        "waiting", from: QueueKey.waiting(passStart, 0)
-      ) {
-        key, _ in
-        at = QueueKey.waitingTime(key)?.at
-        return false
-      }
-      return at
+      var tables = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+      // A deadline wakes the loop too: that pass's sweep expires the task.
+      let times = [try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart)]
+      return times.compactMap { $0 }.min()
     }
   }
 }

@@ -15,6 +15,42 @@ public enum UniquePolicy: UInt8, Sendable, CaseIterable {
   case replace = 2
 }
 
+/// How urgent a task is: among the tasks that may start now, a pass claims higher priorities
+/// first (`Specs/task-events.md` §4.3). Within one priority the order is unchanged: due retries
+/// by retry time, then ready tasks by id. Priority never reorders a group: a group's tasks run in
+/// id order, and its head competes with the head's own priority.
+///
+/// ``low``, ``normal`` and ``high`` are the usual levels; any `Int8` is a level of its own
+/// (larger is more urgent), for apps that need more than three.
+public struct TaskPriority: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+  /// The level as stored in the log: larger runs first; 0 is ``normal``.
+  public let rawValue: Int8
+
+  /// A level: larger runs first.
+  public init(rawValue: Int8) { self.rawValue = rawValue }
+
+  /// Runs after the normal and high tasks that may start.
+  public static let low = TaskPriority(rawValue: -1)
+  /// The default.
+  public static let normal = TaskPriority(rawValue: 0)
+  /// Runs before the normal and low tasks that may start.
+  public static let high = TaskPriority(rawValue: 1)
+
+  public static func < (lhs: TaskPriority, rhs: TaskPriority) -> Bool { lhs.rawValue < rhs.rawValue }
+
+  public var description: String {
+    switch self {
+    case .low: return "low"
+    case .normal: return "normal"
+    case .high: return "high"
+    default: return "priority \(rawValue)"
+    }
+  }
+
+  /// The first byte of an index key: higher priorities sort first (127 → 0, −128 → 255).
+  var indexLevel: UInt8 { UInt8(127 - Int(rawValue)) }
+}
+
 /// Where a queued task stands.
 public enum TaskStatus: Sendable, Equatable {
   /// May run: it heads its group (or has none) and is not manual — or it is behind a group head
@@ -60,10 +96,16 @@ public struct PendingTask: Sendable, Equatable {
   public let errorCount: UInt32
   /// ``addedAt`` as the log keeps it (Unix milliseconds).
   package let addedAtMs: Int64
+  /// How urgent it is (``TaskPriority/normal`` unless given to `add`).
+  public let priority: TaskPriority
+  /// When given to `add`: no run of it starts after this time; a task still queued then leaves
+  /// the queue (``TaskUpdate/expired(_:)``). A run already under way is not interrupted.
+  public let deadline: Date?
 
   init(
     id: TaskID, tag: String, dataId: String?, groupId: String?, manual: Bool, status: TaskStatus,
-    attempts: UInt32, addedAtMs: Int64, lastFailure: String?, errorCount: UInt32
+    attempts: UInt32, addedAtMs: Int64, lastFailure: String?, errorCount: UInt32,
+    priority: TaskPriority = .normal, deadline: Date? = nil
   ) {
     self.id = id
     self.tag = tag
@@ -75,13 +117,16 @@ public struct PendingTask: Sendable, Equatable {
     self.addedAtMs = addedAtMs
     self.lastFailure = lastFailure
     self.errorCount = errorCount
+    self.priority = priority
+    self.deadline = deadline
   }
 
   /// The same task with another status.
   func with(status: TaskStatus) -> PendingTask {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
-      addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount)
+      addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount, priority: priority,
+      deadline: deadline)
   }
 }
 

@@ -16,12 +16,32 @@ struct ClaimStep: Sendable {
   }
 
   var found: Found
-  /// Tasks found in the indexes that the pass skips (no handler).
-  var skips: [(TaskID, SkipReason)] = []
-  /// The last ready-index key the search passed.
-  var readyCursor: TaskID
-  /// The last waiting-index key the search passed (due retries, in time order).
-  var retryCursor: [UInt8]?
+  /// Tasks found in the indexes that the pass skips (no handler), with their priority.
+  var skips: [(TaskID, SkipReason, TaskPriority)] = []
+  /// Where the search stopped in each priority level of the indexes.
+  var cursors: PassCursors
+}
+
+/// How far a pass has read each priority level of the `ready` and `waiting` indexes
+/// (`Specs/task-events.md` §4.3). A task added later has a larger id than any its level's cursor
+/// passed, so the pass still meets it — before the lower levels when it is more urgent.
+struct PassCursors: Sendable, Equatable {
+  /// The last ready id passed, by level.
+  var ready: [UInt8: TaskID] = [:]
+  /// The last waiting key passed (level, time, id), by level.
+  var retry: [UInt8: [UInt8]] = [:]
+
+  /// Keeps the furthest of both, level by level.
+  mutating func merge(_ other: PassCursors) {
+    ready.merge(other.ready) { max($0, $1) }
+    retry.merge(other.retry) { $0.lexicographicallyPrecedes($1) ? $1 : $0 }
+  }
+}
+
+/// A task that left the queue because its deadline passed, as a command logged it.
+struct ExpiredTask: Sendable {
+  let id: TaskID
+  let row: TaskRow
 }
 
 /// What a claim of one task decided.
@@ -31,6 +51,8 @@ enum SingleClaim: Sendable {
   case check(PendingTask)
   /// It is not queued.
   case gone
+  /// Its deadline had passed: this command logged `task.expired` and it left the queue.
+  case expired
   /// Another runner's run of it (this claim) is under way, as of the log's `head`.
   case runningElsewhere(head: UInt64, claim: TaskRow.Claim)
 }
@@ -56,16 +78,17 @@ enum ClaimSearch {
   static func consider(
     _ id: TaskID, _ context: CommandContext, _ queue: QueueTables<ProjectionReader>, pass: PassState,
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
-    skips: inout [(TaskID, SkipReason)]
+    skips: inout [(TaskID, SkipReason, TaskPriority)], expired: inout [ExpiredTask]
   ) throws -> ClaimStep.Found? {
-    guard !pass.isTouched(id), !handlers.unhandled.contains(id), let row = try queue.row(id),
-      mayStart(row, now: now), pass.matches(row)
-    else {
+    guard !pass.isTouched(id), !handlers.unhandled.contains(id), let row = try queue.row(id) else { return nil }
+    if try expireIfDue(id, row, context, now: now) {
+      expired.append(ExpiredTask(id: id, row: row))
       return nil
     }
+    guard mayStart(row, now: now), pass.matches(row) else { return nil }
     if let group = row.groupId, pass.isFailed(group) { return nil }
     guard let needsCheck = handlers.tags[row.tag] else {
-      skips.append((id, .noHandler))
+      skips.append((id, .noHandler, TaskPriority(rawValue: row.priority)))
       return nil
     }
     if needsCheck { return .check(row.task(id: id)) }
@@ -75,30 +98,59 @@ enum ClaimSearch {
   /// The new head of a group whose task this pass just finished successfully, when the pass's
   /// cursor has passed it (a later one is met by the scan in its turn).
   static func successor(
-    of group: String, _ context: CommandContext, pass: PassState, readyCursor: TaskID,
+    of group: String, _ context: CommandContext, pass: PassState, cursors: PassCursors,
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
-    skips: inout [(TaskID, SkipReason)]
+    skips: inout [(TaskID, SkipReason, TaskPriority)], expired: inout [ExpiredTask]
   ) throws -> ClaimStep.Found? {
     let queue = try QueueCommand.tables(context)
-    guard let head = try queue.head(of: group), head <= readyCursor else { return nil }
+    guard let head = try queue.head(of: group), let row = try queue.row(head),
+      head <= cursors.ready[row.level] ?? 0
+    else { return nil }
     return try consider(
-      head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now, skips: &skips)
+      head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now, skips: &skips,
+      expired: &expired)
   }
 
-  /// The next task of the pass: due retries in time order, then ready tasks in id order after
-  /// the cursor. Claims it unless its tag asks `isReadyToRun` first.
-  static func next(
-    _ context: CommandContext, pass: PassState, cursors: (TaskID, [UInt8]?), handlers: TaskRunner.HandlerInfo,
-    owner: String, runner: UInt32, now: Int64
-  ) throws -> ClaimStep {
+  /// Logs `task.expired` when the task has no claim and its deadline is at or before `now`.
+  static func expireIfDue(_ id: TaskID, _ row: TaskRow, _ context: CommandContext, now: Int64) throws -> Bool {
+    guard row.claim == nil, let deadline = row.deadline, deadline <= now else { return false }
+    try context.append([TaskEvent.expired(id).newEvent])
+    return true
+  }
+
+  /// Expires, up to `limit`, the queued tasks without a claim whose deadline is at or before `now`
+  /// — blocked, waiting, dead, manual and non-head ones too — reading `deadlines` from its start,
+  /// so the sweep costs what it expires (and one key more).
+  static func sweep(_ context: CommandContext, now: Int64, limit: Int) throws -> [ExpiredTask] {
     let queue = try QueueCommand.tables(context)
-    let (readyCursor, retryCursor) = cursors
-    var step = ClaimStep(found: .none(head: context.head), readyCursor: readyCursor, retryCursor: retryCursor)
+    var due: [TaskID] = []
+    try queue.tables.scan("deadlines", from: nil) { key, _ in
+      guard let (at, id) = QueueKey.deadlineEntry(key), at <= now else { return false }
+      due.append(id)
+      return due.count < limit
+    }
+    var expired: [ExpiredTask] = []
+    for id in due {
+      guard let row = try queue.row(id), try expireIfDue(id, row, context, now: now) else { continue }
+      expired.append(ExpiredTask(id: id, row: row))
+    }
+    return expired
+  }
+
+  /// The next task of the pass, most urgent priority level first; within a level, due retries in
+  /// time order, then ready tasks in id order, each after the level's cursor. Claims it unless its
+  /// tag asks `isReadyToRun` first. Tasks met past their deadline are expired on the way.
+  static func next(
+    _ context: CommandContext, pass: PassState, cursors: PassCursors, handlers: TaskRunner.HandlerInfo,
+    owner: String, runner: UInt32, now: Int64, expired: inout [ExpiredTask]
+  ) throws -> ClaimStep {
+    var queue = try QueueCommand.tables(context)
+    var step = ClaimStep(found: .none(head: context.head), cursors: cursors)
 
     func consider(_ id: TaskID) throws -> ClaimStep.Found? {
       try Self.consider(
         id, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now,
-        skips: &step.skips)
+        skips: &step.skips, expired: &expired)
     }
 
     if case .group(let group) = pass.filter {
@@ -106,10 +158,10 @@ enum ClaimSearch {
       return step
     }
     var examined = 0
-    /// Walks one index in batches from its cursor, considering each task, until one is found, the
-    /// index ends, or the scan limit is reached.
-    /// The first batch is small: the first entry is usually the one claimed, and reading 64 keys
-    /// for it was a third of a serial run's instructions.
+    /// Walks one level of one index in batches from its cursor, considering each task, until one
+    /// is found, the level ends, or the scan limit is reached. The first batch is small: the first
+    /// entry is usually the one claimed, and reading 64 keys for it was a third of a serial run's
+    /// instructions.
     func walk(
       _ batch: (_ size: Int) throws -> [(key: [UInt8], id: TaskID)],
       advance: (_ key: [UInt8], _ id: TaskID) -> Void
@@ -131,31 +183,40 @@ enum ClaimSearch {
       } while full
       return nil
     }
-    // Due retries, oldest retry time first: read from the start of the time-ordered index, so
-    // they cost what the pass takes from them.
-    let retry = try walk({ size in
-      var entries: [(key: [UInt8], id: TaskID)] = []
-      try queue.tables.scan("waiting", from: step.retryCursor) { key, _ in
-        if let cursor = step.retryCursor, key.elementsEqual(cursor) { return true }
-        guard let (at, id) = QueueKey.waitingTime(key), at <= now else { return false }
-        entries.append((Array(key), id))
-        return entries.count < size
+    for level in try queue.runnableLevels() {
+      // Due retries of the level, oldest retry time first: read from the start of its
+      // time-ordered entries, so they cost what the pass takes from them.
+      let retry = try walk({ size in
+        var entries: [(key: [UInt8], id: TaskID)] = []
+        let cursor = step.cursors.retry[level]
+        try queue.tables.scan("waiting", from: cursor ?? [level]) { key, _ in
+          if let cursor, key.elementsEqual(cursor) { return true }
+          guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else { return false }
+          entries.append((Array(key), id))
+          return entries.count < size
+        }
+        return entries
+      }, advance: { key, _ in step.cursors.retry[level] = key })
+      if let retry {
+        step.found = retry
+        return step
       }
-      return entries
-    }, advance: { key, _ in step.retryCursor = key })
-    if let retry {
-      step.found = retry
-      return step
+      let ready = try walk({ size in
+        var entries: [(key: [UInt8], id: TaskID)] = []
+        let cursor = step.cursors.ready[level] ?? 0
+        if cursor == TaskID.max { return entries }  // no id follows the largest
+        try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
+          guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
+          if id > cursor { entries.append(([], id)) }
+          return entries.count < size
+        }
+        return entries
+      }, advance: { _, id in step.cursors.ready[level] = id })
+      if let ready {
+        step.found = ready
+        return step
+      }
     }
-    let ready = try walk({ size in
-      var entries: [(key: [UInt8], id: TaskID)] = []
-      try queue.tables.scan("ready", from: QueueKey.task(step.readyCursor &+ 1)) { key, _ in
-        if let id = QueueKey.trailingID(key), id > step.readyCursor { entries.append(([], id)) }
-        return entries.count < size
-      }
-      return entries
-    }, advance: { _, id in step.readyCursor = id })
-    if let ready { step.found = ready }
     return step
   }
 
@@ -168,6 +229,7 @@ enum ClaimSearch {
     let queue = try QueueCommand.tables(context)
     guard let row = try queue.row(id) else { return .gone }
     if let claim = row.claim { return .runningElsewhere(head: context.head, claim: claim) }
+    if try expireIfDue(id, row, context, now: now) { return .expired }
     switch row.status {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)
@@ -207,8 +269,7 @@ final class PassState: Sendable {
   let collectionTags: Set<String>?
 
   private struct State {
-    var readyCursor: TaskID = 0
-    var retryCursor: [UInt8]?
+    var cursors = PassCursors()
     var touched: Set<TaskID> = []
     var failedGroups: Set<String> = []
     var entries: [RunReport.Entry] = []
@@ -228,14 +289,11 @@ final class PassState: Sendable {
     }
   }
 
-  func cursors() -> (TaskID, [UInt8]?) { state.withLock { ($0.readyCursor, $0.retryCursor) } }
+  func cursors() -> PassCursors { state.withLock { $0.cursors } }
 
-  func advance(readyCursor: TaskID, retryCursor: [UInt8]?, claimed: [ClaimedRun]) {
+  func advance(cursors: PassCursors, claimed: [ClaimedRun]) {
     state.withLock { s in
-      s.readyCursor = max(s.readyCursor, readyCursor)
-      if let key = retryCursor, s.retryCursor.map({ $0.lexicographicallyPrecedes(key) }) ?? true {
-        s.retryCursor = key
-      }
+      s.cursors.merge(cursors)
       for run in claimed { s.touched.insert(run.task.id) }
     }
   }
@@ -248,13 +306,18 @@ final class PassState: Sendable {
     guard let group else { return }
     _ = state.withLock { $0.failedGroups.insert(group) }
   }
-  func add(_ id: TaskID, _ outcome: TaskOutcome) {
-    state.withLock { $0.entries.append(RunReport.Entry(taskId: id, outcome: outcome)) }
+  func add(_ id: TaskID, _ outcome: TaskOutcome, priority: TaskPriority) {
+    state.withLock {
+      $0.entries.append(RunReport.Entry(taskId: id, outcome: outcome, priority: priority))
+    }
   }
 
+  /// The entries, the most urgent priority first, then by task id.
   func report() -> RunReport {
     var report = RunReport()
-    report.entries = state.withLock { $0.entries }.sorted { $0.taskId < $1.taskId }
+    report.entries = state.withLock { $0.entries }.sorted {
+      $0.priority != $1.priority ? $0.priority > $1.priority : $0.taskId < $1.taskId
+    }
     return report
   }
 }
