@@ -486,7 +486,7 @@ struct ReplacementTracker {
       let decoded = try? TaskEvent(event)
     else { return nil }
     switch decoded {
-    case .added(let tag, _, let dataId, _, _, let unique):
+    case .added(let tag, _, let dataId, _, _, let unique, _, _):
       if event.sequence == task, let dataId { identity = (tag, dataId) }
       if event.sequence != task, unique == .replace, !running, let identity, identity.tag == tag,
         identity.dataId == dataId
@@ -498,7 +498,8 @@ struct ReplacementTracker {
     case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
       running = false
     case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false
-    case .runSucceeded(let id) where id == task, .cancelled(let id) where id == task: identity = nil
+    case .runSucceeded(let id) where id == task, .cancelled(let id) where id == task, .expired(let id) where id == task:
+      identity = nil
     case .cleared: identity = nil
     default: break
     }
