@@ -6,8 +6,8 @@ struct Compact: AsyncParsableCommand {
     abstract:
       "Snapshot a store and remove the events its retention policy allows; --copy also shrinks the file.",
     discussion: """
-      Removes the events of tasks finished longer ago than --retention, and old cache fetches, in one
-      transaction with a snapshot of both sides. With --copy, writes a compacted copy of the file and swaps it
+      Removes the events of tasks finished longer ago than --retention, and old cache fetches, in one \
+      transaction with a snapshot of both sides. With --copy, writes a compacted copy of the file and swaps it \
       in (only when no other process has the store open).
 
       Example: ferry compact /tmp/groceries --retention 0 --copy

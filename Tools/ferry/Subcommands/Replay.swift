@@ -6,7 +6,7 @@ struct Replay: AsyncParsableCommand {
     abstract:
       "Rebuild a store's state from its log: as of a sequence, or compared with the stored projections.",
     discussion: """
-      With --until SEQ: the state as it was right after event SEQ (time travel). Without: a rebuild of every
+      With --until SEQ: the state as it was right after event SEQ (time travel). Without: a rebuild of every \
       projection compared row by row with what is stored; exits 1 when they differ.
 
       Example: ferry replay /tmp/groceries --until 12
