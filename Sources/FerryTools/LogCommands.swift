@@ -110,12 +110,16 @@ public struct VerifyJSON: Codable, Sendable, Equatable {
 /// `ferry verify`: every record, contiguity, projections against a rebuild, stale readers.
 /// Returns whether the store is healthy. With `json`, prints one ``VerifyJSON`` object.
 public func verify(path: String, json: Bool = false, output: Output) throws(ToolError) -> Bool {
+  let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
   do {
     let head = try store.log.head()
     output.progress("verify", 0, Int(head))
-    let report = try store.log.verify()
+    let report = try store.log.verify { reached, head in
+      // The bar is completed once, below.
+      if reached < head { output.progress("verify", Int(clamping: reached), Int(clamping: head)) }
+    }
     output.progress("verify", Int(head), Int(head))
     let first = report.problems.compactMap(\.sequence).first
     if json {
@@ -402,6 +406,7 @@ public struct StatsJSON: Codable, Sendable, Equatable {
 /// `ferry stats`: counts by event type, file and map sizes, oldest and newest event. With
 /// `json`, one ``StatsJSON`` object.
 public func stats(path: String, json: Bool = false, output: Output) throws(ToolError) {
+  let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
   do {

@@ -43,6 +43,7 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     #expect(verified.head > 0)
     #expect(verified.recordsChecked == Int(verified.head))
     #expect(verify.stdout.split(separator: "\n").count == 1)
+    #expect(verify.stderr.isEmpty)  // no progress bar in a pipe
 
     let stats = try ferry(["stats", demo.path, "--json"])
     #expect(stats.status == 0, "\(stats.stderr)")
