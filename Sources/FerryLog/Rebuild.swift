@@ -13,7 +13,7 @@ public struct RebuildReport: Sendable, Equatable {
   public var seconds: Double
 }
 
-/// What ``EventLog/verify(maxDifferences:)`` found.
+/// What ``EventLog/verify(maxDifferences:progress:)`` found.
 public struct VerifyReport: Sendable {
   /// One thing wrong with a store.
   public enum Problem: Sendable, CustomStringConvertible {
