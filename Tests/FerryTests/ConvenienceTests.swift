@@ -174,4 +174,30 @@ enum Work: String, Sendable {
       #expect(!text.contains("Optional(") && !text.contains("Ferry."), "\(text)")
     }
   }
+
+  /// Tasks, errors, histories and cache records read as phrases, times as ISO dates.
+  @Test func tasksHistoriesAndCacheRecordsReadAsPhrases() async throws {
+    try await withStore { store, clock, _ in
+      let queue = store.queue
+      let id = try await queue.add(tag: "upload", payload: ["n": 1], groupId: "album", priority: .high)
+      let run = runner(queue)
+      run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
+      _ = try await run.run()
+      let task = try #require(try queue.task(id))
+      let retryAt = clock.milliseconds + 60_000
+      #expect(
+        "\(task)"
+          == "task \(id) (upload, group album, priority high): waiting until \(readableTime(at(retryAt))), "
+          + "1 attempt, last failure: offline")
+      let history = try queue.history(of: id).map { "\($0.event)" }
+      #expect(history == ["added", "run started (attempt 1)", "failed: offline, retry at \(readableTime(at(retryAt)))"])
+      try await store.ledger.recordFetch(key: "notes", outcome: .failure("timeout"))
+      let record = try #require(try store.ledger.record("notes"))
+      #expect("\(record)".hasPrefix("notes: 1 fetch, never fetched successfully, last failure "))
+      #expect("\(record)".hasSuffix(": timeout"))
+      for text in ["\(task)", "\(record)", history.joined()] {
+        #expect(!text.contains("Optional(") && !text.contains("Ferry.") && !text.contains("1970"), "\(text)")
+      }
+    }
+  }
 }

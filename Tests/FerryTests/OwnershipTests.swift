@@ -13,6 +13,7 @@ final class Child: Sendable {
   private let ended = Mutex(false)
 
   init(_ product: String, _ arguments: [String], stdin: FileHandle? = nil) throws {
+    signal(SIGPIPE, SIG_IGN)  // a write to a child that died must fail, not kill the test process
     process = Process()
     process.executableURL = productURL(product)
     process.arguments = arguments

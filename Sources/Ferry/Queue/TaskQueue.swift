@@ -333,27 +333,10 @@ public final class TaskQueue: Sendable {
     tag: String? = nil, groupId: String? = nil, dataId: String? = nil
   ) throws -> [PendingTask] {
     try queueTables { queue in
-      var result: [PendingTask] = []
-      var failure: (any Error)?
-      var holders: [String: TaskID?] = [:]
-      try queue.tables.scan("tasks", from: nil) { key, value in
-        do {
-          guard let id = UInt64(bigEndianBytes: key) else {
-            throw PayloadError("a task key has \(key.count) bytes")
-          }
-          let row = try TaskRow(bytes: Array(value))
-          if let tag, row.tag != tag { return true }
-          if let groupId, row.groupId != groupId { return true }
-          if let dataId, row.dataId != dataId { return true }
-          result.append(try queue.task(id, row, holders: &holders))
-          return true
-        } catch {
-          failure = error
-          return false
-        }
+      try queue.allTasks { row in
+        (tag == nil || row.tag == tag) && (groupId == nil || row.groupId == groupId)
+          && (dataId == nil || row.dataId == dataId)
       }
-      if let failure { throw failure }
-      return result
     }
   }
 

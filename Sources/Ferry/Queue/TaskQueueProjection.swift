@@ -261,6 +261,29 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return task.with(status: .waitingForGroup(behind: holder))
   }
 
+  /// Every queued task `including` accepts, in id order, as the API shows them (one scan of
+  /// `tasks`; a row that does not decode is damage and throws).
+  func allTasks(including: (TaskRow) -> Bool = { _ in true }) throws -> [PendingTask] {
+    var result: [PendingTask] = []
+    var failure: (any Error)?
+    var holders: [String: TaskID?] = [:]
+    try tables.scan("tasks", from: nil) { key, value in
+      do {
+        guard let id = UInt64(bigEndianBytes: key) else {
+          throw PayloadError("a task key has \(key.count) bytes")
+        }
+        let row = try TaskRow(bytes: Array(value))
+        if including(row) { result.append(try task(id, row, holders: &holders)) }
+        return true
+      } catch {
+        failure = error
+        return false
+      }
+    }
+    if let failure { throw failure }
+    return result
+  }
+
   /// ``task(_:_:holders:)`` for one task.
   func task(_ id: TaskID) throws -> PendingTask? {
     guard let row = try row(id) else { return nil }

@@ -38,22 +38,7 @@ extension FerryStore {
   /// rebuild as of a sequence (`EventLog.withProjections(asOf:_:)`).
   public static func snapshot(of view: LogView) throws -> FerrySnapshot {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
-    var tasks: [PendingTask] = []
-    var failure: (any Error)?
-    var holders: [String: TaskID?] = [:]
-    try queue.tables.scan("tasks", from: nil) { key, value in
-      do {
-        guard let id = UInt64(bigEndianBytes: key) else {
-          throw PayloadError("a task key has \(key.count) bytes")
-        }
-        tasks.append(try queue.task(id, TaskRow(bytes: Array(value)), holders: &holders))
-        return true
-      } catch {
-        failure = error
-        return false
-      }
-    }
-    if let failure { throw failure }
+    let tasks = try queue.allTasks()
     let errors = try queue.tables.entries("errors").map { entry -> RecordedError in
       guard let id = UInt64(bigEndianBytes: entry.key) else {
         throw PayloadError("an error key is malformed")

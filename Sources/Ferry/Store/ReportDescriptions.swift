@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 
 // The rest of what apps print: policies, filters, handler results, reports and the pull side's
 // smaller enums read as phrases too (Descriptions.swift has the statuses and updates).
@@ -85,5 +86,84 @@ extension RefreshError.Stage: CustomStringConvertible {
     case .recording: return "recording the fetch"
     case .recorded: return "an earlier refresh"
     }
+  }
+}
+
+extension PendingTask: CustomStringConvertible {
+  /// "task 2 (upload, group album-7): waiting until …, 1 attempt, last failure: offline".
+  public var description: String {
+    var about = [tag]
+    if let groupId { about.append("group \(groupId)") }
+    if let dataId { about.append("data \(dataId)") }
+    if manual { about.append("manual") }
+    if priority != .normal { about.append("priority \(priority)") }
+    var text = "task \(id) (\(about.joined(separator: ", "))): \(status)"
+    text += ", \(attempts) attempt" + (attempts == 1 ? "" : "s")
+    if let deadline { text += ", deadline \(readableTime(deadline))" }
+    if let lastFailure { text += ", last failure: \(lastFailure)" }
+    return text
+  }
+}
+
+extension RecordedError: CustomStringConvertible {
+  public var description: String { "error \(errorId) on task \(taskId) at \(readableTime(recordedAt)): \(message)" }
+}
+
+extension TaskHistoryEntry.Kind: CustomStringConvertible {
+  public var description: String {
+    switch self {
+    case .added: return "added"
+    case .runStarted(let attempt): return "run started (attempt \(attempt))"
+    case .runSucceeded: return "succeeded"
+    case .runFailed(let message, let retryAt):
+      return "failed: \(message)" + (retryAt.map { ", retry at \(readableTime($0))" } ?? ", dead")
+    case .runInterrupted: return "run interrupted"
+    case .errorRecorded(let message): return "error recorded: \(message)"
+    case .errorResolved: return "error resolved"
+    case .revived: return "revived"
+    case .payloadUpdated: return "payload updated"
+    case .cancelled: return "cancelled"
+    case .expired: return "expired (its deadline passed before it started)"
+    case .cleared: return "queue cleared"
+    case .replaced(let id): return "replaced by task \(id)"
+    }
+  }
+}
+
+extension TaskHistoryEntry: CustomStringConvertible {
+  public var description: String { "\(sequence) \(readableTime(timestamp)) \(event)" }
+}
+
+extension CacheRecord: CustomStringConvertible {
+  public var description: String {
+    var parts = ["\(key): \(fetchCount) fetch" + (fetchCount == 1 ? "" : "es")]
+    if let lastSuccess {
+      parts.append("last success \(readableTime(lastSuccess))" + (lastSuccessWasEmpty ? " (empty)" : ""))
+    } else {
+      parts.append("never fetched successfully")
+    }
+    if let lastFailure { parts.append("last failure \(readableTime(lastFailure.at)): \(lastFailure.message)") }
+    return parts.joined(separator: ", ")
+  }
+}
+
+extension CacheState.Content: CustomStringConvertible {
+  public var description: String {
+    switch self {
+    case .noCache: return "no cache"
+    case .cache(let value, let lastFetched, let age, let isTooOld):
+      return "cache \(value.map { "\($0)" } ?? "empty"), fetched \(readableTime(lastFetched)), "
+        + "\(age.formatted(.units(allowed: [.days, .hours, .minutes, .seconds], width: .narrow))) old"
+        + (isTooOld ? ", too old" : "")
+    }
+  }
+}
+
+extension CacheState: CustomStringConvertible {
+  public var description: String {
+    var text = content.description
+    if isRefreshing { text += ", refreshing" }
+    if let refreshError { text += ", last refresh failed: \(refreshError.message)" }
+    return text
   }
 }
