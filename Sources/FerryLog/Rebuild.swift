@@ -13,7 +13,7 @@ public struct RebuildReport: Sendable, Equatable {
   public var seconds: Double
 }
 
-/// What ``EventLog/verify(maxDifferences:)`` found.
+/// What ``EventLog/verify(maxDifferences:progress:)`` found.
 public struct VerifyReport: Sendable {
   /// One thing wrong with a store.
   public enum Problem: Sendable, CustomStringConvertible {
@@ -230,7 +230,11 @@ extension EventLog {
   /// the log into a scratch area. Reports at most `maxDifferences` differing rows.
   ///
   /// It reads one consistent snapshot, so it can run while another caller or process appends.
-  public func verify(maxDifferences: Int = 20) throws -> VerifyReport {
+  /// `progress` is called with the sequence the rebuild has reached and the head, after each chunk
+  /// of the log (``Configuration/rebuildChunkSize`` events), on the calling thread.
+  public func verify(
+    maxDifferences: Int = 20, progress: (_ reached: UInt64, _ head: UInt64) -> Void = { _, _ in }
+  ) throws -> VerifyReport {
     try guarded {
       let projections = core.projections.map(\.projection)
       let scratch = try ScratchArea(projections: projections)
@@ -239,7 +243,7 @@ extension EventLog {
         let head = try core.head(txn)
         var report = VerifyReport(
           head: head, recordsChecked: 0, rowsCompared: 0, problems: [], moreDifferences: false)
-        let replayed = rebuild(into: scratch, from: txn, through: head, report: &report)
+        let replayed = rebuild(into: scratch, from: txn, through: head, report: &report, progress: progress)
         for (name, reason) in staleProjections.sorted(by: { $0.key < $1.key }) {
           report.problems.append(.projectionState(projection: name, reason: reason))
         }
@@ -364,7 +368,8 @@ extension EventLog {
   /// Rebuilds the projections into the scratch area from the snapshots plus the log up to `head`;
   /// records problems; returns the sequence every projection reached.
   private func rebuild(
-    into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport
+    into scratch: ScratchArea, from txn: Transaction, through head: UInt64, report: inout VerifyReport,
+    progress: (UInt64, UInt64) -> Void
   )
     -> UInt64
   {
@@ -400,6 +405,7 @@ extension EventLog {
         let last = try replayChunk(into: scratch, positions: &positions, floor: position, through: head, from: txn)
         report.recordsChecked += Int(last - position)
         position = last
+        progress(position, head)
       } catch let error as FerryLogError {
         switch error {
         case .corruptRecord(let sequence, let reason):

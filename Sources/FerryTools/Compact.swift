@@ -9,6 +9,26 @@ import LMDB
   import Darwin
 #endif
 
+/// The stable JSON form of `ferry compact --json`.
+public struct CompactJSON: Codable, Sendable, Equatable {
+  /// The sequence the snapshot was taken at.
+  public var snapshotSequence: UInt64
+  /// Events removed.
+  public var removed: Int
+  /// Bytes of the removed records.
+  public var removedBytes: Int
+  /// Events left.
+  public var remaining: Int
+  /// Rows in the snapshot.
+  public var snapshotRows: Int
+  /// The data file's size before.
+  public var dataFileBytesBefore: Int
+  /// Its size after (the same without `copied`: freed pages are reused, not given back).
+  public var dataFileBytesAfter: Int
+  /// Whether a compacted copy was swapped in (`--copy`).
+  public var copied: Bool
+}
+
 /// `ferry compact`: a snapshot of both sides and the removal of what the retention policy allows,
 /// in one transaction; with `copy`, then a compacted copy of the file swapped in to give the freed
 /// pages back to the file system (LMDB files never shrink in place).
@@ -16,7 +36,7 @@ import LMDB
 /// Never creates a store: a missing directory, one without `data.mdb` and an empty `data.mdb`
 /// are refused before anything is written. With `copy`, a store another process has open is
 /// refused before anything is written too (the copy could not be swapped in).
-public func compact(path: String, retentionMs: Int64, copy: Bool, output: Output) async throws(ToolError) {
+public func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = false, output: Output) async throws(ToolError) {
   try refuseEmptyDataFile(path)
   if copy {
     guard let probe = lockOutOtherProcesses(path) else {
@@ -40,6 +60,17 @@ public func compact(path: String, retentionMs: Int64, copy: Bool, output: Output
       throw error
     }
     store.close()
+    if json {
+      if copy { try copyCompacted(path) }
+      output.line(
+        jsonLine(
+          CompactJSON(
+            snapshotSequence: UInt64(report.snapshotSequence), removed: Int(report.removed),
+            removedBytes: Int(report.removedBytes), remaining: Int(report.remaining),
+            snapshotRows: Int(report.snapshotRows), dataFileBytesBefore: Int(sizeBefore),
+            dataFileBytesAfter: Int(fileSize(path)), copied: copy)))
+      return
+    }
     output.line(
       "compacted through sequence \(report.snapshotSequence): removed \(report.removed) events "
         + "(\(report.removedBytes) bytes of records), \(report.remaining) left; snapshot of \(report.snapshotRows) rows"

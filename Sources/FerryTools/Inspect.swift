@@ -171,7 +171,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
   /// The report as readable tables.
   public func lines() -> [String] {
     var out: [String] = []
-    out.append("store head: \(head)   automatic running: \(paused ? "paused" : "on")")
+    out.append("store head: \(head)   paused: \(paused ? "yes (no automatic run starts; runs under way finish)" : "no")")
     out.append("")
     out.append("pending tasks (\(totals.tasks))")
     if tasks.isEmpty {
@@ -180,10 +180,10 @@ public struct InspectReport: Codable, Sendable, Equatable {
       out.append(
         "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 16)
           + column("attempts", 9)
-          + column("next eligible", 26) + "error / last failure")
+          + column("next eligible", 40) + "error / last failure")
       for task in tasks {
         let next =
-          task.eligibleAt.map(isoTime) ?? task.behind.map { "after task \($0)" }
+          task.eligibleAt.map { relativeTime($0, now: now) } ?? task.behind.map { "after task \($0)" }
           ?? (task.status == "ready" ? "now" : "-")
         // Priority (when not normal) and deadline lead the last column.
         let note = [
@@ -194,7 +194,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
         out.append(
           "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
             + column(task.group ?? "-", 14) + column(task.status, 16) + column("\(task.attempts)", 9)
-            + column(next, 26)
+            + column(next, 40)
             + note)
       }
     }
@@ -209,7 +209,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
     if errors.isEmpty { out.append("  (none)") }
     for error in errors {
       out.append(
-        "  task \(error.taskId): \(error.message) (error \(error.errorId), \(isoTime(error.recordedAt)))")
+        "  task \(error.taskId): \(error.message) (error \(error.errorId), \(relativeTime(error.recordedAt, now: now)))")
     }
     out.append("")
     out.append("cache ages (max age \(humanDuration(maxAgeMs)))")
@@ -224,10 +224,10 @@ public struct InspectReport: Codable, Sendable, Equatable {
     }
     out.append("")
     out.append(
-      "totals: \(totals.tasks) tasks (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
+      "totals: \(plural(totals.tasks, "task")) (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
         + "\(totals.blocked) blocked, \(totals.dead) dead, \(totals.waitingForGroup) waiting for their group, "
-        + "\(totals.manual) manual), \(totals.groups) groups, "
-        + "\(totals.errors) errors, \(totals.caches) caches (\(totals.tooOld) too old)")
+        + "\(totals.manual) manual), \(plural(totals.groups, "group")), "
+        + "\(plural(totals.errors, "error")), \(plural(totals.caches, "cache")) (\(totals.tooOld) too old)")
     return out
   }
 }

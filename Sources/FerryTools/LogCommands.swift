@@ -14,6 +14,8 @@ public struct LogFilter: Sendable {
   public var task: UInt64?
   /// Only events about this cache key.
   public var key: String?
+  /// Only events appended at or after this time (Unix ms; `--since`).
+  public var since: Int64?
 
   /// Shows every event.
   public init() {}
@@ -22,6 +24,7 @@ public struct LogFilter: Sendable {
     if let type, event.type != type { return false }
     if let task, summary.taskId != task { return false }
     if let key, summary.key != key { return false }
+    if let since, event.timestamp < since { return false }
     return true
   }
 }
@@ -37,6 +40,8 @@ struct LogLine: Codable {
   var taskId: UInt64?
   var key: String?
   var text: String
+  var payloadJSON: JSONValue?
+  var replaces: UInt64?
 }
 
 /// `ferry log`: the events, decoded. With `follow`, waits for new events (polling, since the
@@ -47,9 +52,12 @@ public func printLog(
 ) async throws(ToolError) {
   let store = try openForReading(path)
   defer { store.close() }
+  var replacement = ReplacementTracker(task: filter.task)
   func show(_ event: LoggedEvent) {
     let summary = EventSummary(event)
-    guard filter.accepts(event, summary) else { return }
+    let replaces = replacement.replaced(by: event)
+    guard filter.accepts(event, summary) || replaces != nil else { return }
+    let note = replaces.map { " (replaces task \($0), which leaves the queue)" } ?? ""
     if json {
       output.line(
         jsonLine(
@@ -58,9 +66,9 @@ public func printLog(
             timestamp: event.timestamp,
             time: isoTime(event.timestamp), id: event.id.description, taskId: summary.taskId,
             key: summary.key,
-            text: summary.text)))
+            text: summary.text + note, payloadJSON: payloadJSON(event), replaces: replaces)))
     } else {
-      output.line("\(column("\(event.sequence)", 8))\(isoTime(event.timestamp))  \(summary.text)")
+      output.line("\(column("\(event.sequence)", 8))\(isoTime(event.timestamp))  \(summary.text)\(note)")
     }
   }
   do {
@@ -79,28 +87,65 @@ public func printLog(
   }
 }
 
+/// The stable JSON form of `ferry verify --json`.
+public struct VerifyJSON: Codable, Sendable, Equatable {
+  /// Whether nothing is wrong.
+  public var healthy: Bool
+  /// The log's head sequence.
+  public var head: UInt64
+  /// Records whose CRC, sequence and decoding were checked.
+  public var recordsChecked: Int
+  /// Projection rows compared with a rebuild.
+  public var rowsCompared: Int
+  /// Stale reader slots of dead processes cleared while opening.
+  public var staleReadersCleared: Int
+  /// The first bad sequence number, if a problem names one.
+  public var firstBadSequence: UInt64?
+  /// Each problem, one line each.
+  public var problems: [String]
+  /// Whether more differing rows were found than are listed.
+  public var moreDifferences: Bool
+}
+
 /// `ferry verify`: every record, contiguity, projections against a rebuild, stale readers.
-/// Returns whether the store is healthy.
-public func verify(path: String, output: Output) throws(ToolError) -> Bool {
+/// Returns whether the store is healthy. With `json`, prints one ``VerifyJSON`` object.
+public func verify(path: String, json: Bool = false, output: Output) throws(ToolError) -> Bool {
+  let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
   do {
     let head = try store.log.head()
     output.progress("verify", 0, Int(head))
-    let report = try store.log.verify()
+    let report = try store.log.verify { reached, head in
+      // The bar is completed once, below.
+      if reached < head { output.progress("verify", Int(clamping: reached), Int(clamping: head)) }
+    }
     output.progress("verify", Int(head), Int(head))
+    let first = report.problems.compactMap(\.sequence).first
+    if json {
+      output.line(
+        jsonLine(
+          VerifyJSON(
+            healthy: report.isHealthy, head: report.head, recordsChecked: Int(report.recordsChecked),
+            rowsCompared: Int(report.rowsCompared), staleReadersCleared: Int(store.log.environmentStaleReadersCleared),
+            firstBadSequence: first, problems: report.problems.map { "\($0)" },
+            moreDifferences: report.moreDifferences)))
+      if report.isHealthy { return true }
+      try throwIfDamaged(report, path: path)
+      return false
+    }
     output.line(
       "verified \(report.recordsChecked) of \(report.head) records (CRC32C, sequence, decoding), "
         + "\(report.rowsCompared) projection rows compared with a rebuild")
     if store.log.environmentStaleReadersCleared > 0 {
       output.line(
-        "cleared \(store.log.environmentStaleReadersCleared) stale reader slots left by dead processes")
+        "cleared \(plural(Int(store.log.environmentStaleReadersCleared), "stale reader slot")) left by dead processes")
     }
     if report.isHealthy {
       output.line("ok: no problems")
       return true
     }
-    if let first = report.problems.compactMap(\.sequence).first {
+    if let first {
       output.line("first bad sequence number: \(first)")
     }
     for problem in report.problems { output.line("problem: \(problem)") }
@@ -193,7 +238,10 @@ struct ExportHeader: Codable {
   var events: UInt64
 }
 
-/// One event of an export: everything its record holds, the payload in base64.
+/// One event of an export: everything its record holds, the payload in base64 — the exact bytes
+/// `ferry import` reads back — and, for a queue event that carries the app's payload as UTF-8 JSON
+/// (`task.added`, `task.payloadUpdated`), that payload decoded in `payloadJSON`, to read and grep
+/// (import ignores it).
 struct ExportedEvent: Codable {
   var seq: UInt64
   var type: String
@@ -201,6 +249,7 @@ struct ExportedEvent: Codable {
   var timestamp: Int64
   var id: String
   var payload: String
+  var payloadJSON: JSONValue?
 }
 
 /// `ferry export`: the log as JSON Lines (a header, then one event per line).
@@ -217,7 +266,8 @@ public func export(path: String, output: Output) throws(ToolError) {
         jsonLine(
           ExportedEvent(
             seq: event.sequence, type: event.type, schemaVersion: event.storedSchemaVersion,
-            timestamp: event.timestamp, id: event.id.hex, payload: Data(event.payload).base64EncodedString()))
+            timestamp: event.timestamp, id: event.id.hex, payload: Data(event.payload).base64EncodedString(),
+            payloadJSON: payloadJSON(event)))
       )
       done += 1
       if done % 1000 == 0 { output.progress("export", done, Int(head)) }
@@ -308,7 +358,7 @@ private func importEvents(
     // that cannot finish them.
     let interrupted = try await store.queue.interruptEveryRun()
     if !interrupted.isEmpty {
-      output.line("interrupted \(interrupted.count) runs that were under way in the exported store")
+      output.line("interrupted \(plural(interrupted.count, "run")) that \(interrupted.count == 1 ? "was" : "were") under way in the exported store")
     }
     return imported
   } catch let error as ToolError {
@@ -318,8 +368,45 @@ private func importEvents(
   }
 }
 
-/// `ferry stats`: counts by event type, file and map sizes, oldest and newest event.
-public func stats(path: String, output: Output) throws(ToolError) {
+/// The stable JSON form of `ferry stats --json`.
+public struct StatsJSON: Codable, Sendable, Equatable {
+  /// One event at an end of the log.
+  public struct End: Codable, Sendable, Equatable {
+    /// Its sequence number.
+    public var seq: UInt64
+    /// Its type.
+    public var type: String
+    /// When it was appended (Unix ms).
+    public var timestamp: Int64
+    /// The same, as UTC ISO 8601.
+    public var time: String
+  }
+  /// The events the log holds (fewer than `head` after a compaction).
+  public var events: Int
+  /// The head sequence number.
+  public var head: UInt64
+  /// Events by type.
+  public var types: [String: Int]
+  /// The last sequence a compaction removed events through, if any.
+  public var compactedThrough: UInt64?
+  /// Events compactions removed in all.
+  public var compactedRemoved: UInt64?
+  /// The size of `data.mdb`.
+  public var dataFileBytes: Int
+  /// LMDB's map size.
+  public var mapBytes: Int
+  /// Bytes of the map in use.
+  public var usedBytes: Int
+  /// The oldest event held.
+  public var oldest: End?
+  /// The newest event.
+  public var newest: End?
+}
+
+/// `ferry stats`: counts by event type, file and map sizes, oldest and newest event. With
+/// `json`, one ``StatsJSON`` object.
+public func stats(path: String, json: Bool = false, output: Output) throws(ToolError) {
+  let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
   do {
@@ -329,6 +416,7 @@ public func stats(path: String, output: Output) throws(ToolError) {
     var done = 0
     var oldest: LoggedEvent?
     var newest: LoggedEvent?
+    output.progress("stats", 0, Int(head))
     try store.log.forEachRecord(chunkSize: 5000) { event in
       counts[event.type, default: 0] += 1
       done += 1
@@ -341,6 +429,18 @@ public func stats(path: String, output: Output) throws(ToolError) {
     let fileSize =
       (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? NSNumber)?.intValue
       ?? 0
+    if json {
+      func end(_ event: LoggedEvent?) -> StatsJSON.End? {
+        event.map { StatsJSON.End(seq: $0.sequence, type: $0.type, timestamp: $0.timestamp, time: isoTime($0.timestamp)) }
+      }
+      output.line(
+        jsonLine(
+          StatsJSON(
+            events: done, head: head, types: counts, compactedThrough: compaction.map { UInt64($0.through) },
+            compactedRemoved: compaction.map { UInt64($0.removed) }, dataFileBytes: fileSize,
+            mapBytes: Int(info.mapSize), usedBytes: Int(info.usedBytes), oldest: end(oldest), newest: end(newest))))
+      return
+    }
     // The events the log holds: after a compaction, fewer than the head's sequence number.
     output.line("events: \(done)" + (done == Int(head) ? "" : " (head \(head))"))
     for (type, count) in counts.sorted(by: { $0.key < $1.key }) {
@@ -359,5 +459,55 @@ public func stats(path: String, output: Output) throws(ToolError) {
     }
   } catch {
     throw ToolError.from(error)
+  }
+}
+
+/// The stable JSON form of `ferry import --json`: `{"imported": N, "store": "DIR"}`.
+public struct ImportJSON: Codable, Sendable, Equatable {
+  /// Events imported.
+  public var imported: Int
+  /// The new store's directory.
+  public var store: String
+}
+
+/// The line `ferry import --json` prints once the import is done.
+public func importedJSON(count: Int, store: String) -> String {
+  jsonLine(ImportJSON(imported: count, store: store))
+}
+
+/// For `ferry log --task N`: notices the `task.added` with `unique: .replace` that replaced task N
+/// (same tag and data id, while N was queued and had no run under way), which logs no event of N's
+/// own.
+struct ReplacementTracker {
+  let task: UInt64?
+  private var identity: (tag: String, dataId: String)?
+  private var running = false
+
+  init(task: UInt64?) { self.task = task }
+
+  /// The task `event` replaces, when it is the one followed.
+  mutating func replaced(by event: LoggedEvent) -> UInt64? {
+    guard let task, event.type.hasPrefix("task.") || event.type.hasPrefix("queue."),
+      let decoded = try? TaskEvent(event)
+    else { return nil }
+    switch decoded {
+    case .added(let tag, _, let dataId, _, _, let unique, _, _):
+      if event.sequence == task, let dataId { identity = (tag, dataId) }
+      if event.sequence != task, unique == .replace, !running, let identity, identity.tag == tag,
+        identity.dataId == dataId
+      {
+        self.identity = nil
+        return task
+      }
+    case .runStarted(let id, _, _, _) where id == task: running = true
+    case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
+      running = false
+    case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false
+    case .runSucceeded(let id) where id == task, .cancelled(let id) where id == task, .expired(let id) where id == task:
+      identity = nil
+    case .cleared: identity = nil
+    default: break
+    }
+    return nil
   }
 }

@@ -22,6 +22,9 @@ public struct Output: Sendable {
     self.progress = progress
   }
 
+  /// The same lines without progress: a command printing JSON draws no bar, even on a terminal.
+  public var withoutProgress: Output { Output(line: line) }
+
   /// Standard output, with a progress bar on standard error when it is a terminal. Every line goes
   /// through ``terminalSafe(_:)``: whatever a store holds (a tag, a message, a key) cannot forge a
   /// line or drive the terminal.

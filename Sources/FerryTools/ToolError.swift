@@ -23,6 +23,13 @@ public enum ExitStatus: Int32, Sendable {
   case badInput = 8
   /// Anything else from the storage layer.
   case storageError = 9
+  /// An operator command was refused because a run of the task is under way: a runner (in this
+  /// process or another) holds it. Nothing was changed for that task; its run goes on and its
+  /// outcome is logged as usual.
+  case runUnderWay = 10
+  /// An operator command was refused because the task is not in the queue, or not in the state
+  /// the command needs (revive: dead; resolve: blocked by an error). Nothing was changed for it.
+  case notApplicable = 11
   /// Flags that do not parse (the argument parser's own status).
   case badFlags = 64
 }
@@ -70,6 +77,8 @@ public struct ToolError: Error, CustomStringConvertible, Sendable {
     }
     if let ferry = error as? FerryError {
       if case .malformedEvent = ferry { return ToolError(.corruptRecord, ferry.description) }
+      if case .taskRunning = ferry { return ToolError(.runUnderWay, ferry.description) }
+      if case .noSuchTask = ferry { return ToolError(.notApplicable, ferry.description) }
       return ToolError(.badInput, ferry.description)
     }
     if let payload = error as? PayloadError {

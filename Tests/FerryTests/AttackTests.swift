@@ -156,7 +156,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     #expect(try await importing.wait() == 0)
 
     // The import interrupted it: no process owns runs in a store that did not exist a moment ago.
-    #expect(importing.output.contains { $0.hasPrefix("interrupted 1 runs") }, "\(importing.output)")
+    #expect(importing.output.contains { $0.hasPrefix("interrupted 1 run that was under way") }, "\(importing.output)")
     let queue = try await TaskQueue.open(at: copy.path)
     defer { queue.close() }
     #expect(try queue.task(id)?.status == .ready)

@@ -49,6 +49,8 @@ final class Child {
   private let errors = Pipe()
   private let feeding = DispatchGroup()
   private var seen = Data()
+  /// What the child has printed so far, as read by ``waitForOutput(_:)``.
+  var seenOutput: Data { seen }
   private var inputClosed = false
 
   init(_ executable: String, _ arguments: [String]) throws {

@@ -5,7 +5,7 @@ import FerryTools
 struct FerryCommand: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "ferry",
-    abstract: "Run the demo, and inspect, replay, verify, export and import Ferry stores.",
+    abstract: "Run the demo; inspect, replay, verify, export and import Ferry stores; cancel, revive, resolve, forget, pause and resume.",
     discussion: """
       Read-only commands never write to the store and work while an app writes to it. They read it in a \
       child process of their own: if reading a damaged store crashes, ferry says the store is damaged \
@@ -14,7 +14,7 @@ struct FerryCommand: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Demo.self, Inspect.self, Log.self, Replay.self, Verify.self, Export.self, Import.self, Stats.self,
-      Compact.self, Salvage.self,
+      Compact.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self, Pause.self, Resume.self,
     ]
   )
 }
@@ -25,11 +25,14 @@ struct StoreArgument: ParsableArguments {
   var dir: String
 }
 
-/// Seconds from a flag in milliseconds, saturating (a flag of `Int64.max` seconds means "forever",
-/// not a crash).
-func milliseconds(seconds: Int64) -> Int64 {
-  let (product, overflow) = seconds.multipliedReportingOverflow(by: 1000)
-  return overflow ? (seconds < 0 ? .min : .max) : product
+/// The milliseconds of a duration flag (`7d`, `36h`, `90m`, `45s`, plain seconds), or a
+/// validation error (exit status 64) that says what the flag takes.
+func durationFlag(_ text: String, _ flag: String) throws -> Int64 {
+  do {
+    return try parseDuration(text, flag: flag)
+  } catch {
+    throw ValidationError(error.message)
+  }
 }
 
 /// Runs a command's work, printing a failure as one line on standard error with its exit status.

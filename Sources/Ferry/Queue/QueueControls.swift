@@ -140,3 +140,33 @@ extension TaskQueue {
     }
   }
 }
+
+// The operator's tool (`ferry cancel`, `ferry resolve`) changes a task only when no run of it is
+// under way: unlike the app's own calls, which let a run finish and log it, an operator is told
+// that a runner holds the task and nothing changes. Decided inside the commit, like every command.
+extension TaskQueue {
+  /// Cancels a queued task unless a run of it is under way. Throws ``FerryError/noSuchTask(_:)``
+  /// when it is not queued and ``FerryError/taskRunning(_:)`` when a runner (in any process)
+  /// holds it; appends nothing then.
+  package func cancelUnlessRunning(_ id: TaskID) async throws {
+    try await log.execute { context in
+      try QueueCommand.onTask(id, .cancelled(id), context) { row in
+        if row.claim != nil { throw FerryError.taskRunning(id) }
+      }
+    }
+    publish(.cancelled(id))
+  }
+
+  /// Resolves a task's recorded error unless a run of it is under way (an error recorded by a
+  /// handler that is still running). Throws as ``cancelUnlessRunning(_:)`` does, and
+  /// ``FerryError/invalidArgument(_:)`` when the task has no unresolved error.
+  package func resolveErrorUnlessRunning(_ id: TaskID) async throws {
+    try await log.execute { context in
+      try QueueCommand.onTask(id, .errorResolved(id), context) { row in
+        if row.claim != nil { throw FerryError.taskRunning(id) }
+        guard row.status == .blocked else { throw FerryError.invalidArgument("task \(id) has no unresolved error") }
+      }
+    }
+    publish(.errorResolved(id))
+  }
+}

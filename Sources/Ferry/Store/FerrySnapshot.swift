@@ -124,7 +124,7 @@ public struct EventSummary: Sendable, Equatable {
         taskId = id
         text =
           "task \(id) failed (\(retryable ? "retryable" : "final")): \(message); "
-          + (next.map { "retry at \($0)" } ?? "dead")
+          + (next.map { "retry at \(readableTime($0))" } ?? "dead")
       case .runInterrupted(let id):
         taskId = id
         text = "task \(id) run interrupted"
@@ -155,10 +155,10 @@ public struct EventSummary: Sendable, Equatable {
       switch decoded {
       case .fetched(let k, let at, .success(let isEmpty)):
         key = k
-        text = "cache \(k) fetched at \(at)\(isEmpty ? " (empty)" : "")"
+        text = "cache \(k) fetched at \(readableTime(at))\(isEmpty ? " (empty)" : "")"
       case .fetched(let k, let at, .failure(let message)):
         key = k
-        text = "cache \(k) fetch failed at \(at): \(message)"
+        text = "cache \(k) fetch failed at \(readableTime(at)): \(message)"
       case .forgotten(let k):
         key = k
         text = "cache \(k) forgotten"

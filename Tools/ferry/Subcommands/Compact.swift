@@ -6,8 +6,8 @@ struct Compact: AsyncParsableCommand {
     abstract:
       "Snapshot a store and remove the events its retention policy allows; --copy also shrinks the file.",
     discussion: """
-      Removes the events of tasks finished longer ago than --retention, and old cache fetches, in one
-      transaction with a snapshot of both sides. With --copy, writes a compacted copy of the file and swaps it
+      Removes the events of tasks finished longer ago than --retention, and old cache fetches, in one \
+      transaction with a snapshot of both sides. With --copy, writes a compacted copy of the file and swaps it \
       in (only when no other process has the store open).
 
       Example: ferry compact /tmp/groceries --retention 0 --copy
@@ -15,20 +15,23 @@ struct Compact: AsyncParsableCommand {
 
   @OptionGroup var store: StoreArgument
 
-  @Option(help: "Keep the events of finished tasks this many seconds.")
-  var retention: Int64 = 7 * 86_400
+  @Option(help: "How long to keep the events of finished tasks: 7d, 36h, 90m, 45s or plain seconds.")
+  var retention: String = "7d"
 
   @Flag(help: "Then write a compacted copy of the file and swap it in, to give freed space back.")
   var copy = false
 
+  @Flag(help: "Print one JSON object (keys: removed, remaining, snapshotSequence, dataFileBytesAfter, …).")
+  var json = false
+
   func validate() throws {
-    guard retention >= 0 else { throw ValidationError("--retention must not be negative") }
+    _ = try durationFlag(retention, "--retention")
   }
 
   func run() async throws {
     try await perform { () async throws(ToolError) -> ExitStatus in
       try await compact(
-        path: store.dir, retentionMs: milliseconds(seconds: retention), copy: copy, output: .standard)
+        path: store.dir, retentionMs: (try? durationFlag(retention, "--retention")) ?? 7 * 86_400_000, copy: copy, json: json, output: .standard)
       return .ok
     }
   }

@@ -5,8 +5,8 @@ struct Demo: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     abstract: "Tell an offline-first grocery-list story on a fresh store.",
     discussion: """
-      The phone is offline, then the connection is flaky, then back; one item needs the user to fix it;
-      grouped items keep their order; two caches are fetched and one goes stale. The clock is simulated and
+      The phone is offline, then the connection is flaky, then back; one item needs the user to fix it; \
+      grouped items keep their order; two caches are fetched and one goes stale. The clock is simulated and \
       the flakiness seeded: a seed always tells the same story. The store is left for the other commands.
 
       Example: ferry demo --seed 7 --dir /tmp/groceries && ferry inspect /tmp/groceries

@@ -15,12 +15,18 @@ struct Import: AsyncParsableCommand {
   )
 
   @OptionGroup var store: StoreArgument
+  @Flag(help: "Print one JSON object (keys: imported, store).") var json = false
 
   func run() async throws {
     try await perform { () async throws(ToolError) -> ExitStatus in
       let lines = AnyIterator { readLine(strippingNewline: true) }
-      let count = try await importLog(path: store.dir, lines: lines, output: .standard)
-      Output.standard.line("imported \(count) events into \(store.dir)")
+      let quiet = Output(line: { _ in }, progress: Output.standard.progress)
+      let count = try await importLog(path: store.dir, lines: lines, output: json ? quiet : .standard)
+      if json {
+        Output.standard.line(importedJSON(count: count, store: store.dir))
+      } else {
+        Output.standard.line("imported \(count) events into \(store.dir)")
+      }
       return .ok
     }
   }

@@ -11,16 +11,16 @@ struct Inspect: AsyncParsableCommand {
   @Flag(help: "Print stable JSON instead of tables.")
   var json = false
 
-  @Option(help: "The max age in seconds that cache ages are judged by.")
-  var maxAge: Int64 = 3600
+  @Option(help: "The max age that cache ages are judged by: 1h, 90m, 7d, 45s or plain seconds.")
+  var maxAge: String = "1h"
 
   func validate() throws {
-    guard maxAge >= 0 else { throw ValidationError("--max-age must not be negative") }
+    _ = try durationFlag(maxAge, "--max-age")
   }
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
-      try inspect(path: store.dir, json: json, maxAgeMs: milliseconds(seconds: maxAge), output: .standard)
+      try inspect(path: store.dir, json: json, maxAgeMs: (try? durationFlag(maxAge, "--max-age")) ?? 3_600_000, output: .standard)
       return .ok
     }
   }

@@ -6,7 +6,7 @@ struct Replay: AsyncParsableCommand {
     abstract:
       "Rebuild a store's state from its log: as of a sequence, or compared with the stored projections.",
     discussion: """
-      With --until SEQ: the state as it was right after event SEQ (time travel). Without: a rebuild of every
+      With --until SEQ: the state as it was right after event SEQ (time travel). Without: a rebuild of every \
       projection compared row by row with what is stored; exits 1 when they differ.
 
       Example: ferry replay /tmp/groceries --until 12
@@ -15,16 +15,17 @@ struct Replay: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
   @Option(help: "Show the state as of this sequence number.") var until: UInt64?
   @Flag(help: "Print JSON.") var json = false
-  @Option(help: "The max age in seconds that cache ages are judged by.") var maxAge: Int64 = 3600
+  @Option(help: "The max age that cache ages are judged by: 1h, 90m, 7d, 45s or plain seconds.")
+  var maxAge: String = "1h"
 
   func validate() throws {
-    guard maxAge >= 0 else { throw ValidationError("--max-age must not be negative") }
+    _ = try durationFlag(maxAge, "--max-age")
   }
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
       try replay(
-        path: store.dir, until: until, json: json, maxAgeMs: milliseconds(seconds: maxAge), output: .standard)
+        path: store.dir, until: until, json: json, maxAgeMs: (try? durationFlag(maxAge, "--max-age")) ?? 3_600_000, output: .standard)
         ? .ok : .problemsFound
     }
   }

@@ -9,10 +9,11 @@ struct Verify: AsyncParsableCommand {
   )
 
   @OptionGroup var store: StoreArgument
+  @Flag(help: "Print one JSON object (keys: healthy, head, recordsChecked, rowsCompared, problems, …).") var json = false
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
-      try verify(path: store.dir, output: .standard) ? .ok : .problemsFound
+      try verify(path: store.dir, json: json, output: .standard) ? .ok : .problemsFound
     }
   }
 }

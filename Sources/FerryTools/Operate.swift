@@ -1,0 +1,212 @@
+import Ferry
+import FerryLog
+import Foundation
+
+/// The stable JSON form of an operator command (`ferry cancel`, `revive`, `resolve`, `forget`,
+/// `pause`, `resume` with `--json`): one object, keys sorted.
+public struct OperatorReport: Codable, Sendable, Equatable {
+  /// The command: cancel, revive, resolve, forget, pause or resume.
+  public var command: String
+  /// Tasks changed (cancelled, revived, or their error resolved), in id order.
+  public var changed: [UInt64] = []
+  /// Tasks left alone because a run of them is under way (exit status 10).
+  public var running: [UInt64] = []
+  /// Tasks left alone because they are not queued or not in the state the command needs (exit
+  /// status 11), each with the reason.
+  public var refused: [Refusal] = []
+  /// For `forget`: the cache key, and whether the store had a record of it.
+  public var key: String?
+  /// For `forget`: whether the store had a record of the key before.
+  public var hadRecord: Bool?
+  /// For `pause` and `resume`: whether the queue is paused afterwards.
+  public var paused: Bool?
+  /// For `pause` and `resume`: whether the state changed (false: it was already so, and nothing
+  /// was appended).
+  public var stateChanged: Bool?
+  /// Runs under way when the command ran (they are never touched).
+  public var runsUnderWay: Int?
+
+  /// One task the command left alone, and why.
+  public struct Refusal: Codable, Sendable, Equatable {
+    /// The task id.
+    public var id: UInt64
+    /// Why, in one line.
+    public var reason: String
+  }
+
+  /// The exit status the report stands for: 10 when a task was left for its run, 11 when one was
+  /// refused otherwise, 0 when every task asked for was changed.
+  public var status: ExitStatus {
+    if !running.isEmpty { return .runUnderWay }
+    if !refused.isEmpty { return .notApplicable }
+    return .ok
+  }
+}
+
+/// What an operator command does to the queue or the cache.
+public enum OperatorAction: Sendable, Equatable {
+  /// Cancel these tasks (each only if no run of it is under way).
+  case cancel([UInt64])
+  /// Cancel every task of a tag that has no run under way.
+  case cancelTag(String)
+  /// Cancel every task of a group that has no run under way.
+  case cancelGroup(String)
+  /// Make a dead task ready again.
+  case revive(UInt64)
+  /// Resolve a task's recorded error.
+  case resolve(UInt64)
+  /// Forget everything about a cache key.
+  case forget(String)
+  /// Stop automatic running.
+  case pause
+  /// Start automatic running again.
+  case resume
+}
+
+/// Opens the store read-write (never creating it) and appends what `action` decides, through the
+/// queue's and the ledger's own commands, so the events are exactly those the library appends.
+/// A task a runner holds is never changed. Prints a human summary, or one JSON object.
+public func operate(
+  path: String, _ action: OperatorAction, json: Bool, output: Output
+) async throws(ToolError) -> ExitStatus {
+  var isDirectory: ObjCBool = false
+  guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {
+    throw ToolError(.noSuchStore, "no store at \(path)")
+  }
+  let store: FerryStore
+  do {
+    var configuration = FerryStore.Configuration()
+    configuration.createIfMissing = false
+    store = try await FerryStore.open(at: path, configuration: configuration)
+  } catch {
+    throw ToolError.from(error)
+  }
+  defer { store.close() }
+  let report: OperatorReport
+  do {
+    report = try await apply(action, to: store)
+  } catch {
+    throw ToolError.from(error)
+  }
+  if json {
+    output.line(jsonLine(report))
+  } else {
+    for line in describe(report) { output.line(line) }
+  }
+  return report.status
+}
+
+private func runsUnderWay(_ store: FerryStore) throws -> Int {
+  try store.queue.pendingTasks().filter { $0.status == .running }.count
+}
+
+private func apply(_ action: OperatorAction, to store: FerryStore) async throws -> OperatorReport {
+  let queue = store.queue
+  switch action {
+  case .cancel(let ids):
+    var report = OperatorReport(command: "cancel")
+    for id in ids {
+      do {
+        try await queue.cancelUnlessRunning(id)
+        report.changed.append(id)
+      } catch FerryError.taskRunning {
+        report.running.append(id)
+      } catch FerryError.noSuchTask {
+        report.refused.append(.init(id: id, reason: "not in the queue"))
+      }
+    }
+    return report
+  case .cancelTag(let tag):
+    let result = try await queue.cancel(tag: tag)
+    return OperatorReport(command: "cancel", changed: result.cancelled, running: result.running)
+  case .cancelGroup(let group):
+    let result = try await queue.cancel(group: group)
+    return OperatorReport(command: "cancel", changed: result.cancelled, running: result.running)
+  case .revive(let id):
+    var report = OperatorReport(command: "revive")
+    do {
+      try await queue.revive(id)
+      report.changed.append(id)
+    } catch FerryError.noSuchTask {
+      report.refused.append(.init(id: id, reason: "not in the queue"))
+    } catch FerryError.invalidArgument {
+      report.refused.append(.init(id: id, reason: "not dead (only a dead task can be revived)"))
+    }
+    return report
+  case .resolve(let id):
+    var report = OperatorReport(command: "resolve")
+    do {
+      try await queue.resolveErrorUnlessRunning(id)
+      report.changed.append(id)
+    } catch FerryError.taskRunning {
+      report.running.append(id)
+    } catch FerryError.noSuchTask {
+      report.refused.append(.init(id: id, reason: "not in the queue"))
+    } catch FerryError.invalidArgument {
+      report.refused.append(.init(id: id, reason: "has no unresolved error"))
+    }
+    return report
+  case .forget(let key):
+    let had = try store.ledger.record(key) != nil
+    try await store.ledger.forget(key)
+    return OperatorReport(command: "forget", key: key, hadRecord: had)
+  case .pause, .resume:
+    let pause = action == .pause
+    let before = try queue.isPaused()
+    if pause { try await queue.pause() } else { try await queue.resume() }
+    return OperatorReport(
+      command: pause ? "pause" : "resume", paused: try queue.isPaused(), stateChanged: before != pause,
+      runsUnderWay: try runsUnderWay(store))
+  }
+}
+
+private func describe(_ report: OperatorReport) -> [String] {
+  var lines: [String] = []
+  let verb: String
+  switch report.command {
+  case "cancel": verb = "cancelled"
+  case "revive": verb = "revived"
+  case "resolve": verb = "error resolved for"
+  default: verb = report.command
+  }
+  switch report.command {
+  case "forget":
+    let key = report.key ?? ""
+    lines.append(
+      report.hadRecord == true
+        ? "forgot cache key \(key): its next state is \"no cache\""
+        : "cache key \(key) had no record; a forget was logged all the same (its state stays \"no cache\")")
+  case "pause", "resume":
+    let state = report.paused == true ? "paused: yes" : "paused: no"
+    let change = report.stateChanged == true ? "" : " (it was already; nothing was appended)"
+    lines.append(state + change)
+    if let count = report.runsUnderWay, count > 0 {
+      lines.append(
+        "\(plural(count, "run")) under way \(count == 1 ? "goes" : "go") on and \(count == 1 ? "is" : "are") logged as usual"
+          + (report.paused == true ? "; no new automatic run starts" : ""))
+    }
+  default:
+    if report.changed.isEmpty && report.running.isEmpty && report.refused.isEmpty {
+      lines.append("no task matched: nothing was changed")
+    }
+    if !report.changed.isEmpty {
+      lines.append("\(verb) \(plural(report.changed.count, "task")): \(ids(report.changed))")
+    }
+    if !report.running.isEmpty {
+      lines.append(
+        "refused for \(plural(report.running.count, "task")) with a run under way: \(ids(report.running)) — "
+          + "a runner holds \(report.running.count == 1 ? "it" : "them") (in this process or another); nothing was changed for "
+          + "\(report.running.count == 1 ? "it" : "them"): the run goes on and its outcome is logged as usual. "
+          + "Try again once the run has ended (exit status 10)")
+    }
+    for refusal in report.refused {
+      lines.append("refused for task \(refusal.id): \(refusal.reason); nothing was changed for it (exit status 11)")
+    }
+  }
+  return lines
+}
+
+private func ids(_ ids: [UInt64]) -> String { ids.map(String.init).joined(separator: ", ") }
+
+/// "1 task", "2 tasks".
+func plural(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }

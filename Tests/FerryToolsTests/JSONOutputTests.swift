@@ -1,0 +1,150 @@
+import Ferry
+import FerryLog
+import FerryTools
+import Foundation
+import TestSupport
+import Testing
+
+/// A tag and a message that try to forge a line and drive the terminal.
+let hostileTag = "evil\u{1B}[2J\ntag\u{202E}"
+let hostileMessage = "bad\r\nnews\u{07}"
+
+/// A store holding tasks with hostile strings: one blocked by an error, one dead.
+func hostileStore() async throws -> DemoStore {
+  let demo = DemoStore()
+  let store = try await FerryStore.open(at: demo.path)
+  let blocked = try await store.queue.add(tag: hostileTag, payload: ["note": "milk\u{1B}]0;title\u{07}"], manual: true)
+  let runner = TaskRunner(queue: store.queue)
+  runner.register(tag: hostileTag) { _ in .recordError(hostileMessage) }
+  _ = try await runner.run(.task(blocked))
+  try await store.ledger.recordFetch(key: "lists\u{1B}[31m", outcome: .success(isEmpty: false))
+  store.close()
+  return demo
+}
+
+/// No byte of `text` may be a terminal control (C0 other than the line ends between lines, DEL).
+func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) {
+  let bad = text.unicodeScalars.filter {
+    ($0.value < 0x20 && $0 != "\n") || (0x7F...0x9F).contains($0.value) || $0 == "\u{202E}"
+  }
+  #expect(bad.isEmpty, "control characters in output: \(bad.map { String($0.value, radix: 16) })", sourceLocation: sourceLocation)
+}
+
+@Suite(.timeLimit(.minutes(2)), .serialized) struct JSONOutputTests {
+  @Test func verifyStatsCompactAndImportPrintJSONThatParsesBack() async throws {
+    let demo = try await hostileStore()
+    defer { demo.remove() }
+
+    let verify = try ferry(["verify", demo.path, "--json"])
+    #expect(verify.status == 0, "\(verify.stderr)")
+    let verified = try JSONDecoder().decode(VerifyJSON.self, from: Data(verify.stdout.utf8))
+    #expect(verified.healthy)
+    #expect(verified.problems.isEmpty)
+    #expect(verified.head > 0)
+    #expect(verified.recordsChecked == Int(verified.head))
+    #expect(verify.stdout.split(separator: "\n").count == 1)
+    #expect(verify.stderr.isEmpty)  // no progress bar in a pipe
+
+    let stats = try ferry(["stats", demo.path, "--json"])
+    #expect(stats.status == 0, "\(stats.stderr)")
+    let counted = try JSONDecoder().decode(StatsJSON.self, from: Data(stats.stdout.utf8))
+    #expect(counted.events == Int(verified.head))
+    #expect(counted.types["task.added"] == 1)
+    #expect(counted.types["task.errorRecorded"] == 1)
+    #expect(counted.types["cache.fetched"] == 1)
+    #expect(counted.oldest?.seq == 1)
+    #expect(counted.newest?.seq == verified.head)
+    #expect(counted.dataFileBytes > 0)
+
+    // The whole log exported, imported into a new store, with JSON.
+    let exported = try ferry(["export", demo.path])
+    #expect(exported.status == 0)
+    let copy = DemoStore()
+    defer { copy.remove() }
+    let imported = try ferry(["import", copy.path, "--json"], input: exported.stdout)
+    #expect(imported.status == 0, "\(imported.stderr)")
+    let importReport = try JSONDecoder().decode(ImportJSON.self, from: Data(imported.stdout.utf8))
+    #expect(importReport.imported == Int(verified.head))
+    #expect(importReport.store == copy.path)
+
+    let compact = try ferry(["compact", demo.path, "--retention", "0", "--json"])
+    #expect(compact.status == 0, "\(compact.stderr)")
+    let compacted = try JSONDecoder().decode(CompactJSON.self, from: Data(compact.stdout.utf8))
+    #expect(compacted.copied == false)
+    #expect(compacted.snapshotSequence >= verified.head)
+    #expect(compacted.dataFileBytesAfter == compacted.dataFileBytesBefore)
+  }
+
+  @Test func hostileStringsAreEscapedInHumanAndJSONOutput() async throws {
+    let demo = try await hostileStore()
+    defer { demo.remove() }
+    for arguments in [
+      ["inspect", demo.path], ["inspect", demo.path, "--json"], ["log", demo.path], ["log", demo.path, "--json"],
+      ["export", demo.path], ["stats", demo.path], ["stats", demo.path, "--json"], ["verify", demo.path, "--json"],
+    ] {
+      let run = try ferry(arguments)
+      #expect(run.status == 0, "\(arguments): \(run.stderr)")
+      expectNoControls(run.stdout)
+    }
+    // The JSON reads back as the very strings stored.
+    let inspect = try JSONDecoder().decode(
+      InspectReport.self, from: Data(try ferry(["inspect", demo.path, "--json"]).stdout.utf8))
+    #expect(inspect.tasks.first?.tag == hostileTag)
+    #expect(inspect.errors.first?.message == hostileMessage)
+    #expect(inspect.caches.first?.key == "lists\u{1B}[31m")
+    // The human table shows the escapes, on one line each.
+    let table = try ferry(["inspect", demo.path]).stdout
+    #expect(table.contains(#"evil\u001B[2J\ntag\u202E"#))
+  }
+
+  @Test func exportAndLogShowPayloadsDecodedAndLogFollowsAReplacement() async throws {
+    let demo = DemoStore()
+    defer { demo.remove() }
+    let store = try await FerryStore.open(at: demo.path)
+    let first = try await store.queue.add(
+      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1", unique: .replace)
+    let second = try await store.queue.add(
+      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", unique: .replace)
+    let other = try await store.queue.add(tag: "save", payload: [1, 2, 3], dataId: "note-2", unique: .replace)
+    store.close()
+
+    struct Exported: Decodable {
+      let seq: UInt64
+      let type: String
+      let payload: String
+      let payloadJSON: JSONValue?
+    }
+    let export = try ferry(["export", demo.path])
+    #expect(export.status == 0)
+    expectNoControls(export.stdout)
+    let events = try export.stdout.split(separator: "\n").dropFirst().map {
+      try JSONDecoder().decode(Exported.self, from: Data($0.utf8))
+    }
+    #expect(events.count == 3)
+    #expect(events[0].payloadJSON == .object(["item": .string("milk\u{1B}[1m"), "size": .string("2l")]))
+    #expect(events[2].payloadJSON == .array([.integer(1), .integer(2), .integer(3)]))
+    #expect(events.allSatisfy { Data(base64Encoded: $0.payload) != nil })
+    // The bytes are still what import reads: the round trip gives the same export.
+    let copy = DemoStore()
+    defer { copy.remove() }
+    #expect(try ferry(["import", copy.path], input: export.stdout).status == 0)
+    #expect(try ferry(["export", copy.path]).stdout == export.stdout)
+
+    // `log --task` of the replaced task shows the add that replaced it.
+    let human = try ferry(["log", demo.path, "--task", String(first)])
+    #expect(human.status == 0)
+    let lines = human.stdout.split(separator: "\n")
+    #expect(lines.count == 2)
+    #expect(lines.last?.contains("task \(second) added") == true)
+    #expect(lines.last?.contains("(replaces task \(first)") == true)
+    #expect(human.stdout.contains(#""item":"oat milk""#))
+    let json = try ferry(["log", demo.path, "--task", String(first), "--json"])
+    let logged = try json.stdout.split(separator: "\n").map {
+      try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
+    }
+    #expect(logged.count == 2)
+    #expect(logged.last?["replaces"] as? Int == Int(first))
+    #expect((logged.last?["payloadJSON"] as? [String: Any])?["item"] as? String == "oat milk")
+    #expect(try ferry(["log", demo.path, "--task", String(other)]).stdout.split(separator: "\n").count == 1)
+  }
+}

@@ -1,0 +1,119 @@
+import ArgumentParser
+import FerryTools
+
+/// The discussion every operator command shares.
+private let writes = """
+  Writes to the store: it opens it read-write and appends the same events the app's own call \
+  would, decided inside one commit. Works while an app or a runner has the store open. A task a \
+  runner holds (a run under way, in any process) is never changed: the command says so and exits \
+  with status 10; a task that is not queued or not in the state needed exits with status 11.
+  """
+
+/// `--json` for the operator commands.
+struct OperatorJSON: ParsableArguments {
+  @Flag(help: "Print one JSON object (keys: command, changed, running, refused, …).") var json = false
+}
+
+struct Cancel: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Cancel queued tasks: by id, or every task of a tag or a group.",
+    discussion: writes + "\n\nExamples: ferry cancel /tmp/groceries 4 7   ferry cancel /tmp/groceries --tag sync   "
+      + "ferry cancel /tmp/groceries --group list")
+
+  @OptionGroup var store: StoreArgument
+  @Argument(help: "Task ids to cancel.") var tasks: [UInt64] = []
+  @Option(help: "Cancel every task with this tag that has no run under way.") var tag: String?
+  @Option(help: "Cancel every task of this group that has no run under way.") var group: String?
+  @OptionGroup var output: OperatorJSON
+
+  func validate() throws {
+    let chosen = (tasks.isEmpty ? 0 : 1) + (tag == nil ? 0 : 1) + (group == nil ? 0 : 1)
+    guard chosen == 1 else { throw ValidationError("give task ids, or --tag, or --group (exactly one of them)") }
+  }
+
+  func run() async throws {
+    let action: OperatorAction
+    if let tag { action = .cancelTag(tag) } else if let group { action = .cancelGroup(group) } else { action = .cancel(tasks) }
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, action, json: output.json, output: .standard)
+    }
+  }
+}
+
+struct Revive: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Make a dead task ready again (its attempt count is kept).",
+    discussion: writes + "\n\nExample: ferry revive /tmp/groceries 4")
+
+  @OptionGroup var store: StoreArgument
+  @Argument(help: "The dead task's id.") var task: UInt64
+  @OptionGroup var output: OperatorJSON
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, .revive(task), json: output.json, output: .standard)
+    }
+  }
+}
+
+struct Resolve: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Resolve a task's recorded error: it, and its group, may run again.",
+    discussion: writes + "\n\nExample: ferry resolve /tmp/groceries 4")
+
+  @OptionGroup var store: StoreArgument
+  @Argument(help: "The blocked task's id.") var task: UInt64
+  @OptionGroup var output: OperatorJSON
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, .resolve(task), json: output.json, output: .standard)
+    }
+  }
+}
+
+struct Forget: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Forget everything about a cache key (its next state is \"no cache\").",
+    discussion: writes + "\n\nExample: ferry forget /tmp/groceries lists")
+
+  @OptionGroup var store: StoreArgument
+  @Argument(help: "The cache key.") var key: String
+  @OptionGroup var output: OperatorJSON
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, .forget(key), json: output.json, output: .standard)
+    }
+  }
+}
+
+struct Pause: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Stop automatic running, durably; runs under way finish and are logged.",
+    discussion: writes + "\n\nExample: ferry pause /tmp/groceries")
+
+  @OptionGroup var store: StoreArgument
+  @OptionGroup var output: OperatorJSON
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, .pause, json: output.json, output: .standard)
+    }
+  }
+}
+
+struct Resume: AsyncParsableCommand {
+  static let configuration = CommandConfiguration(
+    abstract: "Start automatic running again after a pause.",
+    discussion: writes + "\n\nExample: ferry resume /tmp/groceries")
+
+  @OptionGroup var store: StoreArgument
+  @OptionGroup var output: OperatorJSON
+
+  func run() async throws {
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, .resume, json: output.json, output: .standard)
+    }
+  }
+}
