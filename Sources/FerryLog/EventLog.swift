@@ -70,6 +70,9 @@ public final class EventLog: Sendable {
     /// nothing is measured at all. A factory given here is used instead (one per store, say, or
     /// a test's). The README's "Logging and metrics" section lists the metrics.
     public var metricsFactory: (any MetricsFactory)?
+    /// Dimensions added to every metric of this store, e.g. `[("store", "notes")]`: two stores in
+    /// one process reporting to one backend keep their series apart only with different ones.
+    public var metricsDimensions: [(String, String)] = []
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -354,7 +357,9 @@ public final class EventLog: Sendable {
     self.staleProjections = stale
     self.wasCreated = created
     self.eventsReplayedAtOpen = replayed
-    let instruments = LogInstruments(logger: configuration.logger, metricsFactory: configuration.metricsFactory)
+    let instruments = LogInstruments(
+      logger: configuration.logger, metricsFactory: configuration.metricsFactory,
+      dimensions: configuration.metricsDimensions)
     self.instruments = instruments
     instruments.opened(path: path, created: created, replayed: replayed, readOnly: configuration.readOnly)
     if configuration.readOnly {

@@ -25,9 +25,11 @@ package final class LogInstruments: Sendable {
   let commitFailures: Counter?
 
   /// The instruments of a log opened with `configuration`.
-  package init(logger: Logger?, metricsFactory: (any MetricsFactory)?) {
+  package init(logger: Logger?, metricsFactory: (any MetricsFactory)?, dimensions: [(String, String)] = []) {
     self.logger = logger
-    let factory = LogInstruments.effectiveFactory(metricsFactory)
+    let factory = LogInstruments.effectiveFactory(metricsFactory).map { base -> any MetricsFactory in
+      dimensions.isEmpty ? base : DimensionedMetricsFactory(base: base, extra: dimensions)
+    }
     self.factory = factory
     if let factory {
       commitEvents = Recorder(label: "ferry_commit_events", factory: factory)
@@ -120,4 +122,34 @@ package final class LogInstruments: Sendable {
     }
     logger.log(level: level, "store refused at open: \(error)", metadata: ["ferry.store": "\(path)"])
   }
+}
+
+/// A metrics factory that adds fixed dimensions to every metric made through it — how two stores
+/// in one process keep their series apart (``EventLog/Configuration/metricsDimensions``).
+struct DimensionedMetricsFactory: MetricsFactory {
+  let base: any MetricsFactory
+  let extra: [(String, String)]
+
+  func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
+    base.makeCounter(label: label, dimensions: dimensions + extra)
+  }
+  func makeFloatingPointCounter(label: String, dimensions: [(String, String)]) -> any FloatingPointCounterHandler {
+    base.makeFloatingPointCounter(label: label, dimensions: dimensions + extra)
+  }
+  func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler {
+    base.makeMeter(label: label, dimensions: dimensions + extra)
+  }
+  func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler {
+    base.makeRecorder(label: label, dimensions: dimensions + extra, aggregate: aggregate)
+  }
+  func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
+    base.makeTimer(label: label, dimensions: dimensions + extra)
+  }
+  func destroyCounter(_ handler: any CounterHandler) { base.destroyCounter(handler) }
+  func destroyFloatingPointCounter(_ handler: any FloatingPointCounterHandler) {
+    base.destroyFloatingPointCounter(handler)
+  }
+  func destroyMeter(_ handler: any MeterHandler) { base.destroyMeter(handler) }
+  func destroyRecorder(_ handler: any RecorderHandler) { base.destroyRecorder(handler) }
+  func destroyTimer(_ handler: any TimerHandler) { base.destroyTimer(handler) }
 }

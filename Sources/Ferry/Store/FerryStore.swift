@@ -75,6 +75,10 @@ public final class FerryStore: Sendable {
     /// Tags are a metric dimension: keep them a small, fixed set (the first 64 distinct tags get
     /// their own series, later ones are counted as `other`). The README lists every metric.
     public var metricsFactory: (any MetricsFactory)?
+    /// Dimensions added to every metric of this store (default none). Two stores in one process
+    /// that report to one backend share every series unless each has its own, e.g.
+    /// `configuration.metricsDimensions = [("store", "notes")]`.
+    public var metricsDimensions: [(String, String)] = []
     /// How often the queue gauges (`ferry_queue_depth`, `ferry_queue_running`, `ferry_queue_ready`,
     /// `ferry_queue_oldest_pending_age_seconds`) are read again while metrics are on: at most this
     /// often after changes, and at this interval while the store is open (the age grows by itself).
@@ -128,6 +132,7 @@ public final class FerryStore: Sendable {
     logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
     logConfiguration.logger = configuration.logger
     logConfiguration.metricsFactory = configuration.metricsFactory
+    logConfiguration.metricsDimensions = configuration.metricsDimensions
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let (clock, sleep) = (time.now, time.sleep)
