@@ -480,7 +480,12 @@ extension EventLog {
 
   /// Rebuilds every projection from the log up to `sequence` (the head when nil) in a scratch
   /// area and reads the result: the state as it was then. The store itself is not touched.
-  public func withProjections<R>(asOf sequence: UInt64?, _ body: (LogView) throws -> R) throws -> R {
+  /// `progress` is called with the sequence the rebuild has reached and the target after each
+  /// chunk (``Configuration/rebuildChunkSize`` events), for a progress bar.
+  public func withProjections<R>(
+    asOf sequence: UInt64?, progress: (_ reached: UInt64, _ until: UInt64) -> Void = { _, _ in },
+    _ body: (LogView) throws -> R
+  ) throws -> R {
     try guarded {
       // Every configured projection, stale ones included: a scratch rebuild needs none of the store's rows.
       let projections = configuration.projections + (configuration.idempotentAppends ? [EventIDIndex()] : [])
@@ -495,6 +500,7 @@ extension EventLog {
         var position = positions.min() ?? 0
         while position < until {
           position = try replayChunk(into: scratch, positions: &positions, floor: position, through: until, from: txn)
+          progress(position, until)
         }
         return until
       }

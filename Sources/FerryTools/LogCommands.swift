@@ -172,7 +172,11 @@ public func replay(
       guard until <= head else {
         throw ToolError(.badInput, "--until \(until) is past the log's head \(head)")
       }
-      let snapshot = try store.log.withProjections(asOf: until) { try FerryStore.snapshot(of: $0) }
+      let shown = json ? output.withoutProgress : output
+      shown.progress("replay", 0, Int(clamping: until))
+      let snapshot = try store.log.withProjections(
+        asOf: until, progress: { reached, until in shown.progress("replay", Int(clamping: reached), Int(clamping: until)) }
+      ) { try FerryStore.snapshot(of: $0) }
       let at = try store.log.event(at: until)?.timestamp ?? wallClockMilliseconds()
       let report = InspectReport(snapshot, now: at, maxAgeMs: maxAgeMs)
       if json {
@@ -184,7 +188,13 @@ public func replay(
       }
       return true
     }
-    let report = try store.log.verify(maxDifferences: 50)
+    let shown = json ? output.withoutProgress : output
+    let head = try store.log.head()
+    shown.progress("replay", 0, Int(clamping: head))
+    let report = try store.log.verify(
+      maxDifferences: 50,
+      progress: { reached, head in shown.progress("replay", Int(clamping: reached), Int(clamping: head)) })
+    shown.progress("replay", Int(clamping: head), Int(clamping: head))
     let differences = report.problems.filter {
       if case .rowDiffers = $0 { return true }
       return false
