@@ -10,23 +10,23 @@ import LMDB
 #endif
 
 /// The stable JSON form of `ferry compact --json`.
-public struct CompactJSON: Codable, Sendable, Equatable {
+package struct CompactJSON: Codable, Sendable, Equatable {
   /// The sequence the snapshot was taken at.
-  public var snapshotSequence: UInt64
+  package var snapshotSequence: UInt64
   /// Events removed.
-  public var removed: Int
+  package var removed: Int
   /// Bytes of the removed records.
-  public var removedBytes: Int
+  package var removedBytes: Int
   /// Events left.
-  public var remaining: Int
+  package var remaining: Int
   /// Rows in the snapshot.
-  public var snapshotRows: Int
+  package var snapshotRows: Int
   /// The data file's size before.
-  public var dataFileBytesBefore: Int
+  package var dataFileBytesBefore: Int
   /// Its size after (the same without `copied`: freed pages are reused, not given back).
-  public var dataFileBytesAfter: Int
+  package var dataFileBytesAfter: Int
   /// Whether a compacted copy was swapped in (`--copy`).
-  public var copied: Bool
+  package var copied: Bool
 }
 
 /// `ferry compact`: a snapshot of both sides and the removal of what the retention policy allows,
@@ -36,7 +36,7 @@ public struct CompactJSON: Codable, Sendable, Equatable {
 /// Never creates a store: a missing directory, one without `data.mdb` and an empty `data.mdb`
 /// are refused before anything is written. With `copy`, a store another process has open is
 /// refused before anything is written too (the copy could not be swapped in).
-public func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = false, output: Output) async throws(ToolError) {
+package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = false, output: Output) async throws(ToolError) {
   try refuseEmptyDataFile(path)
   if copy {
     guard let probe = lockOutOtherProcesses(path) else {

@@ -18,15 +18,15 @@ import Synchronization
 /// `verify` and `replay` make their scratch environments) is a private one the parent creates and
 /// removes on every way out, the child's crash included. The parent forwards `SIGINT`, `SIGTERM`
 /// and `SIGHUP` to the child; a child that finds its parent gone removes that directory and exits.
-public enum Containment {
+package enum Containment {
   /// The environment variable that marks the contained child (`lifeline:FD`).
-  public static let variable = "FERRY_CONTAINED"
+  package static let variable = "FERRY_CONTAINED"
   /// How the private temporary directories' names begin.
-  public static let directoryPrefix = "ferry-contained-"
+  package static let directoryPrefix = "ferry-contained-"
 
   /// Whether this process is the contained child of a `ferry` parent: ``variable`` names the
   /// read end of its lifeline, a pipe it inherited open.
-  public static var isContainedChild: Bool { lifeline != nil }
+  package static var isContainedChild: Bool { lifeline != nil }
 
   /// The read end of the pipe whose write end only the parent holds: it reads end-of-file once
   /// the parent is gone, however it went (a parent killed by `SIGKILL` stays a zombie, and the
@@ -49,7 +49,7 @@ public enum Containment {
 
   /// In the child: watches the parent, and when it is gone (killed by `SIGKILL`, which cannot be
   /// forwarded) removes the private temporary directory and exits, so that no reader outlives it.
-  public static func watchParent() {
+  package static func watchParent() {
     guard let fd = lifeline else { return }
     let thread = Thread {
       var byte: UInt8 = 0
@@ -73,7 +73,7 @@ public enum Containment {
   /// error) when it died by a crash. When the child died by a signal this process forwarded (the
   /// user's Ctrl-C), or by `SIGPIPE` (a reader that went away), this process ends by the same
   /// signal and does not return.
-  public static func runInChild(store: String) -> Int32 {
+  package static func runInChild(store: String) -> Int32 {
     let scratch = makePrivateDirectory()
     defer { if let scratch { try? FileManager.default.removeItem(atPath: scratch) } }
     // The lifeline: the child inherits the read end; the write end, closed on exec, is this

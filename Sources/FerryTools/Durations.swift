@@ -5,7 +5,7 @@ import FerryLog
 /// (`1h30m`), or plain seconds (`604800`). Returns milliseconds, saturating at `Int64.max` (a huge
 /// value means "forever", not a crash). Throws a ``ToolError`` with status 64 (bad flags) for
 /// anything else, negative values included.
-public func parseDuration(_ text: String, flag: String) throws(ToolError) -> Int64 {
+package func parseDuration(_ text: String, flag: String) throws(ToolError) -> Int64 {
   let bad = ToolError(
     .badFlags,
     "\(flag) takes a duration such as 7d, 36h, 90m, 45s or plain seconds (604800), not '\(text)'")
@@ -42,7 +42,7 @@ public func parseDuration(_ text: String, flag: String) throws(ToolError) -> Int
 
 /// Reads `--since`: a duration back from `now` (`2h`, `7d`, plain seconds) or a time in ISO 8601
 /// (`2026-01-15T09:00:00Z`, fractional seconds and offsets allowed). Returns Unix milliseconds.
-public func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
+package func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
   if text.contains("-") || text.contains("T") || text.contains(":") {
     for options in [ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds]] {
       let formatter = ISO8601DateFormatter()
@@ -84,6 +84,6 @@ extension Character {
 }
 
 /// ``parseSince(_:now:)`` against the wall clock now.
-public func parseSince(_ text: String) throws(ToolError) -> Int64 {
+package func parseSince(_ text: String) throws(ToolError) -> Int64 {
   try parseSince(text, now: wallClockMilliseconds())
 }

@@ -42,7 +42,7 @@ struct GroceryItem: Codable, Sendable {
 /// `ferry demo`: an offline-first grocery list on a real store, told as it happens. The clock is
 /// simulated and the server's flakiness seeded, so a seed always tells the same story and leaves
 /// the same final state. Returns the store's path and its final state.
-public func runDemo(
+package func runDemo(
   path: String?, seed: UInt64, output: Output
 ) async throws(ToolError) -> (
   path: String, snapshot: FerrySnapshot

@@ -2,108 +2,108 @@ import Ferry
 import FerryLog
 
 /// The stable JSON form of `ferry inspect --json`.
-public struct InspectReport: Codable, Sendable, Equatable {
+package struct InspectReport: Codable, Sendable, Equatable {
   /// One queued task.
-  public struct Task: Codable, Sendable, Equatable {
+  package struct Task: Codable, Sendable, Equatable {
     /// The task id.
-    public var id: UInt64
+    package var id: UInt64
     /// The tag.
-    public var tag: String
+    package var tag: String
     /// The group, if any.
-    public var group: String?
+    package var group: String?
     /// The data id, if any.
-    public var dataId: String?
+    package var dataId: String?
     /// Whether it is manual.
-    public var manual: Bool
+    package var manual: Bool
     /// ready, running, waiting, blocked, dead or waitingForGroup.
-    public var status: String
+    package var status: String
     /// When a waiting task may run again (Unix ms).
-    public var eligibleAt: Int64?
+    package var eligibleAt: Int64?
     /// For a task waiting for its group: the group's head it waits behind.
-    public var behind: UInt64?
+    package var behind: UInt64?
     /// Runs started.
-    public var attempts: UInt32
+    package var attempts: UInt32
     /// When it was added (Unix ms).
-    public var addedAt: Int64
+    package var addedAt: Int64
     /// The message of its last failed run.
-    public var lastFailure: String?
+    package var lastFailure: String?
     /// Its unresolved error, if any.
-    public var error: String?
+    package var error: String?
     /// Its priority when not normal (larger runs first).
-    public var priority: Int8?
+    package var priority: Int8?
     /// Its deadline (Unix ms), if any: no run starts after it.
-    public var deadline: Int64?
+    package var deadline: Int64?
   }
   /// One group and its tasks in order.
-  public struct Group: Codable, Sendable, Equatable {
+  package struct Group: Codable, Sendable, Equatable {
     /// The group, if any.
-    public var group: String
+    package var group: String
     /// Its task ids, head first.
-    public var tasks: [UInt64]
+    package var tasks: [UInt64]
   }
   /// One unresolved error.
-  public struct Error: Codable, Sendable, Equatable {
+  package struct Error: Codable, Sendable, Equatable {
     /// The task it blocks.
-    public var taskId: UInt64
+    package var taskId: UInt64
     /// The error id.
-    public var errorId: UInt64
+    package var errorId: UInt64
     /// The message.
-    public var message: String
+    package var message: String
     /// When it was recorded (Unix ms).
-    public var recordedAt: Int64
+    package var recordedAt: Int64
   }
   /// One cache key.
-  public struct Cache: Codable, Sendable, Equatable {
+  package struct Cache: Codable, Sendable, Equatable {
     /// The cache key.
-    public var key: String
+    package var key: String
     /// The last successful fetch (Unix ms).
-    public var lastSuccess: Int64?
+    package var lastSuccess: Int64?
     /// Milliseconds since then, at `now`.
-    public var ageMs: Int64?
+    package var ageMs: Int64?
     /// Whether that is older than `maxAgeMs`.
-    public var tooOld: Bool?
+    package var tooOld: Bool?
     /// The last fetch (Unix ms).
-    public var lastAttempt: Int64?
+    package var lastAttempt: Int64?
     /// The last failed fetch (Unix ms).
-    public var lastFailure: Int64?
+    package var lastFailure: Int64?
     /// Its message.
-    public var lastFailureMessage: String?
+    package var lastFailureMessage: String?
     /// Fetches recorded.
-    public var fetchCount: UInt64
+    package var fetchCount: UInt64
     /// Whether more pages are available.
-    public var morePagesAvailable: Bool
+    package var morePagesAvailable: Bool
   }
   /// Counts.
-  public struct Totals: Codable, Sendable, Equatable {
+  package struct Totals: Codable, Sendable, Equatable {
     /// Counts of tasks by status, groups, errors, caches and too-old caches.
-    public var tasks = 0, ready = 0, running = 0, waiting = 0, blocked = 0, dead = 0, manual = 0, groups = 0
+    package var tasks = 0, ready = 0, running = 0, waiting = 0, blocked = 0, dead = 0, manual = 0, groups = 0
     /// Tasks ready themselves but behind a group head that cannot run now.
-    public var waitingForGroup = 0
+    package var waitingForGroup = 0
     /// Unresolved errors.
-    public var errors = 0, caches = 0, tooOld = 0
+    package var errors = 0, caches = 0, tooOld = 0
   }
 
   /// The log head of the state shown.
-  public var head: UInt64
+  package var head: UInt64
   /// Whether automatic running is paused.
-  public var paused: Bool
+  package var paused: Bool
   /// The time ages are measured at (Unix ms).
-  public var now: Int64
+  package var now: Int64
   /// The max age caches are judged by.
-  public var maxAgeMs: Int64
+  package var maxAgeMs: Int64
   /// The items, in order.
-  public var tasks: [Task]
+  package var tasks: [Task]
   /// Groups with queued tasks.
-  public var groups: [Group]
+  package var groups: [Group]
   /// Unresolved errors.
-  public var errors: [Error]
+  package var errors: [Error]
   /// Cache keys.
-  public var caches: [Cache]
+  package var caches: [Cache]
   /// Counts.
-  public var totals: Totals
+  package var totals: Totals
 
   /// The report of a snapshot, with cache ages measured at `now` against `maxAgeMs`.
-  public init(_ snapshot: FerrySnapshot, now: Int64, maxAgeMs: Int64) {
+  package init(_ snapshot: FerrySnapshot, now: Int64, maxAgeMs: Int64) {
     head = snapshot.head
     paused = snapshot.paused
     self.now = now
@@ -169,7 +169,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
   }
 
   /// The report as readable tables.
-  public func lines() -> [String] {
+  package func lines() -> [String] {
     var out: [String] = []
     out.append("store head: \(head)   paused: \(paused ? "yes (no automatic run starts; runs under way finish)" : "no")")
     out.append("")
@@ -233,7 +233,7 @@ public struct InspectReport: Codable, Sendable, Equatable {
 }
 
 /// `ferry inspect`: the state of a store, read-only.
-public func inspect(path: String, json: Bool, maxAgeMs: Int64, output: Output) throws(ToolError) {
+package func inspect(path: String, json: Bool, maxAgeMs: Int64, output: Output) throws(ToolError) {
   let store = try openForReading(path)
   defer { store.close() }
   do {

@@ -3,22 +3,22 @@ import FerryLog
 import Foundation
 
 /// Which events `ferry log` shows.
-public struct LogFilter: Sendable {
+package struct LogFilter: Sendable {
   /// First sequence shown.
-  public var from: UInt64 = 1
+  package var from: UInt64 = 1
   /// Last sequence shown (the head when nil).
-  public var to: UInt64?
+  package var to: UInt64?
   /// Only this event type.
-  public var type: String?
+  package var type: String?
   /// Only events about this task.
-  public var task: UInt64?
+  package var task: UInt64?
   /// Only events about this cache key.
-  public var key: String?
+  package var key: String?
   /// Only events appended at or after this time (Unix ms; `--since`).
-  public var since: Int64?
+  package var since: Int64?
 
   /// Shows every event.
-  public init() {}
+  package init() {}
 
   func accepts(_ event: LoggedEvent, _ summary: EventSummary) -> Bool {
     if let type, event.type != type { return false }
@@ -46,7 +46,7 @@ struct LogLine: Codable {
 
 /// `ferry log`: the events, decoded. With `follow`, waits for new events (polling, since the
 /// writer is another process) until the task is cancelled.
-public func printLog(
+package func printLog(
   path: String, filter: LogFilter, json: Bool, follow: Bool, pollInterval: Duration = .milliseconds(250),
   output: Output
 ) async throws(ToolError) {
@@ -88,28 +88,28 @@ public func printLog(
 }
 
 /// The stable JSON form of `ferry verify --json`.
-public struct VerifyJSON: Codable, Sendable, Equatable {
+package struct VerifyJSON: Codable, Sendable, Equatable {
   /// Whether nothing is wrong.
-  public var healthy: Bool
+  package var healthy: Bool
   /// The log's head sequence.
-  public var head: UInt64
+  package var head: UInt64
   /// Records whose CRC, sequence and decoding were checked.
-  public var recordsChecked: Int
+  package var recordsChecked: Int
   /// Projection rows compared with a rebuild.
-  public var rowsCompared: Int
+  package var rowsCompared: Int
   /// Stale reader slots of dead processes cleared while opening.
-  public var staleReadersCleared: Int
+  package var staleReadersCleared: Int
   /// The first bad sequence number, if a problem names one.
-  public var firstBadSequence: UInt64?
+  package var firstBadSequence: UInt64?
   /// Each problem, one line each.
-  public var problems: [String]
+  package var problems: [String]
   /// Whether more differing rows were found than are listed.
-  public var moreDifferences: Bool
+  package var moreDifferences: Bool
 }
 
 /// `ferry verify`: every record, contiguity, projections against a rebuild, stale readers.
 /// Returns whether the store is healthy. With `json`, prints one ``VerifyJSON`` object.
-public func verify(path: String, json: Bool = false, output: Output) throws(ToolError) -> Bool {
+package func verify(path: String, json: Bool = false, output: Output) throws(ToolError) -> Bool {
   let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
@@ -159,7 +159,7 @@ public func verify(path: String, json: Bool = false, output: Output) throws(Tool
 
 /// `ferry replay`: with `until`, the state as of that sequence, rebuilt from the log in a scratch
 /// area; without, the rebuild compared with the stored projections. Returns false when they differ.
-public func replay(
+package func replay(
   path: String, until: UInt64?, json: Bool, maxAgeMs: Int64, output: Output
 ) throws(ToolError)
   -> Bool
@@ -263,7 +263,7 @@ struct ExportedEvent: Codable {
 }
 
 /// `ferry export`: the log as JSON Lines (a header, then one event per line).
-public func export(path: String, output: Output) throws(ToolError) {
+package func export(path: String, output: Output) throws(ToolError) {
   let store = try openForReading(path)
   defer { store.close() }
   do {
@@ -297,7 +297,7 @@ public func export(path: String, output: Output) throws(ToolError) {
 /// import. The rename fails, leaving everything there as it is, when another process created a store
 /// at the target meanwhile. A killed import leaves only its temporary directory, which the next
 /// import into the same target removes.
-public func importLog(
+package func importLog(
   path: String, lines: some Sequence<String>, output: Output
 ) async throws(ToolError) -> Int {
   let target = try ImportTarget(path)
@@ -379,43 +379,43 @@ private func importEvents(
 }
 
 /// The stable JSON form of `ferry stats --json`.
-public struct StatsJSON: Codable, Sendable, Equatable {
+package struct StatsJSON: Codable, Sendable, Equatable {
   /// One event at an end of the log.
-  public struct End: Codable, Sendable, Equatable {
+  package struct End: Codable, Sendable, Equatable {
     /// Its sequence number.
-    public var seq: UInt64
+    package var seq: UInt64
     /// Its type.
-    public var type: String
+    package var type: String
     /// When it was appended (Unix ms).
-    public var timestamp: Int64
+    package var timestamp: Int64
     /// The same, as UTC ISO 8601.
-    public var time: String
+    package var time: String
   }
   /// The events the log holds (fewer than `head` after a compaction).
-  public var events: Int
+  package var events: Int
   /// The head sequence number.
-  public var head: UInt64
+  package var head: UInt64
   /// Events by type.
-  public var types: [String: Int]
+  package var types: [String: Int]
   /// The last sequence a compaction removed events through, if any.
-  public var compactedThrough: UInt64?
+  package var compactedThrough: UInt64?
   /// Events compactions removed in all.
-  public var compactedRemoved: UInt64?
+  package var compactedRemoved: UInt64?
   /// The size of `data.mdb`.
-  public var dataFileBytes: Int
+  package var dataFileBytes: Int
   /// LMDB's map size.
-  public var mapBytes: Int
+  package var mapBytes: Int
   /// Bytes of the map in use.
-  public var usedBytes: Int
+  package var usedBytes: Int
   /// The oldest event held.
-  public var oldest: End?
+  package var oldest: End?
   /// The newest event.
-  public var newest: End?
+  package var newest: End?
 }
 
 /// `ferry stats`: counts by event type, file and map sizes, oldest and newest event. With
 /// `json`, one ``StatsJSON`` object.
-public func stats(path: String, json: Bool = false, output: Output) throws(ToolError) {
+package func stats(path: String, json: Bool = false, output: Output) throws(ToolError) {
   let output = json ? output.withoutProgress : output
   let store = try openForReading(path)
   defer { store.close() }
@@ -473,15 +473,15 @@ public func stats(path: String, json: Bool = false, output: Output) throws(ToolE
 }
 
 /// The stable JSON form of `ferry import --json`: `{"imported": N, "store": "DIR"}`.
-public struct ImportJSON: Codable, Sendable, Equatable {
+package struct ImportJSON: Codable, Sendable, Equatable {
   /// Events imported.
-  public var imported: Int
+  package var imported: Int
   /// The new store's directory.
-  public var store: String
+  package var store: String
 }
 
 /// The line `ferry import --json` prints once the import is done.
-public func importedJSON(count: Int, store: String) -> String {
+package func importedJSON(count: Int, store: String) -> String {
   jsonLine(ImportJSON(imported: count, store: store))
 }
 

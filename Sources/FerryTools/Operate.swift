@@ -4,39 +4,39 @@ import Foundation
 
 /// The stable JSON form of an operator command (`ferry cancel`, `revive`, `resolve`, `forget`,
 /// `pause`, `resume` with `--json`): one object, keys sorted.
-public struct OperatorReport: Codable, Sendable, Equatable {
+package struct OperatorReport: Codable, Sendable, Equatable {
   /// The command: cancel, revive, resolve, forget, pause or resume.
-  public var command: String
+  package var command: String
   /// Tasks changed (cancelled, revived, or their error resolved), in id order.
-  public var changed: [UInt64] = []
+  package var changed: [UInt64] = []
   /// Tasks left alone because a run of them is under way (exit status 10).
-  public var running: [UInt64] = []
+  package var running: [UInt64] = []
   /// Tasks left alone because they are not queued or not in the state the command needs (exit
   /// status 11), each with the reason.
-  public var refused: [Refusal] = []
+  package var refused: [Refusal] = []
   /// For `forget`: the cache key, and whether the store had a record of it.
-  public var key: String?
+  package var key: String?
   /// For `forget`: whether the store had a record of the key before.
-  public var hadRecord: Bool?
+  package var hadRecord: Bool?
   /// For `pause` and `resume`: whether the queue is paused afterwards.
-  public var paused: Bool?
+  package var paused: Bool?
   /// For `pause` and `resume`: whether the state changed (false: it was already so, and nothing
   /// was appended).
-  public var stateChanged: Bool?
+  package var stateChanged: Bool?
   /// Runs under way when the command ran (they are never touched).
-  public var runsUnderWay: Int?
+  package var runsUnderWay: Int?
 
   /// One task the command left alone, and why.
-  public struct Refusal: Codable, Sendable, Equatable {
+  package struct Refusal: Codable, Sendable, Equatable {
     /// The task id.
-    public var id: UInt64
+    package var id: UInt64
     /// Why, in one line.
-    public var reason: String
+    package var reason: String
   }
 
   /// The exit status the report stands for: 10 when a task was left for its run, 11 when one was
   /// refused otherwise, 0 when every task asked for was changed.
-  public var status: ExitStatus {
+  package var status: ExitStatus {
     if !running.isEmpty { return .runUnderWay }
     if !refused.isEmpty { return .notApplicable }
     return .ok
@@ -44,7 +44,7 @@ public struct OperatorReport: Codable, Sendable, Equatable {
 }
 
 /// What an operator command does to the queue or the cache.
-public enum OperatorAction: Sendable, Equatable {
+package enum OperatorAction: Sendable, Equatable {
   /// Cancel these tasks (each only if no run of it is under way).
   case cancel([UInt64])
   /// Cancel every task of a tag that has no run under way.
@@ -66,7 +66,7 @@ public enum OperatorAction: Sendable, Equatable {
 /// Opens the store read-write (never creating it) and appends what `action` decides, through the
 /// queue's and the ledger's own commands, so the events are exactly those the library appends.
 /// A task a runner holds is never changed. Prints a human summary, or one JSON object.
-public func operate(
+package func operate(
   path: String, _ action: OperatorAction, json: Bool, output: Output
 ) async throws(ToolError) -> ExitStatus {
   var isDirectory: ObjCBool = false

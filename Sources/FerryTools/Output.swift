@@ -7,14 +7,14 @@ import Foundation
 #endif
 
 /// Where a command writes: lines to standard output, and a progress line that only a terminal sees.
-public struct Output: Sendable {
+package struct Output: Sendable {
   /// Writes one line of the command's output.
-  public let line: @Sendable (String) -> Void
+  package let line: @Sendable (String) -> Void
   /// Shows progress (done of total) when standard error is a terminal; nothing otherwise.
-  public let progress: @Sendable (_ label: String, _ done: Int, _ total: Int) -> Void
+  package let progress: @Sendable (_ label: String, _ done: Int, _ total: Int) -> Void
 
   /// An output with its own sinks (tests collect lines this way).
-  public init(
+  package init(
     line: @escaping @Sendable (String) -> Void,
     progress: @escaping @Sendable (String, Int, Int) -> Void = { _, _, _ in }
   ) {
@@ -23,12 +23,12 @@ public struct Output: Sendable {
   }
 
   /// The same lines without progress: a command printing JSON draws no bar, even on a terminal.
-  public var withoutProgress: Output { Output(line: line) }
+  package var withoutProgress: Output { Output(line: line) }
 
   /// Standard output, with a progress bar on standard error when it is a terminal. Every line goes
   /// through ``terminalSafe(_:)``: whatever a store holds (a tag, a message, a key) cannot forge a
   /// line or drive the terminal.
-  public static let standard = Output(
+  package static let standard = Output(
     line: { text in FileHandle.standardOutput.write(Data((terminalSafe(text) + "\n").utf8)) },
     progress: { label, done, total in
       guard isatty(2) != 0, total > 0 else { return }
@@ -48,7 +48,7 @@ public struct Output: Sendable {
 /// already escapes C0 controls, and DEL or a C1 control inside a JSON string becomes the `\u`
 /// escape JSON reads back as the same character. A backslash is left as it is, so a string that
 /// holds a backslash and an `n` looks like an escaped newline; what cannot happen is a real one.
-public func terminalSafe(_ text: String) -> String {
+package func terminalSafe(_ text: String) -> String {
   // The fast path: no byte that can begin one of those characters (C1 and U+061C begin with
   // 0xC2 or 0xD8, the separators and bidi controls with 0xE2).
   guard text.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F || $0 == 0xC2 || $0 == 0xD8 || $0 == 0xE2 })

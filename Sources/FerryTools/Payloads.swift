@@ -4,7 +4,7 @@ import Foundation
 
 /// A JSON value, for showing a task's payload decoded (`payloadJSON` in `ferry export` and
 /// `ferry log --json`). Whole numbers that fit 64 bits stay whole.
-public indirect enum JSONValue: Codable, Sendable, Equatable {
+package indirect enum JSONValue: Codable, Sendable, Equatable {
   /// `null`.
   case null
   /// `true` or `false`.
@@ -21,13 +21,13 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
   case object([String: JSONValue])
 
   /// Reads `bytes` as UTF-8 JSON (any value at the top); nil when they are not.
-  public init?(jsonBytes bytes: [UInt8]) {
+  package init?(jsonBytes bytes: [UInt8]) {
     guard let value = try? JSONDecoder().decode(JSONValue.self, from: Data(bytes)) else { return nil }
     self = value
   }
 
   /// Reads one JSON value.
-  public init(from decoder: any Decoder) throws {
+  package init(from decoder: any Decoder) throws {
     let container = try decoder.singleValueContainer()
     if container.decodeNil() {
       self = .null
@@ -47,7 +47,7 @@ public indirect enum JSONValue: Codable, Sendable, Equatable {
   }
 
   /// Writes it as JSON.
-  public func encode(to encoder: any Encoder) throws {
+  package func encode(to encoder: any Encoder) throws {
     var container = encoder.singleValueContainer()
     switch self {
     case .null: try container.encodeNil()

@@ -75,16 +75,16 @@ extension Array where Element == UInt8 {
 
 /// An LMDB data file read with plain `pread`s (never mapped), so that no damage can crash the
 /// reader: every offset and length read from the file is checked against the file's size first.
-public final class RawDataFile {
+package final class RawDataFile {
   /// The file's path.
-  public let path: String
+  package let path: String
   /// Its size in bytes when opened.
-  public let size: Int
+  package let size: Int
   private let descriptor: Int32
 
   /// Opens `path` for reading. Throws ``ExitStatus/noSuchStore`` when it does not exist and
   /// ``ExitStatus/notAStore`` when it is not a regular file.
-  public init(path: String) throws(ToolError) {
+  package init(path: String) throws(ToolError) {
     let descriptor = open(path, O_RDONLY | O_CLOEXEC)
     guard descriptor >= 0 else {
       let code = errno
@@ -108,7 +108,7 @@ public final class RawDataFile {
   deinit { close(descriptor) }
 
   /// Up to `count` bytes at `offset`: fewer where the file ends (or a read fails), none outside it.
-  public func read(at offset: Int, count: Int) -> [UInt8] {
+  package func read(at offset: Int, count: Int) -> [UInt8] {
     guard offset >= 0, count > 0, offset < size else { return [] }
     let wanted = Swift.min(count, size - offset)
     var buffer = [UInt8](repeating: 0, count: wanted)
@@ -127,13 +127,13 @@ public final class RawDataFile {
   }
 
   /// How many pages of `pageSize` bytes the file holds, counting a last partial one.
-  public func pageCount(pageSize: Int) -> Int {
+  package func pageCount(pageSize: Int) -> Int {
     guard pageSize > 0 else { return 0 }
     return size / pageSize + (size % pageSize == 0 ? 0 : 1)
   }
 
   /// Page `number` (all of it, or what the file holds of it); nil outside the file.
-  public func page(_ number: UInt64, pageSize: Int) -> RawPage? {
+  package func page(_ number: UInt64, pageSize: Int) -> RawPage? {
     guard pageSize > 0, number < UInt64(pageCount(pageSize: pageSize)) else { return nil }
     let bytes = read(at: Int(number) * pageSize, count: pageSize)
     return bytes.isEmpty ? nil : RawPage(number: number, bytes: bytes)
@@ -142,22 +142,22 @@ public final class RawDataFile {
   // MARK: Meta pages
 
   /// One of LMDB's two meta pages, as far as it could be read.
-  public struct MetaPage: Sendable, Equatable {
+  package struct MetaPage: Sendable, Equatable {
     /// Which slot (0 or 1).
-    public let slot: Int
+    package let slot: Int
     /// The page size it names.
-    public let pageSize: Int
+    package let pageSize: Int
     /// The root page of the main database (the named databases' records).
-    public let mainRoot: UInt64
+    package let mainRoot: UInt64
     /// The last page in use.
-    public let lastPage: UInt64
+    package let lastPage: UInt64
     /// The transaction that wrote it.
-    public let transaction: UInt64
+    package let transaction: UInt64
   }
 
   /// The meta page in `slot` (0 or 1) when the file holds one there with LMDB's magic and a page size
   /// that places it there (slot 1 sits one page in).
-  public func metaPage(_ slot: Int, pageSize: Int) -> MetaPage? {
+  package func metaPage(_ slot: Int, pageSize: Int) -> MetaPage? {
     guard slot == 0 || slot == 1, LMDBLayout.isPlausiblePageSize(pageSize) else { return nil }
     let bytes = read(at: slot * pageSize, count: LMDBLayout.transactionOffset + 8)
     guard let flags = bytes.littleEndian(UInt16.self, at: 10), flags & LMDBLayout.meta != 0,
@@ -171,7 +171,7 @@ public final class RawDataFile {
   }
 
   /// The page size meta page 0 names, when it is a meta page naming a size LMDB can have.
-  public func pageSizeNamedByMetaPage0() -> Int? {
+  package func pageSizeNamedByMetaPage0() -> Int? {
     let head = read(at: 0, count: LMDBLayout.pageSizeOffset + 4)
     guard let named = head.littleEndian(UInt32.self, at: LMDBLayout.pageSizeOffset),
       LMDBLayout.isPlausiblePageSize(Int(named)), metaPage(0, pageSize: Int(named)) != nil
@@ -180,14 +180,14 @@ public final class RawDataFile {
   }
 
   /// The page size at which meta page 1 is found (one page in, naming that size), if any.
-  public func pageSizeNamedByMetaPage1() -> Int? {
+  package func pageSizeNamedByMetaPage1() -> Int? {
     [4096, 16384, 65536, 8192, 32768, 2048, 1024, 512].first { metaPage(1, pageSize: $0) != nil }
   }
 
   /// The pages of the named database's live tree, found from the newer readable meta page by
   /// following the main database to the database's record and walking its branch pages: its root,
   /// its branch pages and its leaf pages (in key order). Nil when any step cannot be read.
-  public func liveTree(
+  package func liveTree(
     named name: String, pageSize: Int
   ) -> (root: UInt64, branches: [UInt64], leaves: [UInt64])? {
     let metas = [metaPage(0, pageSize: pageSize), metaPage(1, pageSize: pageSize)].compactMap { $0 }
@@ -231,20 +231,20 @@ public final class RawDataFile {
 }
 
 /// One page of a data file, as read (shorter than the page size where the file ends inside it).
-public struct RawPage: Sendable {
+package struct RawPage: Sendable {
   /// The page's number: its position in the file.
-  public let number: UInt64
+  package let number: UInt64
   /// Its bytes.
-  public let bytes: [UInt8]
+  package let bytes: [UInt8]
 
   /// The page number its header names (equal to ``number`` in an intact page).
-  public var headerNumber: UInt64? { bytes.littleEndian(UInt64.self, at: 0) }
+  package var headerNumber: UInt64? { bytes.littleEndian(UInt64.self, at: 0) }
   /// Its flags.
-  public var flags: UInt16 { bytes.littleEndian(UInt16.self, at: 10) ?? 0 }
+  package var flags: UInt16 { bytes.littleEndian(UInt16.self, at: 10) ?? 0 }
   /// A leaf page of an ordinary database (not a `LEAF2` or sub-page).
-  public var isLeaf: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.leaf }
+  package var isLeaf: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.leaf }
   /// A branch page.
-  public var isBranch: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.branch }
+  package var isBranch: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.branch }
 
   /// The node offsets of the pointer array, each inside the page.
   private func nodeOffsets() -> [Int] {
@@ -260,24 +260,24 @@ public struct RawPage: Sendable {
   }
 
   /// One node of a leaf page.
-  public struct LeafNode: Sendable {
+  package struct LeafNode: Sendable {
     /// Where the node starts in the page.
-    public let offset: Int
+    package let offset: Int
     /// The key.
-    public let key: [UInt8]
+    package let key: [UInt8]
     /// The node's flags (`F_BIGDATA` 0x01, `F_SUBDATA` 0x02, `F_DUPDATA` 0x04).
-    public let flags: UInt16
+    package let flags: UInt16
     /// The data's size.
-    public let dataSize: Int
+    package let dataSize: Int
     /// Where the data lies in the page, when it is there (not on overflow pages).
-    public let inlineData: Range<Int>?
+    package let inlineData: Range<Int>?
     /// The first overflow page holding the data (`F_BIGDATA`); it starts 16 bytes into that page.
-    public let overflowPage: UInt64?
+    package let overflowPage: UInt64?
   }
 
   /// The nodes of a leaf page whose key (and inline data, or overflow page number) lie inside the
   /// page; the others are left out.
-  public func leafNodes() -> [LeafNode] {
+  package func leafNodes() -> [LeafNode] {
     guard isLeaf else { return [] }
     return nodeOffsets().compactMap { offset in
       guard let low = bytes.littleEndian(UInt16.self, at: offset),
@@ -304,7 +304,7 @@ public struct RawPage: Sendable {
   }
 
   /// The children of a branch page (each node's key, empty for the first, and child page number).
-  public func branchChildren() -> [(key: [UInt8], page: UInt64)] {
+  package func branchChildren() -> [(key: [UInt8], page: UInt64)] {
     guard isBranch else { return [] }
     return nodeOffsets().compactMap { offset in
       guard let low = bytes.littleEndian(UInt16.self, at: offset),
@@ -323,43 +323,43 @@ public struct RawPage: Sendable {
 /// What a scan of every page of a data file found: the valid event records (leaf nodes under an
 /// 8-byte key whose data decodes as a record of that sequence, CRC included), and the `meta` rows
 /// that tell how far the log went.
-public struct RawScan: Sendable {
+package struct RawScan: Sendable {
   /// The page size scanned with.
-  public let pageSize: Int
+  package let pageSize: Int
   /// Pages read.
-  public internal(set) var pagesScanned = 0
+  package internal(set) var pagesScanned = 0
   /// Leaf pages among them.
-  public internal(set) var leafPages = 0
+  package internal(set) var leafPages = 0
   /// Valid record copies found (the same record may sit in several pages: old copies in freed pages).
-  public internal(set) var recordCopies = 0
+  package internal(set) var recordCopies = 0
   /// Of them, copies no node points to: stale bytes in a page's free space (a node moved away by a
   /// split or a delete) or in a page whose header is damaged.
-  public internal(set) var unreferencedCopies = 0
+  package internal(set) var unreferencedCopies = 0
   /// Per sequence, the distinct valid records found: those a leaf node points to first, then those
   /// found only in unreferenced bytes; each in the order found.
-  public internal(set) var records: [UInt64: [LoggedEvent]] = [:]
+  package internal(set) var records: [UInt64: [LoggedEvent]] = [:]
   /// Per sequence, how many of its records (at the end of its list) were found only unreferenced.
   private var unreferencedVariants: [UInt64: Int] = [:]
   /// Per leaf page holding valid records, their sequences (only when the scan was asked to keep them).
-  public internal(set) var recordPages: [UInt64: [UInt64]] = [:]
+  package internal(set) var recordPages: [UInt64: [UInt64]] = [:]
   /// Every `compaction` row seen (`through`, `removed`), from live and freed pages alike.
-  public internal(set) var compactionRows: Set<CompactionRow> = []
+  package internal(set) var compactionRows: Set<CompactionRow> = []
   /// Every position of a `projection:<name>` row seen: the log's head at some commit.
-  public internal(set) var projectionPositions: Set<UInt64> = []
+  package internal(set) var projectionPositions: Set<UInt64> = []
 
   /// A `meta` row `compaction`.
-  public struct CompactionRow: Hashable, Sendable {
+  package struct CompactionRow: Hashable, Sendable {
     /// Compacted through this sequence.
-    public let through: UInt64
+    package let through: UInt64
     /// Events removed by all compactions.
-    public let removed: UInt64
+    package let removed: UInt64
   }
 
   /// An empty scan.
   init(pageSize: Int) { self.pageSize = pageSize }
 
   /// Distinct sequences with at least one valid record.
-  public var sequencesFound: Int { records.count }
+  package var sequencesFound: Int { records.count }
 
   /// Takes one valid record copy.
   mutating func add(_ event: LoggedEvent, referenced: Bool) {
@@ -392,7 +392,7 @@ public struct RawScan: Sendable {
 extension RawDataFile {
   /// Reads every page with `pageSize` and collects what ``RawScan`` describes. `keepPages` also
   /// keeps which leaf page held which sequences.
-  public func scan(
+  package func scan(
     pageSize: Int, keepPages: Bool = false, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }
   ) -> RawScan {
     var result = RawScan(pageSize: pageSize)

@@ -15,76 +15,76 @@ import Synchronization
 // ends the child.
 
 /// What `ferry salvage` did, for people (``lines()``) and programs (`--json`, stable keys).
-public struct SalvageReport: Codable, Sendable, Equatable {
+package struct SalvageReport: Codable, Sendable, Equatable {
   /// The data file read.
-  public var source: String
+  package var source: String
   /// The new store's directory (absolute).
-  public var output: String
+  package var output: String
   /// The data file's size.
-  public var fileBytes: Int
+  package var fileBytes: Int
   /// The page size scanned with.
-  public var pageSize: Int
+  package var pageSize: Int
   /// Where it came from: "meta pages" (both agree), "meta page 0", "meta page 1", or "guessed".
-  public var pageSizeSource: String
+  package var pageSizeSource: String
   /// Whether no meta page named it (then the size that yielded the most records was taken).
-  public var pageSizeGuessed: Bool
+  package var pageSizeGuessed: Bool
   /// Pages read by the raw scan.
-  public var pagesScanned: Int
+  package var pagesScanned: Int
   /// Valid record copies the raw scan found (old copies in freed pages count too).
-  public var recordsFound: Int
+  package var recordsFound: Int
   /// Distinct sequences among them.
-  public var sequencesFound: Int
+  package var sequencesFound: Int
   /// How reading LMDB's live tree went.
-  public var liveTree: String
+  package var liveTree: String
   /// Whether the live tree was read in full.
-  public var liveTreeRead: Bool
+  package var liveTreeRead: Bool
   /// Events written to the new store with their original fields.
-  public var recovered: Int
+  package var recovered: Int
   /// Of them, taken from the live tree.
-  public var recoveredFromTree: Int
+  package var recoveredFromTree: Int
   /// Of them, found only by the raw scan.
-  public var recoveredFromScan: Int
+  package var recoveredFromScan: Int
   /// Sequences for which two different valid records were found.
-  public var conflicting: Int
+  package var conflicting: Int
   /// Of them, those the live tree could not decide (the first record found was kept).
-  public var conflictingUnresolved: Int
+  package var conflictingUnresolved: Int
   /// Sequences lost: nothing valid was found for them. Each is a `ferry.lost` marker in the new log.
-  public var lost: Int
+  package var lost: Int
   /// The first lost ranges, e.g. "120-130", "500".
-  public var lostRanges: [String]
+  package var lostRanges: [String]
   /// Sequences at or below the compaction point that the live tree could not be read for: removed by
   /// compaction or lost, nobody can tell. Nothing is restored there (an old copy could bring back a
   /// finished task's partial history); they stay gaps, as compaction leaves them.
-  public var uncertain: Int
+  package var uncertain: Int
   /// The first uncertain ranges.
-  public var uncertainRanges: [String]
+  package var uncertainRanges: [String]
   /// The compaction point (nil when the store was never compacted, as far as could be read).
-  public var compactedThrough: UInt64?
+  package var compactedThrough: UInt64?
   /// Where it was read: "live tree" or "raw scan".
-  public var compactionSource: String?
+  package var compactionSource: String?
   /// Sequences at or below the compaction point that the live tree says were removed: gaps again.
-  public var removedByCompaction: Int
+  package var removedByCompaction: Int
   /// Of them, how many the raw scan found old copies of (in freed pages), left out.
-  public var notResurrected: Int
+  package var notResurrected: Int
   /// Values found but not believed: sequences far beyond everything else (a damaged key or meta row).
-  public var ignored: [String]
+  package var ignored: [String]
   /// Records found past both the live tree's head and the head mark when the tree read in full:
   /// written by a commit that never completed (so never acknowledged), left out.
-  public var unacknowledged: Int = 0
+  package var unacknowledged: Int = 0
   /// The highest sequence the new log holds: the highest seen in the live tree, the records, or the
   /// `meta` rows that remember the log's head.
-  public var highestSequence: UInt64
+  package var highestSequence: UInt64
   /// `ferry.lost` markers the new log holds.
-  public var markers: Int
+  package var markers: Int
   /// Runs under way in the damaged store, interrupted in the new one (one `task.runInterrupted` each,
   /// logged after ``highestSequence``).
-  public var interruptedRuns: Int
+  package var interruptedRuns: Int
   /// Whether every sequence up to ``highestSequence`` was recovered (nothing lost, uncertain or
   /// decided without the live tree).
-  public var complete: Bool
+  package var complete: Bool
 
   /// The report for people.
-  public func lines() -> [String] {
+  package func lines() -> [String] {
     var lines: [String] = []
     let sizeNote =
       pageSizeGuessed
@@ -148,7 +148,7 @@ public struct SalvageReport: Codable, Sendable, Equatable {
 /// `ferry` executable, run as `ferry salvage --tree-dump` to read LMDB's live tree in a child
 /// process; nil reads the raw pages alone. Returns ``ExitStatus/ok`` when everything was recovered,
 /// ``ExitStatus/problemsFound`` otherwise.
-public func runSalvage(
+package func runSalvage(
   source: String, target: String, json: Bool, treeReader: URL?, output: Output
 ) async throws(ToolError) -> ExitStatus {
   let report = try await salvage(
@@ -166,7 +166,7 @@ public func runSalvage(
 /// its report. Throws, having written nothing at `target`: ``ExitStatus/noSuchStore`` (no `source`
 /// directory), ``ExitStatus/notAStore`` (no data file in it), ``ExitStatus/badInput`` (`target` is
 /// not a missing or empty directory), ``ExitStatus/corruptRecord`` (no valid record at all).
-public func salvage(
+package func salvage(
   source: String, target: String, treeReader: URL?, output: Output
 ) async throws(ToolError) -> SalvageReport {
   let dataPath = try salvageSource(source)
@@ -592,7 +592,7 @@ private final class ReaderWatch: Sendable {
 /// valid record `e SEQ TYPE SCHEMA TIMESTAMP IDHEX PAYLOAD_BASE64|-`; `bad SEQ` for a record that does
 /// not decode; `failed SEQ` for a lookup that failed; `covered FROM TO|max` once every record in
 /// that range has been reported; `head N`; `done`.
-public func dumpLiveTree(path: String, through hint: UInt64, from first: UInt64 = 1, careful: UInt64 = 0) {
+package func dumpLiveTree(path: String, through hint: UInt64, from first: UInt64 = 1, careful: UInt64 = 0) {
   var configuration = EventLog.Configuration()
   configuration.readOnly = true
   configuration.allowDamage = true  // the store is damaged: read what LMDB can still walk

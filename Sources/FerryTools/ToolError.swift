@@ -3,7 +3,7 @@ import FerryLog
 import LMDB
 
 /// The exit statuses of the `ferry` tool, one per kind of failure.
-public enum ExitStatus: Int32, Sendable {
+package enum ExitStatus: Int32, Sendable {
   /// Done, nothing wrong.
   case ok = 0
   /// The command ran and found problems (verify, replay).
@@ -35,23 +35,23 @@ public enum ExitStatus: Int32, Sendable {
 }
 
 /// A failure of a `ferry` command: a one-line message and its exit status.
-public struct ToolError: Error, CustomStringConvertible, Sendable {
+package struct ToolError: Error, CustomStringConvertible, Sendable {
   /// The exit status.
-  public let status: ExitStatus
+  package let status: ExitStatus
   /// The one-line message.
-  public let message: String
+  package let message: String
 
   /// A failure with a status and message.
-  public init(_ status: ExitStatus, _ message: String) {
+  package init(_ status: ExitStatus, _ message: String) {
     self.status = status
     self.message = message
   }
 
   /// The message.
-  public var description: String { message }
+  package var description: String { message }
 
   /// Classifies any error from opening or reading a store.
-  public static func from(_ error: any Error) -> ToolError {
+  package static func from(_ error: any Error) -> ToolError {
     if let tool = error as? ToolError { return tool }
     if let log = error as? FerryLogError {
       switch log {
@@ -107,7 +107,7 @@ private func damaged(_ message: String) -> ToolError {
 }
 
 /// Opens a store for a command that only reads.
-public func openForReading(_ path: String) throws(ToolError) -> FerryStore {
+package func openForReading(_ path: String) throws(ToolError) -> FerryStore {
   do {
     return try FerryStore.openReadOnly(at: path)
   } catch {

@@ -35,7 +35,7 @@ public struct FerrySnapshot: Sendable, Equatable {
 
 extension FerryStore {
   /// Reads both sides from a view of the log: the stored projections (`EventLog.read(_:)`) or a
-  /// rebuild as of a sequence (`EventLog.withProjections(asOf:_:)`).
+  /// rebuild as of a sequence (`EventLog.withProjections(asOf:progress:_:)`).
   public static func snapshot(of view: LogView) throws -> FerrySnapshot {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
     let tasks = try queue.allTasks()
