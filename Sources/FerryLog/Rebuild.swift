@@ -539,8 +539,12 @@ extension EventLog {
   /// the newest of a kind by remembering what it has seen). It must only accept events no
   /// projection needs past the snapshot (the domain
   /// knows which: Ferry's retention policy removes finished tasks and old fetches).
+  ///
+  /// `progress` is called on the writer's thread with the events read so far and the head, every
+  /// 10,000 events, for a progress bar.
   public func compact(
-    removing isRemovable: @escaping @Sendable (LoggedEvent) -> Bool
+    removing isRemovable: @escaping @Sendable (LoggedEvent) -> Bool,
+    progress: @escaping @Sendable (_ read: UInt64, _ head: UInt64) -> Void = { _, _ in }
   ) async throws -> CompactionReport {
     guard let writer else {
       throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
@@ -557,6 +561,7 @@ extension EventLog {
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []
+              var read: UInt64 = 0
               try txn.withCursor(core.events) { cursor in
                 var entry = try cursor.last()  // the head's record (nothing is appended during this job)
                 while let (key, value) = entry {
@@ -566,6 +571,8 @@ extension EventLog {
                   }
                   let event = try value.withUnsafeBytes { try core.decode($0, sequence: sequence) }
                   if isRemovable(event) { doomed.append((sequence, value.count)) }
+                  read += 1
+                  if read % 10_000 == 0 { progress(read, head) }
                   entry = try cursor.previous()
                 }
               }

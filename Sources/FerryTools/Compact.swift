@@ -54,7 +54,10 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
     let store = try await FerryStore.open(at: path, configuration: configuration)
     let report: CompactionReport
     do {
-      report = try await store.compact(retention: .milliseconds(retentionMs))
+      let shown = json ? output.withoutProgress : output
+      report = try await store.compact(
+        retention: .milliseconds(retentionMs),
+        progress: { read, head in shown.progress("compact", Int(clamping: read), Int(clamping: head)) })
     } catch {
       store.close()
       throw error

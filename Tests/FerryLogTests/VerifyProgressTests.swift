@@ -1,5 +1,6 @@
 import FerryLog
 import Foundation
+import Synchronization
 import Testing
 
 @Suite struct VerifyProgressTests {
@@ -39,5 +40,22 @@ import Testing
     #expect(head == 27)
     #expect(seen == [10, 20, 27])
     #expect(targets == [27])
+  }
+
+  /// A compaction reports how far its one pass over the log has read, every 10,000 events — the
+  /// bar of `ferry compact` moves on a long log.
+  @Test func compactionReportsProgressAsItReadsTheLog() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open()
+    defer { log.close() }
+    _ = try await log.append((1...25_000).map { NewEvent(type: "progress.event", payload: Array("e\($0)".utf8)) })
+    let seen = Mutex<[[UInt64]]>([])
+    let report = try await log.compact(
+      removing: { $0.sequence <= 5 },
+      progress: { read, head in seen.withLock { $0.append([read, head]) } })
+    #expect(report.removed == 5)
+    let expected: [[UInt64]] = [[10_000, 25_000], [20_000, 25_000]]
+    #expect(seen.withLock { $0 } == expected)
   }
 }

@@ -32,7 +32,12 @@ extension FerryStore {
   /// - `queue.cleared` events older than `retention` go, and all but the newest pause or resume.
   ///
   /// A retention of zero removes every finished task's events at once.
-  public func compact(retention: Duration) async throws -> CompactionReport {
+  ///
+  /// `progress` is called with the events read so far and the head, every 10,000 events (on the
+  /// writer's thread), for a progress bar.
+  public func compact(
+    retention: Duration, progress: @escaping @Sendable (_ read: UInt64, _ head: UInt64) -> Void = { _, _ in }
+  ) async throws -> CompactionReport {
     guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
     // Saturating: with a clock before 1970 a long retention must not wrap to a cutoff in the
     // far future (which would remove every finished task).
@@ -49,7 +54,8 @@ extension FerryStore {
       return (ids, try view.head())
     }
     let plan = Mutex(RetentionPlan(pending: pending, head: head))
-    let report = try await log.compact { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }
+    let report = try await log.compact(
+      removing: { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }, progress: progress)
     compacted(report)
     return report
   }
