@@ -6,7 +6,7 @@ import Synchronization
 public struct AutomaticCompaction: Sendable {
   /// Compact once this many events were appended since the last compaction.
   public var everyEvents: Int
-  /// How long the events of finished tasks are kept (see ``FerryStore/compact(retention:)``).
+  /// How long the events of finished tasks are kept (see ``FerryStore/compact(retention:progress:)``).
   public var retention: Duration
   /// How often the store looks (real time).
   public var checkInterval: Duration

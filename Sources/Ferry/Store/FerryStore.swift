@@ -49,7 +49,7 @@ public final class FerryStore: Sendable {
     public var initialMapSize = 1 << 20
     /// Events replayed per transaction when projections are rebuilt or caught up.
     public var rebuildChunkSize = 20_000
-    /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:)`` any time).
+    /// Compact by itself past an event count (off when nil; ``FerryStore/compact(retention:progress:)`` any time).
     public var automaticCompaction: AutomaticCompaction?
     /// Where Ferry writes log records (swift-log). Nil, the default, logs nothing at all: a library
     /// must not print unasked, and swift-log's default handler — the one in use until the app
