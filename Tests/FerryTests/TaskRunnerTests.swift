@@ -390,6 +390,43 @@ func runner(
     #expect(try queue.pendingTasks().isEmpty)
   }
 
+  /// Regression: pause() while automatic running's pass is under way. The pass claimed a task
+  /// added after the pause together with the finish of the run it was waiting for (one commit),
+  /// so "no automatic run starts while paused" did not hold. Its claim commands now read the
+  /// pause flag: the run under way finishes, nothing more starts (read from the log).
+  @Test func aPauseStopsTheAutomaticPassUnderWayFromClaimingMore() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let release = Gate()
+      let started = Journal()
+      let run = runner(queue)
+      run.register(tag: "slow") { task in
+        started.note("\(task.id)")
+        await release.wait()
+        return .succeeded
+      }
+      run.register(tag: "t") { _ in .succeeded }
+      let updates = queue.updates()
+      run.startAutomaticRunning()
+      defer { run.stop() }
+      let slow = try await queue.add(tag: "slow", payload: ["n": 1])
+      try await waitUntil { started.all.contains("\(slow)") }
+      try await queue.pause()
+      let held = try await queue.add(tag: "t", payload: ["n": 2])
+      release.open()
+      for await update in updates where update == .succeeded(slow) { break }
+      try await Task.sleep(for: .milliseconds(50))
+      #expect(try queue.task(held)?.status == .ready)
+      let startedHeld = try store.log.forEachTaskEvent().contains {
+        if case .runStarted(let id, _, _, _) = $0.1 { return id == held }
+        return false
+      }
+      #expect(!startedHeld, "a task added after pause() was started by the automatic pass")
+      // A run() asked for while paused is the app's own request: it runs.
+      #expect(try await run.run().outcome(of: held) == .succeeded)
+    }
+  }
+
   @Test func stoppingAHandlerThatHangsInterruptsItsRun() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

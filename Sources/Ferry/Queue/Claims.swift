@@ -330,8 +330,20 @@ final class PassControl: Sendable {
     var finished = false
     var deadline: Int64?
     var cutShort = false
+    var stoppedByPause = false
   }
   private let state = Mutex(State())
+  /// A pass of automatic running: it claims nothing once the queue is paused (decided in each
+  /// claim command), and its runs under way finish.
+  let stopsWhenPaused: Bool
+
+  init(stopsWhenPaused: Bool = false) { self.stopsWhenPaused = stopsWhenPaused }
+
+  /// Whether the pass stopped claiming because the queue was paused.
+  var wasStoppedByPause: Bool { state.withLock { $0.stoppedByPause } }
+
+  /// The pass found the queue paused and claims nothing more.
+  func markStoppedByPause() { state.withLock { $0.stoppedByPause = true } }
 
   /// The time (store clock, Unix ms) from which the pass claims nothing more: the earliest
   /// deadline of the windows running it (``TaskRunner/run(until:_:)``); nil: none.

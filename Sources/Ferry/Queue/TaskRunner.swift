@@ -161,7 +161,9 @@ public final class TaskRunner: Sendable {
   /// same filter, or `.all` for a group or collection), was not stopped, and will still look at
   /// the queue as it stands now. `cutShort`: the pass was stopped or reached a window's deadline
   /// (``PassControl/wasCutShort``) rather than running out of work.
-  func pass(_ filter: RunFilter, joinRunning: Bool) async throws -> (report: RunReport, cutShort: Bool) {
+  func pass(
+    _ filter: RunFilter, joinRunning: Bool, automatic: Bool = false
+  ) async throws -> (report: RunReport, cutShort: Bool) {
     let required = try queue.log.head()
     while true {
       let (pass, control, joined) = state.withLock { s -> (Task<RunReport, any Error>, PassControl, Bool) in
@@ -171,7 +173,7 @@ public final class TaskRunner: Sendable {
             && running.control.join(requiring: required)
           return (running.task, running.control, joins)
         }
-        let control = PassControl()
+        let control = PassControl(stopsWhenPaused: automatic)
         let pass = Task { [self] in
           defer { state.withLock { $0.pass = nil } }
           return try await executePass(filter, control: control)
@@ -179,7 +181,13 @@ public final class TaskRunner: Sendable {
         s.pass = ActivePass(task: pass, filter: filter, control: control)
         return (pass, control, true)
       }
-      if joined { return (try await pass.value, control.wasCutShort) }
+      if joined {
+        let report = try await pass.value
+        // An automatic pass joined by a caller stopped claiming when the queue was paused: the
+        // caller's own request is not bound by the pause, so it runs a pass of its own.
+        if control.wasStoppedByPause && !automatic { continue }
+        return (report, control.wasCutShort)
+      }
       _ = try? await pass.value  // wait for it to end, then start one of our own
     }
   }
@@ -276,8 +284,11 @@ public final class TaskRunner: Sendable {
     var head: UInt64 = 0
     /// The search found nothing more to claim (rather than stopping at the width, a check or its limit).
     var exhausted = false
-    /// The pass's deadline had come: the command claimed nothing.
+    /// The pass's deadline had come (or, for automatic running, the queue was paused): the
+    /// command claimed nothing.
     var pastDeadline = false
+    /// The queue was paused and the pass is automatic running's.
+    var paused = false
   }
 
   /// The pass's loop: one command logs every run that ended since the last one and claims up to
@@ -334,6 +345,14 @@ public final class TaskRunner: Sendable {
             step.pastDeadline = true
             return step
           }
+          // Automatic running paused while its pass was under way: nothing more is claimed.
+          if control.stopsWhenPaused,
+            try QueueCommand.tables(context).tables.get("state", key: QueueKey.paused) == [1]
+          {
+            step.pastDeadline = true
+            step.paused = true
+            return step
+          }
           // Successors first: every group this command moved on, however the scan ends.
           for group in successors where step.claims.count < free && step.check == nil {
             switch try ClaimSearch.successor(
@@ -383,6 +402,7 @@ public final class TaskRunner: Sendable {
           }
         }
         if step.pastDeadline {
+          if step.paused { control.markStoppedByPause() }
           draining = true
           continue
         }
@@ -761,7 +781,7 @@ public final class TaskRunner: Sendable {
           // Never join a pass started by someone else: it may not have listed what woke us.
           var cutShort = false
           if (try? queue.isPaused()) == false {
-            cutShort = (try? await pass(.all, joinRunning: false))?.cutShort ?? false
+            cutShort = (try? await pass(.all, joinRunning: false, automatic: true))?.cutShort ?? false
           }
           if Task.isCancelled { break }
           // A window's deadline (or its stop) cut the pass short: what it left is still to run.
