@@ -9,12 +9,29 @@ private let writes = """
   with status 10; a task that is not queued or not in the state needed exits with status 11.
   """
 
+/// An operator command: the store it writes to, `--json`, and the action it asks for. Their one
+/// `run()` opens the store read-write and performs the action (FerryTools' `operate`).
+protocol OperatorCommand: AsyncParsableCommand {
+  var store: StoreArgument { get }
+  var output: OperatorJSON { get }
+  var action: OperatorAction { get }
+}
+
+extension OperatorCommand {
+  func run() async throws {
+    let action = self.action
+    try await perform { () async throws(ToolError) -> ExitStatus in
+      try await operate(path: store.dir, action, json: output.json, output: .standard)
+    }
+  }
+}
+
 /// `--json` for the operator commands.
 struct OperatorJSON: ParsableArguments {
   @Flag(help: "Print one JSON object (keys: command, changed, running, refused, …).") var json = false
 }
 
-struct Cancel: AsyncParsableCommand {
+struct Cancel: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Cancel queued tasks: by id, or every task of a tag or a group.",
     discussion: writes + "\n\nExamples: ferry cancel /tmp/groceries 4 7   ferry cancel /tmp/groceries --tag sync   "
@@ -31,16 +48,14 @@ struct Cancel: AsyncParsableCommand {
     guard chosen == 1 else { throw ValidationError("give task ids, or --tag, or --group (exactly one of them)") }
   }
 
-  func run() async throws {
-    let action: OperatorAction
-    if let tag { action = .cancelTag(tag) } else if let group { action = .cancelGroup(group) } else { action = .cancel(tasks) }
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, action, json: output.json, output: .standard)
-    }
+  var action: OperatorAction {
+    if let tag { return .cancelTag(tag) }
+    if let group { return .cancelGroup(group) }
+    return .cancel(tasks)
   }
 }
 
-struct Revive: AsyncParsableCommand {
+struct Revive: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Make a dead task ready again (its attempt count is kept).",
     discussion: writes + "\n\nExample: ferry revive /tmp/groceries 4")
@@ -49,14 +64,10 @@ struct Revive: AsyncParsableCommand {
   @Argument(help: "The dead task's id.") var task: UInt64
   @OptionGroup var output: OperatorJSON
 
-  func run() async throws {
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, .revive(task), json: output.json, output: .standard)
-    }
-  }
+  var action: OperatorAction { .revive(task) }
 }
 
-struct Resolve: AsyncParsableCommand {
+struct Resolve: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Resolve a task's recorded error: it, and its group, may run again.",
     discussion: writes + "\n\nExample: ferry resolve /tmp/groceries 4")
@@ -65,14 +76,10 @@ struct Resolve: AsyncParsableCommand {
   @Argument(help: "The blocked task's id.") var task: UInt64
   @OptionGroup var output: OperatorJSON
 
-  func run() async throws {
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, .resolve(task), json: output.json, output: .standard)
-    }
-  }
+  var action: OperatorAction { .resolve(task) }
 }
 
-struct Forget: AsyncParsableCommand {
+struct Forget: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Forget everything about a cache key (its next state is \"no cache\").",
     discussion: writes + "\n\nExample: ferry forget /tmp/groceries lists")
@@ -81,14 +88,10 @@ struct Forget: AsyncParsableCommand {
   @Argument(help: "The cache key.") var key: String
   @OptionGroup var output: OperatorJSON
 
-  func run() async throws {
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, .forget(key), json: output.json, output: .standard)
-    }
-  }
+  var action: OperatorAction { .forget(key) }
 }
 
-struct Pause: AsyncParsableCommand {
+struct Pause: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Stop automatic running, durably; runs under way finish and are logged.",
     discussion: writes + "\n\nExample: ferry pause /tmp/groceries")
@@ -96,14 +99,10 @@ struct Pause: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
   @OptionGroup var output: OperatorJSON
 
-  func run() async throws {
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, .pause, json: output.json, output: .standard)
-    }
-  }
+  var action: OperatorAction { .pause }
 }
 
-struct Resume: AsyncParsableCommand {
+struct Resume: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Start automatic running again after a pause.",
     discussion: writes + "\n\nExample: ferry resume /tmp/groceries")
@@ -111,9 +110,5 @@ struct Resume: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
   @OptionGroup var output: OperatorJSON
 
-  func run() async throws {
-    try await perform { () async throws(ToolError) -> ExitStatus in
-      try await operate(path: store.dir, .resume, json: output.json, output: .standard)
-    }
-  }
+  var action: OperatorAction { .resume }
 }
