@@ -58,11 +58,19 @@ lost=0
 violations=0
 for round in $(seq 1 "$rounds"); do
   seed=$(( (RANDOM << 15) | RANDOM ))
-  "$worker" workload "$live/store" "$seed" >> "$acks" 2>/dev/null &
+  FERRY_RANDOM_WRITEBACK=${FERRY_RANDOM_WRITEBACK:-1} "$worker" workload "$live/store" "$seed" >> "$acks" 2>/dev/null &
   pid=$!
+  # From the second round on, a second process runs passes on the same store and acknowledges
+  # what it sees committed: what a reader in another process saw must survive the cut too.
+  beside=""
+  if [ "$round" -gt 1 ]; then
+    "$worker" runner "$live/store" "$(( seed + 1 ))" > "$work/beside.txt" 2>/dev/null &
+    beside=$!
+  fi
   sleep "0.$(( 3 + RANDOM % 7 ))"
-  kill -9 "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
+  kill -9 "$pid" $beside 2>/dev/null
+  wait "$pid" $beside 2>/dev/null
+  if [ -n "$beside" ]; then cat "$work/beside.txt" >> "$acks"; fi
   # The power cut: the image as it is on its backing file right now, nothing flushed first.
   cp --sparse=always "$work/disk.img" "$work/copy.img"
   if ! mount -o loop "$work/copy.img" "$copy" 2>/dev/null; then

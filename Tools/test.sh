@@ -46,10 +46,28 @@ bash Tools/docs.sh
 
 swift test --skip-build "$@"
 
-# Cost guard: instructions per add, per run and per rebuilt event against Tools/cost-baseline.txt
-# (fails on a rise of more than 10% unless the baseline changes in the same commit; skipped,
-# saying so, where valgrind is missing).
+# The write-ahead segment (Specs/one-sync-commit.md, off by default): its own kill campaign, with
+# the segment's crash points and kills during replay. Skipped when a filter was given.
+if [ "$#" -eq 0 ]; then
+  segment_log=$(mktemp)
+  segment_status=0
+  FERRY_WRITE_AHEAD_SEGMENT=1 FERRY_CRASH_KILLS=${FERRY_SEGMENT_CRASH_KILLS:-500} \
+    swift test --skip-build --filter CrashTests >"$segment_log" 2>&1 || segment_status=$?
+  grep -E "^crash" "$segment_log" || true
+  if [ "$segment_status" -ne 0 ]; then
+    tail -n 40 "$segment_log" >&2
+    rm -f "$segment_log"
+    echo "ferry: the write-ahead segment's kill campaign failed" >&2
+    exit 1
+  fi
+  rm -f "$segment_log"
+fi
+
 bash Tools/cost.sh --check
 
 # Power loss (not just process death): skipped, saying so, where root or loop devices are missing.
 bash Tools/power-loss.sh
+
+# The same cuts with the write-ahead segment on, 50 of them (Specs/one-sync-commit.md §9).
+FERRY_WRITE_AHEAD_SEGMENT=1 FERRY_POWER_LOSS_ROUNDS=${FERRY_SEGMENT_POWER_LOSS_ROUNDS:-50} bash Tools/power-loss.sh |
+  sed 's/^power-loss: \([0-9]* power cuts\)/power-loss (write-ahead segment): \1/'

@@ -55,6 +55,29 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
   report.acknowledged = acknowledged.count
   var inFlight: [TaskID] = []
 
+  // 0. With the write-ahead segment, a store whose writer died has frames past its checkpoint
+  // that only a read-write open replays (a read-only one refuses it): the log alone is opened
+  // once — no projections, no queue recovery — to replay them, as any open would first.
+  if crashStoresUseSegment {
+    do {
+      var readOnly = EventLog.Configuration()
+      readOnly.readOnly = true
+      try EventLog.open(at: path, configuration: readOnly).close()
+    } catch FerryLogError.needsRecovery {
+      do {
+        var configuration = EventLog.Configuration()
+        configuration.createIfMissing = false
+        configuration.writeAheadSegment = true
+        try EventLog.open(at: path, configuration: configuration).close()
+      } catch {
+        report.violations.append("replaying the write-ahead segment after the crash failed: \(error)")
+        return report
+      }
+    } catch {
+      // Anything else is step 1's to judge.
+    }
+  }
+
   // 1. Read-only, exactly as the crash left it (nothing written, no recovery yet).
   do {
     let store = try FerryStore.openReadOnly(at: path)
@@ -102,7 +125,9 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
 
   // 2. Reopen as the app would: runs in flight are logged as interrupted and are runnable again.
   do {
-    let store = try await FerryStore.open(at: path)
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = crashStoresUseSegment
+    let store = try await FerryStore.open(at: path, configuration: configuration)
     defer { store.close() }
     report.interrupted = store.queue.interruptedAtOpen
     if report.interrupted != inFlight {

@@ -17,7 +17,12 @@ final class TableOverlay {
   /// The changed keys in LMDB's order (byte-wise, a prefix first), found by binary search: new
   /// keys mostly come last (ids only grow), where insertion costs nothing. (A dictionary hashed
   /// every key byte by byte and cost more than the B-tree it saved.)
-  private(set) var entries: [Entry] = []
+  ///
+  /// Unchecked for exclusivity (a rebuild reads and writes it several times per event, and the
+  /// dynamic check cost more than the binary search): every access is a whole read or a whole
+  /// write within one method — `scan` walks a copy, so a projection that writes while it scans
+  /// changes the property, not the array being walked.
+  @exclusivity(unchecked) private(set) var entries: [Entry] = []
   /// Whether every row the B-tree held was removed (`removeAll`) in this chunk.
   private(set) var emptied = false
 

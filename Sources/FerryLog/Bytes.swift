@@ -14,6 +14,19 @@ extension FixedWidthInteger {
   }
 }
 
+/// An array of `count` bytes that `body` writes: written in temporary memory, then copied into
+/// the array. (An array made at its size — `repeating:count:`, `unsafeUninitializedCapacity:` —
+/// looked its storage type up at run time on every call, and growing one reallocated: keys,
+/// rows and records are made for every event, and the copy costs less.) `body` must write
+/// every byte.
+package func makeBytes(count: Int, _ body: (UnsafeMutableRawBufferPointer) -> Void) -> [UInt8] {
+  withUnsafeTemporaryAllocation(byteCount: count, alignment: 8) { buffer in
+    buffer.initializeMemory(as: UInt8.self, repeating: 0)
+    body(buffer)
+    return Array(UnsafeRawBufferPointer(buffer))
+  }
+}
+
 /// Appends big-endian fields to a byte array.
 struct ByteWriter {
   var bytes: [UInt8] = []
@@ -45,6 +58,15 @@ struct ByteReader {
     for i in 0..<size { value = (value << 8) | T(buffer[offset + i]) }
     offset += size
     return value
+  }
+
+  /// The next `count` bytes, in place (valid as long as the buffer is).
+  mutating func readBuffer(count: Int, _ field: String) throws(RecordDecodingFailure) -> UnsafeRawBufferPointer {
+    guard count >= 0, remaining >= count else {
+      throw RecordDecodingFailure("truncated at \(field): needs \(count) bytes, \(remaining) left")
+    }
+    defer { offset += count }
+    return UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)])
   }
 
   mutating func read(count: Int, _ field: String) throws(RecordDecodingFailure) -> [UInt8] {

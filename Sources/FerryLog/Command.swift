@@ -10,8 +10,11 @@ final class BatchAppender {
   private(set) var duplicates = 0
   /// Bytes of the records appended (for the commit-size metric).
   private(set) var bytesAppended = 0
+  /// The sealed records appended, in order, when the store writes them into a segment frame too.
+  private(set) var records: [[UInt8]]?
 
-  init(core: StoreCore, txn: Transaction, head: UInt64) {
+  init(core: StoreCore, txn: Transaction, head: UInt64, collectsRecords: Bool = false) {
+    self.records = collectsRecords ? [] : nil
     self.core = core
     self.txn = txn
     self.head = head
@@ -34,7 +37,9 @@ final class BatchAppender {
         sequence: head, reason: "the log's last sequence number is the largest possible")
     }
     let sequence = head + 1
-    try txn.put(core.events, key: sequence.bigEndianBytes, value: event.record.sealed(at: sequence), flags: .append)
+    let sealed = event.record.sealed(at: sequence)
+    try txn.put(core.events, key: sequence.bigEndianBytes, value: sealed, flags: .append)
+    records?.append(sealed)
     head = sequence
     bytesAppended &+= event.record.body.count &+ 12  // the sealed record: body, sequence, CRC
     let logged = LoggedEvent(

@@ -28,6 +28,14 @@ package enum CrashPoint {
   package static let compaction = "compaction"
   /// During crash recovery at open, before interrupted runs are logged.
   package static let recovery = "recovery"
+  /// Write-ahead segment: a frame flushed, its LMDB transaction not yet committed.
+  package static let frameFlushed = "segment.frameFlushed"
+  /// Write-ahead segment checkpoint: the data file flushed, the new header not yet written.
+  package static let checkpointSynced = "segment.checkpointSynced"
+  /// Write-ahead segment checkpoint: the new header flushed, the old pin not yet released.
+  package static let checkpointWritten = "segment.checkpointWritten"
+  /// Write-ahead segment recovery: the checkpoint's meta pages restored, some frames replayed.
+  package static let segmentReplay = "segment.replay"
 
   private static let isArmed = Atomic<Bool>(false)
   private static let armed = Mutex<(label: String, after: Int)?>(nil)

@@ -1,3 +1,9 @@
+#if canImport(Glibc)
+  import Glibc
+#elseif canImport(Darwin)
+  import Darwin
+#endif
+
 /// The event types a log accepts, with the current schema version of each and the upcasters that
 /// bring older payloads up to it.
 ///
@@ -34,25 +40,47 @@ public struct EventCatalog: Sendable {
   /// The types, by name.
   public let types: [String: EventType]
 
+  /// The types with their names' UTF-8 bytes, for reading records: a record's type bytes are
+  /// matched here (count, then bytes) before any string is made or hashed.
+  let known: [(bytes: [UInt8], type: EventType, isValidName: Bool)]
+
   /// A catalog of the given types, plus ``EventLog/lostEventType`` (which every log accepts).
   public init(_ types: [EventType]) {
     var byName = Dictionary(types.map { ($0.name, $0) }, uniquingKeysWith: { _, last in last })
     byName[EventLog.lostEventType] = EventType(EventLog.lostEventType)
     self.types = byName
+    known = byName.values.sorted { $0.name < $1.name }.map {
+      (Array($0.name.utf8), $0, EventRecord.isValidType($0.name))
+    }
   }
 
-  /// Checks an event about to be appended.
-  func validate(_ event: NewEvent) throws(FerryLogError) {
+  /// The type whose name is `bytes`, or nil.
+  func type(named bytes: UnsafeRawBufferPointer) -> (type: EventType, isValidName: Bool)? {
+    for entry in known where entry.bytes.count == bytes.count {
+      let equal = entry.bytes.withUnsafeBytes { name in
+        guard let a = name.baseAddress, let b = bytes.baseAddress else { return name.count == bytes.count }
+        return memcmp(a, b, bytes.count) == 0
+      }
+      if equal { return (entry.type, entry.isValidName) }
+    }
+    return nil
+  }
+
+  /// Checks an event about to be appended and returns its type (one lookup for the check and
+  /// the upcast that may follow).
+  func validatedType(of event: NewEvent) throws(FerryLogError) -> EventType {
     guard let type = types[event.type] else { throw .unknownEventType(type: event.type, sequence: nil) }
     guard event.schemaVersion >= 1, event.schemaVersion <= type.version else {
       throw .unsupportedSchemaVersion(
         type: event.type, version: event.schemaVersion, supported: type.version, sequence: nil)
     }
+    return type
   }
 
-  /// Brings an event to its type's current schema version.
-  func upcast(_ event: LoggedEvent) throws(FerryLogError) -> LoggedEvent {
-    guard let type = types[event.type] else {
+  /// Brings an event to its type's current schema version (`type`: its entry, when the caller
+  /// has found it already).
+  func upcast(_ event: LoggedEvent, type found: EventType? = nil) throws(FerryLogError) -> LoggedEvent {
+    guard let type = found ?? types[event.type] else {
       throw .unknownEventType(type: event.type, sequence: event.sequence)
     }
     if event.schemaVersion == type.version { return event }

@@ -11,13 +11,38 @@ import Synchronization
 /// ids made in order mostly sort in order (cheap to index). An id chosen by the caller (for
 /// idempotent appends) may be any 16 bytes.
 public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
+  /// The first and last 8 bytes as big-endian integers: an id is two words, not an allocation
+  /// (every event decoded or prepared has one).
+  let high: UInt64
+  let low: UInt64
+
   /// The 16 bytes.
-  public let bytes: [UInt8]
+  public var bytes: [UInt8] { high.bigEndianBytes + low.bigEndianBytes }
 
   /// Wraps exactly 16 bytes; nil for any other count.
   public init?(bytes: [UInt8]) {
     guard bytes.count == 16 else { return nil }
-    self.bytes = bytes
+    self.init(uncheckedBytes: bytes)
+  }
+
+  init(high: UInt64, low: UInt64) {
+    self.high = high
+    self.low = low
+  }
+
+  /// Exactly 16 bytes (the caller checked the count).
+  init(uncheckedBytes bytes: some Collection<UInt8>) {
+    var high: UInt64 = 0
+    var low: UInt64 = 0
+    for (index, byte) in bytes.enumerated() {
+      if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+    }
+    self.init(high: high, low: low)
+  }
+
+  /// Calls `body` with the 16 bytes, in place.
+  func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    try withUnsafeBytes(of: (high.bigEndian, low.bigEndian)) { try body($0) }
   }
 
   /// Parses 32 hexadecimal digits (dashes allowed, as in a UUID); nil when malformed.
@@ -30,7 +55,7 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
       guard let h = high.hexDigitValue, let l = low.hexDigitValue else { return nil }
       bytes.append(UInt8(h << 4 | l))
     }
-    self.bytes = bytes
+    self.init(uncheckedBytes: bytes)
   }
 
   /// The random bits of new ids: a generator seeded once per process from the system's source
@@ -39,20 +64,17 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
 
   /// A new time-ordered random id (UUID version 7 layout).
   public static func make(milliseconds: Int64 = wallClockMilliseconds()) -> EventID {
-    var bytes = [UInt8](repeating: 0, count: 16)
-    let ms = UInt64(bitPattern: milliseconds)
-    for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
+    let ms = UInt64(bitPattern: milliseconds) & 0xFFFF_FFFF_FFFF
     let random = Self.random.withLock { generator in (generator.next(), generator.next()) }
-    for i in 6..<16 {
-      let source = i < 14 ? random.0 >> (8 * (i - 6)) : random.1 >> (8 * (i - 14))
-      bytes[i] = UInt8(truncatingIfNeeded: source)
-    }
-    bytes[6] = (bytes[6] & 0x0F) | 0x70  // version 7
-    bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
-    return EventID(uncheckedBytes: bytes)
+    // Bytes 0-5 the milliseconds, 6-13 the first random word's bytes from its low end, 14-15 the
+    // second's; then the version (7) in byte 6's high nibble and the RFC 4122 variant in byte 8.
+    let r = random.0.byteSwapped  // its low byte first, as bytes 6...13
+    var high = ms << 16 | (r >> 48)
+    var low = r << 16 | (random.1 & 0xFF) << 8 | (random.1 >> 8 & 0xFF)
+    high = (high & ~0xF000) | 0x7000  // byte 6: version 7
+    low = (low & ~(0xC0 << 56)) | (0x80 << 56)  // byte 8: variant
+    return EventID(high: high, low: low)
   }
-
-  init(uncheckedBytes: [UInt8]) { self.bytes = uncheckedBytes }
 
   /// 32 lowercase hexadecimal digits.
   public var hex: String {
@@ -75,7 +97,9 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
   }
 
   /// Byte-wise order, the order of the event-id index.
-  public static func < (lhs: EventID, rhs: EventID) -> Bool { lhs.bytes.lexicographicallyPrecedes(rhs.bytes) }
+  public static func < (lhs: EventID, rhs: EventID) -> Bool {
+    lhs.high != rhs.high ? lhs.high < rhs.high : lhs.low < rhs.low
+  }
 }
 
 /// Milliseconds since the Unix epoch from the system's real-time clock.

@@ -22,6 +22,13 @@ public final class EventLog: Sendable {
   /// A read-write open of a format 1 store raises it to 2 before writing any format 2 record, so
   /// that an older Ferry refuses the store (`newerFormat`) instead of failing on its new records.
   public static let storeFormatVersion: UInt32 = 2
+  /// The store format of a store with a write-ahead segment (``Configuration/writeAheadSegment``):
+  /// 3, so that code which does not replay the segment — older Ferry — refuses the store instead
+  /// of writing commits a recovery would roll back. Back to ``storeFormatVersion`` when the segment
+  /// is turned off.
+  public static let segmentFormatVersion: UInt32 = 3
+  /// The newest store format this code opens.
+  public static let newestReadableFormat: UInt32 = 3
   /// The type of the marker `ferry salvage` writes where a damaged store's event could not be
   /// recovered: one per lost sequence number, empty payload, schema version 1. It keeps the log
   /// gap-free and says, in the log itself, what was lost; projections ignore it.
@@ -73,6 +80,22 @@ public final class EventLog: Sendable {
     /// Dimensions added to every metric of this store, e.g. `[("store", "notes")]`: two stores in
     /// one process reporting to one backend keep their series apart only with different ones.
     public var metricsDimensions: [(String, String)] = []
+    /// Acknowledge each group commit after one flush of a write-ahead segment instead of LMDB's
+    /// two (data pages, then meta page): `Specs/one-sync-commit.md`. Off by default; experimental.
+    ///
+    /// The store remembers it: a store with a segment is format 3, which Ferry before this option
+    /// refuses to open. It is turned on or off only by an open that finds no other process using
+    /// the store; an open that shares the store follows what the store does, whatever this says.
+    /// A store's segment is recovered (its frames replayed) by the next read-write open that is
+    /// alone after a crash or power cut; a read-only open that is alone then fails with
+    /// ``FerryLogError/needsRecovery(path:)``.
+    public var writeAheadSegment: Bool = false
+    /// With the segment on: checkpoint (flush LMDB, start a new segment cycle) after this many
+    /// group commits since the last checkpoint. Until a checkpoint LMDB reuses no page freed since
+    /// the previous one, so the data file grows by about this many commits' pages.
+    public var segmentCheckpointCommits: Int = 256
+    /// With the segment on: checkpoint after this many bytes of frames since the last checkpoint.
+    public var segmentCheckpointBytes: Int = 4 << 20
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -110,6 +133,10 @@ public final class EventLog: Sendable {
   let environment: Environment
   let core: StoreCore
   let writer: GroupCommitWriter?
+  /// This process's use of the store's write-ahead segment, when the store has one.
+  let segment: SegmentSession?
+  /// The shared lock every open holds on `ferry-open.lock` (nil when none could be taken).
+  let openLock: StoreOpenLock?
   let notifier = HeadNotifier()
   /// The sequence ranges this open appended (merged when adjacent), so that a tail can tell them
   /// from other processes' appends.
@@ -178,25 +205,148 @@ public final class EventLog: Sendable {
       throw FerryLogError.invalidConfiguration(reason: "a damaged store may only be opened read-only")
     }
     let place = try checkDirectory(path, configuration: configuration)
+    // Who else has the store open decides whether this open may restore a checkpoint and replay
+    // the write-ahead segment (Specs/one-sync-commit.md §4): taken before LMDB reads the file.
+    var openLock: StoreOpenLock? = nil
+    var isDirectory: ObjCBool = false
+    if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
+      openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly)
+    }
+    let segmentPresent = WriteAheadSegment.exists(in: path)
+    var restored: RestoredCheckpoint?
+    do {
+      if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.isAlone {
+        restored = try restoreCheckpoint(in: path, readOnly: configuration.readOnly, lock: lock)
+      }
+    } catch {
+      openLock?.release()
+      throw error
+    }
     var options = Environment.Options()
+    options.durability = segmentPresent && !configuration.readOnly ? .deferred : .durable
     options.readOnly = configuration.readOnly
     options.createIfMissing = configuration.createIfMissing
     options.checkDataFile = !configuration.allowDamage
     options.acceptEmptyDataFile = place == .interruptedCreation
     options.initialMapSize = configuration.initialMapSize
     options.maxMapSize = configuration.maxMapSize
-    let environment = try Environment.open(path: path, options: options)
+    let environment: Environment
     do {
-      return try finishOpening(
-        environment, path: path, configuration: configuration, projections: projections)
+      environment = try Environment.open(path: path, options: options)
+      if openLock == nil { openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly) }
+    } catch {
+      openLock?.release()
+      throw error
+    }
+    // Alone with a restored checkpoint: pin it before anything is written, so that no write of
+    // this open reuses its pages until the segment is replayed and a new checkpoint taken.
+    var recoveryPin: SnapshotPin?
+    do {
+      if segmentPresent, !configuration.readOnly, openLock?.isAlone == true {
+        let pin = try environment.pinSnapshot()
+        recoveryPin = pin
+        // LMDB takes its transaction counter from the meta pages only when it is the first to
+        // open `lock.mdb`; a process holding that file without Ferry's open lock (LMDB's tools,
+        // a Ferry that predates the segment) leaves the dead writer's counter there, which the
+        // restored checkpoint contradicts. Nothing may be written on top of that.
+        if let restored, pin.transaction != restored.header.checkpointTransaction {
+          throw FerryLogError.ioError(
+            path: path,
+            detail:
+              "another process has LMDB's lock file (lock.mdb) open without Ferry's open lock, so the write-ahead segment cannot be recovered now (LMDB counts transaction \(pin.transaction), its checkpoint \(restored.header.checkpointTransaction)); nothing was replayed: close that process and open the store again"
+          )
+        }
+      }
     } catch {
       environment.close()
+      openLock?.release()
+      throw error
+    }
+    do {
+      return try finishOpening(
+        environment, path: path, configuration: configuration, projections: projections, openLock: openLock,
+        recoveryPin: recoveryPin, restored: restored)
+    } catch {
+      environment.close()
+      openLock?.release()
       throw error
     }
   }
 
+  /// Alone with a store that has a segment, before LMDB maps it: a read-write open puts the last
+  /// checkpoint's meta pages back (`one-sync-commit.md` §4); a read-only one refuses a store whose
+  /// segment holds anything past that checkpoint, which only a read-write open can replay.
+  /// Returns, read-write, the checkpoint restored and the frames after it (replayed later in the
+  /// open, which holds the lock exclusively until then: nothing changes them meanwhile).
+  @discardableResult
+  private static func restoreCheckpoint(in path: String, readOnly: Bool, lock: StoreOpenLock) throws
+    -> RestoredCheckpoint?
+  {
+    let fd = try WriteAheadSegment.open(in: path, readOnly: true)
+    defer { WriteAheadSegment.closeFile(fd) }
+    let header = try WriteAheadSegment.currentHeader(fd, directory: path)
+    let metas = try checkBelongs(header, in: path)
+    let scan = try WriteAheadSegment.scan(fd, header: header)
+    if readOnly {
+      if metas != header.metas || !scan.records.isEmpty {
+        throw FerryLogError.needsRecovery(path: path)
+      }
+      return nil
+    }
+    // The head mark names the highest sequence ever acknowledged, and every acknowledged event is
+    // in the checkpoint or a chained frame: a chain that stops short of it is a damaged segment
+    // (a flipped frame, a torn header slot), and restoring its checkpoint could only lose more.
+    // Refused before anything is written: the data file keeps its newer state for salvage.
+    let reaches = header.checkpointHead &+ UInt64(scan.records.count)
+    if case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating, mark.head > reaches {
+      throw FerryLogError.lostCommits(path: path, acknowledged: mark.head, found: reaches)
+    }
+    // From the first write until this open shares the lock, an open that waited for it must not
+    // take the store for settled: if this one dies, the checkpoint may be restored and its frames
+    // not yet replayed (StoreOpenLock).
+    try lock.markUnsettled()
+    _ = try WriteAheadSegment.restoreMetas(header, current: metas, in: path)
+    return RestoredCheckpoint(header: header, scan: scan)
+  }
+
+  /// What an alone read-write open found in the segment before LMDB mapped the file.
+  struct RestoredCheckpoint {
+    let header: WriteAheadSegment.Header
+    let scan: WriteAheadSegment.Scan
+  }
+
+  /// Refuses a segment that was not made beside this data file, before its meta pages are written
+  /// into it (which cannot be undone): one whose store id is not the one the head mark names (a
+  /// segment copied in from another store), or whose checkpoint is newer than anything the data
+  /// file holds (an older data file copied in under the segment). A checkpoint's meta pages were
+  /// flushed before its header was written, and a meta slot is only ever rewritten with a higher
+  /// transaction id, so the data file's newest is at least the checkpoint's.
+  /// Returns the data file's meta pages as it read them.
+  private static func checkBelongs(_ header: WriteAheadSegment.Header, in path: String) throws -> [UInt8] {
+    if case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating, header.storeId != HeadMark.creatingId,
+      mark.storeId != header.storeId
+    {
+      throw FerryLogError.damagedStore(
+        path: path,
+        reason:
+          "its write-ahead segment belongs to another store (id \(hexString(header.storeId))) than this one (id \(hexString(mark.storeId))); nothing was written"
+      )
+    }
+    let metas = try WriteAheadSegment.readMetas(in: path, pageSize: Int(header.pageSize))
+    let newest = WriteAheadSegment.newestTransaction(metas)
+    if newest < header.checkpointTransaction {
+      throw FerryLogError.damagedStore(
+        path: path,
+        reason:
+          "its data file's newest transaction (\(newest)) is older than its write-ahead segment's checkpoint (\(header.checkpointTransaction)): one of them was replaced; nothing was written"
+      )
+    }
+    return metas
+  }
+
   private static func finishOpening(
-    _ environment: Environment, path: String, configuration: Configuration, projections: [any Projection]
+    _ environment: Environment, path: String, configuration: Configuration, projections: [any Projection],
+    openLock: StoreOpenLock?, recoveryPin: SnapshotPin?, restored: RestoredCheckpoint?
   ) throws -> EventLog {
     let existing = Set(try environment.namedDatabases())
     var isNew: Bool
@@ -208,8 +358,8 @@ public final class EventLog: Sendable {
       guard let format, let version = UInt32(bigEndianBytes: format) else {
         throw FerryLogError.notAStore(path: path, reason: "its meta database has no format version")
       }
-      if version > storeFormatVersion {
-        throw FerryLogError.newerFormat(path: path, found: version, supported: storeFormatVersion)
+      if version > newestReadableFormat {
+        throw FerryLogError.newerFormat(path: path, found: version, supported: newestReadableFormat)
       }
       storedFormat = version
       guard existing.contains("events") else {
@@ -289,6 +439,15 @@ public final class EventLog: Sendable {
         ? bound.first { $0.name == EventIDIndex.projectionName }?.databases[EventIDIndex.table] : nil,
       catalog: configuration.catalog)
 
+    // The write-ahead segment: replayed, created or removed by an open that is alone; followed by
+    // one that shares the store. Before the head mark is read: a mark may name frames only.
+    var segment: SegmentSession?
+    if !configuration.readOnly {
+      segment = try settleSegment(
+        environment, core: core, path: path, configuration: configuration, storedFormat: storedFormat,
+        isAlone: openLock?.isAlone ?? false, recoveryPin: recoveryPin, restored: restored)
+    }
+
     // The head mark: the log must reach the highest sequence this store ever acknowledged. It is
     // read before the log's head: a mark is written only after its commit is durable, so a
     // snapshot begun after reading it holds at least that head, even while another process appends.
@@ -338,18 +497,27 @@ public final class EventLog: Sendable {
         core, environment: environment, chunk: configuration.rebuildChunkSize, reset: [])
     }
 
+    if let segment, openLock?.isAlone == true {
+      // Whatever recovery and catch-up wrote becomes the checkpoint the next frames follow.
+      try segment.checkpointNow(environment: environment, core: core)
+    }
+    openLock?.share()
+
     let liveCore = StoreCore(
       events: core.events, meta: core.meta, projections: bound.filter { stale[$0.name] == nil },
       eventIndex: stale[EventIDIndex.projectionName] == nil ? core.eventIndex : nil, catalog: core.catalog)
     return EventLog(
       path: path, configuration: configuration, environment: environment, core: liveCore, stale: stale,
-      created: isNew, replayed: replayed, headMark: headMark)
+      created: isNew, replayed: replayed, headMark: headMark, segment: segment, openLock: openLock)
   }
 
   private init(
     path: String, configuration: Configuration, environment: Environment, core: StoreCore,
-    stale: [String: String], created: Bool, replayed: Int, headMark: HeadMark?
+    stale: [String: String], created: Bool, replayed: Int, headMark: HeadMark?, segment: SegmentSession?,
+    openLock: StoreOpenLock?
   ) {
+    self.segment = segment
+    self.openLock = openLock
     self.path = path
     self.configuration = configuration
     self.environment = environment
@@ -390,7 +558,7 @@ public final class EventLog: Sendable {
           }
         },
         onDurable: { head in headMark?.advance(to: head) },
-        onCommit: { head in notifier.publish(head) }, instruments: instruments)
+        onCommit: { head in notifier.publish(head) }, instruments: instruments, segment: segment)
       writer.start()
       self.writer = writer
     }
@@ -410,7 +578,14 @@ public final class EventLog: Sendable {
     guard wasOpen else { return }
     writer?.stop()
     notifier.close()
+    if let segment {
+      // Everything written becomes the checkpoint (the next open then has nothing to replay);
+      // a failure here loses nothing: the frames are still there for the next open.
+      try? segment.checkpointNow(environment: environment, core: core)
+      segment.releasePin(environment)
+    }
     environment.close()
+    openLock?.release()
   }
 
   /// Whether this open of the log appended the event at `sequence` (as opposed to another process).
@@ -524,10 +699,11 @@ public final class EventLog: Sendable {
         path: path, reason: "data.mdb is missing but this directory held a store with events up to sequence \(held)")
     }
     // lock.mdb alone is what a first open that died before creating data.mdb leaves behind; the
-    // creation mark is written just before it. Another process creating the store right now may
-    // have added data.mdb since it was looked for: then it is a store.
+    // creation mark is written just before it, and the open lock (ferry-open.lock) before that.
+    // Another process creating the store right now may have added data.mdb since it was looked
+    // for: then it is a store.
     let entries = ((try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []).filter {
-      $0 != "lock.mdb" && $0 != HeadMark.fileName
+      $0 != "lock.mdb" && $0 != HeadMark.fileName && $0 != StoreOpenLock.fileName
     }
     if entries.contains("data.mdb") { return .existing }
     guard creating else { throw FerryLogError.notAStore(path: path, reason: "it has no data.mdb") }
@@ -612,14 +788,15 @@ public final class EventLog: Sendable {
       guard event.schemaVersion >= 1 else {
         throw FerryLogError.invalidEvent(reason: "schema versions start at 1")
       }
-      try configuration.catalog?.validate(event)
+      let catalogType = try configuration.catalog?.validatedType(of: event)
       let timestamp = event.timestamp ?? now
       let id = event.id ?? EventID.make(milliseconds: timestamp)
       let record = try EventRecord.encodeUnsealed(
         type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
         payload: event.payload)
       var current = (version: event.schemaVersion, payload: event.payload)
-      if let catalog = configuration.catalog {
+      // An event at its type's current version is its own upcast.
+      if let catalog = configuration.catalog, let catalogType, event.schemaVersion != catalogType.version {
         let probe = LoggedEvent(
           sequence: 0, type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
           payload: event.payload)

@@ -56,17 +56,13 @@ package enum EventRecord {
 
     /// The complete record, stored under `sequence`.
     public func sealed(at sequence: UInt64) -> [UInt8] {
-      var bytes = [UInt8]()
-      bytes.reserveCapacity(body.count + 12)
-      bytes.append(contentsOf: body)
-      var big = sequence.bigEndian
-      let crc = withUnsafeBytes(of: &big) { raw in
-        bytes.append(contentsOf: raw)
-        return CRC32C.update(bodyCRC, raw)
+      let count = body.count
+      let crc = withUnsafeBytes(of: sequence.bigEndian) { CRC32C.update(bodyCRC, $0) }
+      return makeBytes(count: count + 12) { out in
+        body.withUnsafeBytes { out.copyMemory(from: $0) }
+        out.storeBytes(of: sequence.bigEndian, toByteOffset: count, as: UInt64.self)
+        out.storeBytes(of: crc.bigEndian, toByteOffset: count + 8, as: UInt32.self)
       }
-      var crcBig = crc.bigEndian
-      withUnsafeBytes(of: &crcBig) { bytes.append(contentsOf: $0) }
-      return bytes
     }
   }
 
@@ -118,14 +114,14 @@ package enum EventRecord {
       throw .invalidEvent(
         reason: "a payload of \(payload.count) bytes exceeds the format's maximum of \(maxPayloadSize)")
     }
-    let typeBytes = Array(type.utf8)
-    var writer = ByteWriter(capacity: overhead - 12 + typeBytes.count + payload.count + spare)
+    var writer = ByteWriter(capacity: overhead - 12 + type.utf8.count + payload.count + spare)
     writer.write(format)
-    writer.write(UInt8(typeBytes.count))
-    writer.write(typeBytes)
+    writer.write(UInt8(type.utf8.count))
+    writer.bytes.append(contentsOf: type.utf8)
     writer.write(schemaVersion)
     writer.write(timestamp)
-    writer.write(id.bytes)
+    writer.write(id.high)
+    writer.write(id.low)
     writer.write(UInt32(payload.count))
     writer.write(payload)
     return writer.bytes
@@ -139,6 +135,15 @@ package enum EventRecord {
   /// written by a newer format.
   public static func decode(
     _ bytes: UnsafeRawBufferPointer, sequence: UInt64
+  ) throws(FerryLogError) -> LoggedEvent {
+    try decode(bytes, sequence: sequence) { _ in nil }
+  }
+
+  /// ``decode(_:sequence:)`` with `name` asked first for the type's string (and whether it is a
+  /// valid name) given its bytes: a catalog hands its own, so that no string is made per record.
+  static func decode(
+    _ bytes: UnsafeRawBufferPointer, sequence: UInt64,
+    name: (UnsafeRawBufferPointer) -> (String, isValid: Bool)?
   ) throws(FerryLogError) -> LoggedEvent {
     guard bytes.count >= format1Overhead + 1 else {
       throw .corruptRecord(
@@ -167,13 +172,19 @@ package enum EventRecord {
       var reader = ByteReader(body)
       reader.offset = 1
       let typeLength = Int(try reader.read(UInt8.self, "typeLength"))
-      let typeBytes = try reader.read(count: typeLength, "type")
-      let type = String(decoding: typeBytes, as: UTF8.self)
-      guard isValidType(type) else { throw RecordDecodingFailure("event type is not a valid name") }
+      let typeBytes = try reader.readBuffer(count: typeLength, "type")
+      let type: String
+      let known = name(typeBytes)
+      if let known, known.isValid {
+        type = known.0
+      } else {
+        type = known?.0 ?? String(decoding: typeBytes, as: UTF8.self)
+        guard isValidType(type) else { throw RecordDecodingFailure("event type is not a valid name") }
+      }
       let schemaVersion = try reader.read(UInt16.self, "schemaVersion")
       guard schemaVersion >= 1 else { throw RecordDecodingFailure("schema version 0 is not valid") }
       let timestamp = try reader.read(Int64.self, "timestamp")
-      let id = EventID(uncheckedBytes: try reader.read(count: 16, "eventId"))
+      let id = EventID(high: try reader.read(UInt64.self, "eventId"), low: try reader.read(UInt64.self, "eventId"))
       let payloadLength = Int(try reader.read(UInt32.self, "payloadLength"))
       let payload = try reader.read(count: payloadLength, "payload")
       if version >= 2 {

@@ -62,6 +62,10 @@ public enum FerryLogError: Error, CustomStringConvertible {
   /// LMDB meta page rolled back, or a data file restored from an older copy). Nothing is written
   /// to such a store; `ferry salvage` recovers what is left into a new one.
   case lostCommits(path: String, acknowledged: UInt64, found: UInt64)
+  /// The store's write-ahead segment holds commits past its last checkpoint, which only a
+  /// read-write open can replay (`Specs/one-sync-commit.md`): the process that wrote them died,
+  /// or the machine lost power. Open it read-write once; nothing is lost.
+  case needsRecovery(path: String)
   /// The disk is full (`ENOSPC`). Nothing acknowledged was lost: the failed write was not acknowledged.
   case diskFull(path: String)
   /// The user's disk quota is used up (`EDQUOT`). Nothing acknowledged was lost.
@@ -115,6 +119,9 @@ public enum FerryLogError: Error, CustomStringConvertible {
       }
       return
         "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"
+    case .needsRecovery(let path):
+      return
+        "the store at \(path) has commits in its write-ahead segment that a read-write open must replay first (its writer died or the machine lost power); open it read-write once"
     case .lostCommits(let path, let acknowledged, let found):
       return
         "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "

@@ -83,6 +83,9 @@ final class GroupCommitWriter: @unchecked Sendable {
   let instruments: LogInstruments
   /// Record bytes of the batch last written (set and read on the writer thread only).
   private var batchBytes = 0
+  /// The store's write-ahead segment, when it has one: each commit's records go into one flushed
+  /// frame before the (unflushed) LMDB commit (`Specs/one-sync-commit.md`).
+  let segment: SegmentSession?
 
   private let condition = Condition()
   private var jobs: [Job] = []
@@ -98,8 +101,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     onOwnRange: @escaping @Sendable (ClosedRange<UInt64>, Bool) -> Void = { _, _ in },
     onDurable: @escaping @Sendable (UInt64) -> Void = { _ in },
     onCommit: @escaping @Sendable (UInt64) -> Void,
-    instruments: LogInstruments = LogInstruments(logger: nil, metricsFactory: NOOPMetricsHandler.instance)
+    instruments: LogInstruments = LogInstruments(logger: nil, metricsFactory: NOOPMetricsHandler.instance),
+    segment: SegmentSession? = nil
   ) {
+    self.segment = segment
     self.instruments = instruments
     self.onDurable = onDurable
     self.prepare = prepare
@@ -190,8 +195,13 @@ final class GroupCommitWriter: @unchecked Sendable {
       let started = instruments.measures ? LogInstruments.now() : 0
       var bodyEnded: UInt64 = 0
       do {
-        let (results, head, _, duplicates) = try environment.write { txn in
+        let (results, head, _, duplicates, _) = try environment.write { txn in
+          let begun = try segment?.beginCommit(environment: environment, txn: txn, core: core)
           let outcome = try appendBatch(live, txn)
+          if let segment, let begun, let records = outcome.records, !records.isEmpty {
+            try segment.writeFrame(
+              environment: environment, txn: txn, core: core, begun: begun, first: outcome.first, records: records)
+          }
           if outcome.head >= outcome.first {
             pending = outcome.first...outcome.head
             onOwnRange(outcome.first...outcome.head, true)
@@ -199,6 +209,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           if started > 0 { bodyEnded = LogInstruments.now() }
           return outcome
         }
+        segment?.confirmFrame()
         CrashPoint.reach(CrashPoint.afterCommit)
         let eventsWritten = results.reduce(0) { total, result in
           total + ((try? result.get().sequences.count) ?? 0)
@@ -218,6 +229,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         onCommit(head)
         return
       } catch is FarBehind {
+        segment?.abandonFrame()
         if let pending { onOwnRange(pending, false) }
         do {
           _ = try EventLog.prepareProjections(core, environment: environment, chunk: catchUpChunk, reset: [])
@@ -226,6 +238,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           return
         }
       } catch let failure as RequestFailure {
+        segment?.abandonFrame()
         if let pending { onOwnRange(pending, false) }
         if let lmdb = failure.error as? LMDBError, lmdb == .transactionFull, live.count > 1 {
           // Too much for one transaction: write the batch in two halves.
@@ -238,6 +251,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error, path: environment.path))
         live.remove(at: failure.index)
       } catch {
+        segment?.abandonFrame()
         if let pending { onOwnRange(pending, false) }
         instruments.commitFailed(FerryLogError.wrap(error, path: environment.path), calls: live.count)
         for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
@@ -248,10 +262,12 @@ final class GroupCommitWriter: @unchecked Sendable {
 
   private func appendBatch(
     _ requests: [AppendRequest], _ txn: Transaction
-  ) throws -> (results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int) {
+  ) throws -> (
+    results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int, records: [[UInt8]]?
+  ) {
     let start = try core.head(txn)
     let caughtUp = try catchUpInline(to: start, txn)
-    let batch = BatchAppender(core: core, txn: txn, head: start)
+    let batch = BatchAppender(core: core, txn: txn, head: start, collectsRecords: segment != nil)
     var results: [Result<AppendOutcome, any Error>] = []
     results.reserveCapacity(requests.count)
     for (index, request) in requests.enumerated() {
@@ -299,7 +315,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
     batchBytes = batch.bytesAppended
-    return (results, batch.head, start + 1, batch.duplicates)
+    return (results, batch.head, start + 1, batch.duplicates, batch.records)
   }
 
   /// Another process may have appended without this process's projections: fold what they missed

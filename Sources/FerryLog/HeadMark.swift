@@ -95,9 +95,15 @@ final class HeadMark: Sendable {
   private let fd: Int32
   /// The highest head this process has written (so a commit that did not raise it writes nothing).
   private let written = Mutex<UInt64>(0)
+  /// The mark's first 24 bytes for this store (magic and store id) and their CRC, made once:
+  /// ``advance(to:)`` runs after every commit and allocates nothing.
+  private let prefix: [UInt8]
+  private let prefixCRC: UInt32
 
   init(directory: String, storeId: [UInt8]) {
     self.storeId = storeId
+    prefix = Self.magic + storeId
+    prefixCRC = CRC32C.checksum(prefix)
     let opened = open(Self.path(in: directory), O_RDWR | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0o600)
     if opened >= 0 && !Self.isRegularFile(opened) {
       close(opened)
@@ -124,16 +130,35 @@ final class HeadMark: Sendable {
     guard fd >= 0 else { return }
     written.withLock { written in
       guard head > written else { return }
-      var buffer = [UInt8](repeating: 0, count: Self.length)
-      let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Self.length, 0) }
-      if got == Self.length, let current = Contents(bytes: buffer), current.storeId == storeId,
-        current.head >= head
-      {
-        written = current.head
-        return
+      withUnsafeTemporaryAllocation(byteCount: Self.length, alignment: 8) { buffer in
+        let got = pread(fd, buffer.baseAddress, Self.length, 0)
+        if got == Self.length, let current = markedHead(UnsafeRawBufferPointer(buffer)), current >= head {
+          written = current
+          return
+        }
+        prefix.withUnsafeBytes { buffer.copyMemory(from: $0) }
+        let big = head.bigEndian
+        let crc = withUnsafeBytes(of: big) { raw in
+          UnsafeMutableRawBufferPointer(rebasing: buffer[24..<32]).copyMemory(from: raw)
+          return CRC32C.update(prefixCRC, raw)
+        }
+        withUnsafeBytes(of: crc.bigEndian) { UnsafeMutableRawBufferPointer(rebasing: buffer[32..<36]).copyMemory(from: $0) }
+        if pwrite(fd, buffer.baseAddress, Self.length, 0) == Self.length { written = head }
       }
-      if Self.write(Contents(storeId: storeId, head: head), to: fd) { written = head }
     }
+  }
+
+  /// The head a mark read from the file holds when it is intact and this store's (its first 24
+  /// bytes are ``prefix`` and its CRC matches), else nil: the rule of ``Contents/init(bytes:)``.
+  private func markedHead(_ mark: UnsafeRawBufferPointer) -> UInt64? {
+    guard mark.count == Self.length,
+      prefix.elementsEqual(mark[0..<24])
+    else { return nil }
+    let headBytes = UnsafeRawBufferPointer(rebasing: mark[24..<32])
+    guard let head = UInt64(bigEndianBytes: headBytes), let stored = UInt32(bigEndianBytes: mark[32..<36]),
+      stored == CRC32C.update(prefixCRC, headBytes)
+    else { return nil }
+    return head
   }
 }
 

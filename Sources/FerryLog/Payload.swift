@@ -85,10 +85,11 @@ public struct PayloadReader: Sendable {
     guard remaining >= size else {
       throw PayloadError("truncated at \(field): needs \(size) bytes, \(remaining) left")
     }
-    var value: T = 0
-    for i in 0..<size { value = (value << 8) | T(bytes[offset + i]) }
+    // One unaligned load, not a shift per byte through the array's bounds checks.
+    let start = offset
+    let raw = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: start, as: T.self) }
     offset += size
-    return value
+    return T(bigEndian: raw)
   }
 
   /// Reads a boolean byte (0 or 1; anything else is an error).
@@ -110,14 +111,55 @@ public struct PayloadReader: Sendable {
     return Array(bytes[offset..<(offset + count)])
   }
 
+  /// Steps over a length-prefixed byte string without copying it; returns an empty array (for
+  /// a decoder that fills the field but never reads it).
+  @inlinable
+  public mutating func skipBytes(_ field: String) throws(PayloadError) -> [UInt8] {
+    let count = Int(try read(UInt32.self, field))
+    guard remaining >= count else {
+      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
+    }
+    offset += count
+    return []
+  }
+
   /// Reads a length-prefixed UTF-8 string.
   @inlinable
   public mutating func readString(_ field: String) throws(PayloadError) -> String {
-    let raw = try readBytes(field)
-    guard let string = String(validating: raw, as: UTF8.self) else {
-      throw PayloadError("\(field) is not valid UTF-8")
+    let count = Int(try read(UInt32.self, field))
+    guard remaining >= count else {
+      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
     }
+    let start = offset
+    // Straight from the bytes, without a copy: ASCII (every tag, id and owner Ferry writes) needs
+    // no validation, so the generic UTF-8 check runs only for other text.
+    let string = bytes.withUnsafeBufferPointer { all -> String? in
+      let raw = UnsafeBufferPointer(rebasing: all[start..<(start + count)])
+      if PayloadReader.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
+      return String(validating: raw, as: UTF8.self)
+    }
+    guard let string else { throw PayloadError("\(field) is not valid UTF-8") }
+    offset += count
     return string
+  }
+
+  /// Whether every byte is below 0x80 (eight at a time).
+  @inlinable
+  static func isASCII(_ raw: UnsafeBufferPointer<UInt8>) -> Bool {
+    guard let base = raw.baseAddress else { return true }
+    var index = 0
+    let count = raw.count
+    while count - index >= 8 {
+      if UnsafeRawPointer(base + index).loadUnaligned(as: UInt64.self) & 0x8080_8080_8080_8080 != 0 {
+        return false
+      }
+      index += 8
+    }
+    while index < count {
+      if base[index] >= 0x80 { return false }
+      index += 1
+    }
+    return true
   }
 
   /// Reads an optional string.

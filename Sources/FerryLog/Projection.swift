@@ -121,7 +121,9 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// The table's database and, in a batch fold, its overlay.
   func table(_ table: String) throws(FerryLogError) -> (Database, TableOverlay?) {
-    for (index, entry) in databases.enumerated() where entry.name == table {
+    // The byte count first: a name of another length is passed over without comparing strings.
+    let count = table.utf8.count
+    for (index, entry) in databases.enumerated() where entry.name.utf8.count == count && entry.name == table {
       return (entry.database, overlays?[index])
     }
     throw .unknownTable(projection: projection, table: table)

@@ -200,6 +200,7 @@ extension EventLog {
     let core = self.core
     let environment = self.environment
     let chunk = configuration.rebuildChunkSize
+    let segment = self.segment
     return try await withCheckedThrowingContinuation { continuation in
       let accepted = writer.submit(
         .exclusive {
@@ -212,6 +213,8 @@ extension EventLog {
             let replayed = try Self.prepareProjections(
               subset, environment: environment, chunk: chunk, reset: selected)
             let head = try environment.read { txn in try core.head(txn) }
+            // With a write-ahead segment the rebuild's commits were not flushed: a checkpoint does.
+            try segment?.checkpointNow(environment: environment, core: core)
             let elapsed = ContinuousClock.now - start
             continuation.resume(
               returning: RebuildReport(
@@ -551,6 +554,7 @@ extension EventLog {
     }
     let core = self.core
     let environment = self.environment
+    let segment = self.segment
     return try await withCheckedThrowingContinuation { continuation in
       let accepted = writer.submit(
         .exclusive {
@@ -587,6 +591,8 @@ extension EventLog {
                 snapshotSequence: head, removed: doomed.count, removedBytes: doomed.reduce(0) { $0 + $1.1 },
                 remaining: tail, snapshotRows: rows)
             }
+            // With a write-ahead segment the compaction's commit was not flushed: a checkpoint does.
+            try segment?.checkpointNow(environment: environment, core: core)
             continuation.resume(returning: report)
           } catch {
             continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))

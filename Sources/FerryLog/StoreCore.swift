@@ -17,7 +17,11 @@ struct BoundProjection: Sendable {
     self.databases = databases
     self.snapshotDatabases = snapshotDatabases
     self.stateKey = MetaKey.projection(projection.name)
-    self.tableList = databases.map { ($0.key, $0.value) }
+    // In the projection's own order (its busiest tables usually first): ``ProjectionTables``
+    // searches this list by name on every read and write.
+    var list = projection.tables.compactMap { name in databases[name].map { (name: name, database: $0) } }
+    for (name, database) in databases where !projection.tables.contains(name) { list.append((name, database)) }
+    self.tableList = list
   }
 
   var name: String { projection.name }
@@ -52,7 +56,14 @@ struct ProjectionState: Equatable, Sendable {
   var version: UInt32
   var position: UInt64
 
-  var bytes: [UInt8] { version.bigEndianBytes + position.bigEndianBytes }
+  /// The 12 stored bytes, made in one allocation (every commit writes one per projection).
+  var bytes: [UInt8] {
+    let words = (
+      version.bigEndian, UInt32(truncatingIfNeeded: position >> 32).bigEndian,
+      UInt32(truncatingIfNeeded: position).bigEndian
+    )
+    return withUnsafeBytes(of: words) { Array($0) }
+  }
 
   init(version: UInt32, position: UInt64) {
     self.version = version
@@ -147,12 +158,15 @@ struct StoreCore: Sendable {
   /// The last sequence number in the log (0 when empty).
   static func head(_ txn: Transaction, events: Database) throws -> UInt64 {
     try txn.withCursor(events) { cursor in
-      guard let key = try cursor.last()?.key else { return 0 }
-      guard let sequence = UInt64(bigEndianBytes: key) else {
-        throw FerryLogError.corruptRecord(
-          sequence: 0, reason: "the last key of the log has \(key.count) bytes, not 8")
+      // The last key read in place (every commit asks: a copy of the key and the record cost more).
+      let last = try cursor.withLast { key, _ -> Result<UInt64, FerryLogError> in
+        guard let sequence = UInt64(bigEndianBytes: key) else {
+          return .failure(
+            .corruptRecord(sequence: 0, reason: "the last key of the log has \(key.count) bytes, not 8"))
+        }
+        return .success(sequence)
       }
-      return sequence
+      return try last?.get() ?? 0
     }
   }
 
@@ -332,22 +346,31 @@ struct StoreCore: Sendable {
 
   /// Decodes the record at `sequence` and upcasts it through the catalog.
   func decode(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws -> LoggedEvent {
-    let event = try EventRecord.decode(bytes, sequence: sequence)
-    guard let catalog else { return event }
-    return try catalog.upcast(event)
+    guard let catalog else { return try EventRecord.decode(bytes, sequence: sequence) }
+    // The record's type is looked up by its bytes: its name is the catalog's own string (nothing
+    // made, nothing hashed), and the upcast starts from the entry found.
+    var found: EventCatalog.EventType?
+    let event = try EventRecord.decode(bytes, sequence: sequence) { typeBytes in
+      guard let known = catalog.type(named: typeBytes) else { return nil }
+      found = known.type
+      return (known.type.name, known.isValidName)
+    }
+    return try catalog.upcast(event, type: found)
   }
 
   /// Folds one event into the given projections through their tables in the open transaction
   /// (made once per transaction, not once per event).
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
-    for (target, tables) in zip(targets, tables) {
+    // By index: a `for (target, tables) in zip(...)` copied each bound projection (its tables'
+    // dictionaries and lists) once per event.
+    for index in 0..<min(targets.count, tables.count) {
       do {
-        try target.projection.apply(event, to: tables)
+        try targets[index].projection.apply(event, to: tables[index])
       } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
         throw error  // the map grows and the transaction is retried; not the projection's fault
       } catch {
         throw FerryLogError.projectionFailed(
-          projection: target.name, sequence: event.sequence, underlying: error)
+          projection: targets[index].name, sequence: event.sequence, underlying: error)
       }
     }
   }

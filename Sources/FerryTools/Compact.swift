@@ -177,6 +177,15 @@ private func copyCompacted(_ path: String) throws {
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
   defer { unlock(held) }
+  // A write-ahead segment names meta pages of the file it was made beside (one-sync-commit.md):
+  // the open above removed it, and one that is back was made by an app that opened the store
+  // meanwhile. Swapping the file under it would have its next recovery restore the old file's
+  // meta pages into the new one.
+  guard !FileManager.default.fileExists(atPath: path + "/ferry-segment") else {
+    throw ToolError(
+      .unavailable,
+      "the store started using a write-ahead segment while it was being copied: nothing was swapped; run it again with the store closed")
+  }
   guard lastCommittedTransaction(path + "/data.mdb") == copied else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")

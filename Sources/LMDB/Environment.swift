@@ -66,6 +66,11 @@ public final class Environment: @unchecked Sendable {
     /// Commits are not flushed (`MDB_NOSYNC`): for throw-away scratch areas only, such as a rebuild
     /// that is compared and then deleted.
     case scratch
+    /// Commits are not flushed (`MDB_NOSYNC`); their durability is the caller's, who makes what it
+    /// acknowledges durable elsewhere first and calls ``Environment/sync()`` at its checkpoints —
+    /// Ferry's write-ahead segment (`Specs/one-sync-commit.md`). Switched at run time with
+    /// ``Environment/setDeferredSync(_:)``.
+    case deferred
   }
 
   /// Live counters of an environment, for tests and benchmarks.
@@ -85,6 +90,8 @@ public final class Environment: @unchecked Sendable {
     var mapSize: Int
     var databases: [String: Database]
     var counters = Counters()
+    var deferredSync = false
+    var pins: [SnapshotPin] = []
   }
 
   let env: OpaquePointer
@@ -196,7 +203,7 @@ public final class Environment: @unchecked Sendable {
       }
       var flags = UInt32(MDB_NOTLS)
       if options.readOnly { flags |= UInt32(MDB_RDONLY) }
-      if options.durability == .scratch { flags |= UInt32(MDB_NOSYNC) }
+      if options.durability != .durable { flags |= UInt32(MDB_NOSYNC) }
       try check(mdb_env_open(env, path, flags, 0o600), "opening LMDB environment at \(path)")
       if created || !dataFileExists {
         // Make the new directory entry and the new files durable before anything is acknowledged.
@@ -252,7 +259,7 @@ public final class Environment: @unchecked Sendable {
     self.wasCreated = created
     self.maxKeySize = maxKeySize
     self.staleReadersCleared = staleReadersCleared
-    self.state = Mutex(State(mapSize: mapSize, databases: [:]))
+    self.state = Mutex(State(mapSize: mapSize, databases: [:], deferredSync: options.durability != .durable))
   }
 
   deinit {
@@ -271,6 +278,8 @@ public final class Environment: @unchecked Sendable {
       return !s.isClosed
     }
     if wasOpen {
+      for pin in state.withLock({ $0.pins }) { pin.end() }
+      state.withLock { $0.pins = [] }
       mdb_env_close(env)
       _ = Environment.openInProcess.withLock { $0.remove(identity) }
     }
@@ -536,9 +545,55 @@ public final class Environment: @unchecked Sendable {
     }
   }
 
-  /// Flushes the data file to disk (`mdb_env_sync(force: 1)`).
+  /// Flushes the data file to disk (`mdb_env_sync(force: 1)`; on Apple platforms then
+  /// `F_FULLFSYNC`, which reaches the medium where `fsync` stops at the drive's cache).
   public func sync() throws {
-    try withOpenEnvironment { try check(mdb_env_sync(env, 1), "mdb_env_sync") }
+    try withOpenEnvironment {
+      try check(mdb_env_sync(env, 1), "mdb_env_sync")
+      #if canImport(Darwin)
+        var fd: mdb_filehandle_t = -1
+        if mdb_env_get_fd(env, &fd) == MDB_SUCCESS && fd >= 0 && fcntl(fd, F_FULLFSYNC) != 0 {
+          let code = errno
+          throw LMDBError(code: code, operation: "F_FULLFSYNC of the data file")
+        }
+      #endif
+    }
+  }
+
+  /// Whether commits are flushed (false) or left to ``sync()`` (true): `MDB_NOSYNC` switched on or
+  /// off for this process's later commits. Call it with no write transaction under way.
+  public func setDeferredSync(_ deferred: Bool) throws {
+    try withOpenEnvironment {
+      try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), deferred ? 1 : 0), "mdb_env_set_flags")
+      state.withLock { $0.deferredSync = deferred }
+    }
+  }
+
+  /// Whether commits are currently left unflushed (``setDeferredSync(_:)``, or a `.scratch` or
+  /// `.deferred` open).
+  public var isSyncDeferred: Bool { state.withLock { $0.deferredSync } }
+
+  /// Holds the newest committed state with a read transaction that reads nothing, so that LMDB
+  /// reuses none of its pages — in any process — until ``release(_:)``. Begun inside a
+  /// write transaction of this process, it holds exactly the state that transaction started
+  /// from. It takes no part in this process's resize lock: the map may grow while it is held.
+  public func pinSnapshot() throws -> SnapshotPin {
+    try withOpenEnvironment {
+      var pointer: OpaquePointer?
+      let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &pointer)
+      guard rc == MDB_SUCCESS, let pointer else {
+        throw LMDBError(code: rc, operation: "pinning the newest snapshot")
+      }
+      let pin = SnapshotPin(txn: pointer, transaction: UInt64(mdb_txn_id(pointer)))
+      state.withLock { $0.pins.append(pin) }
+      return pin
+    }
+  }
+
+  /// Ends a pin (see ``pinSnapshot()``); harmless twice. Pins still held are released by ``close()``.
+  public func release(_ pin: SnapshotPin) {
+    pin.end()
+    state.withLock { $0.pins.removeAll { $0 === pin } }
   }
 
   /// Writes a copy of the environment into the existing, empty directory `path`,
@@ -615,6 +670,29 @@ public final class Environment: @unchecked Sendable {
   }
 }
 
+/// A read transaction held only to keep one committed state's pages from being reused
+/// (``Environment/pinSnapshot()``).
+public final class SnapshotPin: Sendable {
+  /// The transaction id of the pinned state.
+  public let transaction: UInt64
+  /// The transaction's address (an `MDB_txn *`), 0 once ended.
+  private let txn: Atomic<UInt>
+
+  init(txn: OpaquePointer, transaction: UInt64) {
+    self.txn = Atomic(UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(txn))))
+    self.transaction = transaction
+  }
+
+  /// Aborts the read transaction (once); false when it had already ended.
+  @discardableResult
+  func end() -> Bool {
+    let address = txn.exchange(0, ordering: .acquiringAndReleasing)
+    guard address != 0, let pointer = OpaquePointer(bitPattern: address) else { return false }
+    mdb_txn_abort(pointer)
+    return true
+  }
+}
+
 func parentDirectory(of path: String) -> String {
   var trimmed = Substring(path)
   while trimmed.count > 1 && trimmed.hasSuffix("/") { trimmed = trimmed.dropLast() }
@@ -623,7 +701,9 @@ func parentDirectory(of path: String) -> String {
   return String(trimmed[..<slash])
 }
 
-func fsyncDirectory(_ path: String) throws {
+/// Flushes a directory's entries (a file created, renamed or removed in it): `fsync`, and
+/// `F_FULLFSYNC` on Apple platforms. Throws ``LMDBError`` with the OS error.
+package func fsyncDirectory(_ path: String) throws {
   #if canImport(Glibc)
     let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY)
   #else

@@ -19,13 +19,19 @@ public final class Transaction {
   /// The first LMDB error any operation of this transaction returned, even if the caller's code
   /// caught it: after most errors LMDB refuses the rest of the transaction.
   public private(set) var firstFailure: LMDBError?
-  /// Cursors kept for reuse, one per database, while not in use (opening one costs an allocation).
-  private var idleCursors: [MDB_dbi: Cursor] = [:]
+  /// Cursors kept for reuse, one per database (indexed by its handle, a small number), while not
+  /// in use: opening one costs an allocation, and a dictionary hashed the handle twice per use.
+  private var idleCursors: [Cursor?] = []
+
+  /// ``Environment/maxKeySize``, kept here: every key operation checks it, and reaching it through
+  /// the unowned `environment` retained and released the environment each time.
+  private let maxKeySize: Int
 
   init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
     self.txn = txn
     self.environment = environment
     self.isReadOnly = readOnly
+    self.maxKeySize = environment.maxKeySize
   }
 
   func check(_ rc: Int32, _ operation: @autoclosure () -> String) throws(LMDBError) {
@@ -43,11 +49,11 @@ public final class Transaction {
   }
 
   private func closeCursors() {
-    for cursor in idleCursors.values {
+    for case let cursor? in idleCursors {
       cursor.isClosed = true
       mdb_cursor_close(cursor.cursor)
     }
-    idleCursors = [:]
+    idleCursors = []
   }
 
   func commit() throws(LMDBError) {
@@ -66,11 +72,11 @@ public final class Transaction {
 
   /// Checks that a key is one LMDB can hold: 1 to ``Environment/maxKeySize`` bytes.
   public func validateKey(_ count: Int, in db: Database) throws(LMDBError) {
-    if count == 0 || count > environment.maxKeySize {
+    if count == 0 || count > maxKeySize {
       throw LMDBError(
         code: MDB_BAD_VALSIZE,
         message:
-          "a key of \(count) bytes cannot be stored in '\(db.name)': keys hold 1 to \(environment.maxKeySize) bytes"
+          "a key of \(count) bytes cannot be stored in '\(db.name)': keys hold 1 to \(maxKeySize) bytes"
       )
     }
   }
@@ -151,7 +157,9 @@ public final class Transaction {
     try ensureOpen()
     // Reuse this database's idle cursor; a nested use of the same database gets one of its own.
     let cursor: Cursor
-    if let idle = idleCursors.removeValue(forKey: db.dbi) {
+    let slot = Int(db.dbi)
+    if slot < idleCursors.count, let idle = idleCursors[slot] {
+      idleCursors[slot] = nil
       cursor = idle
     } else {
       var cursorPointer: OpaquePointer?
@@ -162,11 +170,14 @@ public final class Transaction {
       cursor = Cursor(cursor: pointer, transaction: self, database: db)
     }
     defer {
-      if isFinished || idleCursors[db.dbi] != nil {
+      if isFinished || (slot < idleCursors.count && idleCursors[slot] != nil) {
         cursor.isClosed = true
         mdb_cursor_close(cursor.cursor)
       } else {
-        idleCursors[db.dbi] = cursor
+        if slot >= idleCursors.count {
+          idleCursors.append(contentsOf: repeatElement(nil, count: slot + 1 - idleCursors.count))
+        }
+        idleCursors[slot] = cursor
       }
     }
     return try body(cursor)
@@ -223,6 +234,11 @@ public final class Cursor {
   public func first() throws -> Entry? { try move(MDB_FIRST) }
   /// The last entry, or nil when the database is empty.
   public func last() throws -> Entry? { try move(MDB_LAST) }
+  /// Calls `body` with the last entry's key and value, in place (valid only during the call);
+  /// nil when the database is empty. ``last()`` without the copies.
+  public func withLast<R>(_ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> R) throws -> R? {
+    try withMove(MDB_LAST, key: nil, body)
+  }
   /// The entry after the current one (the first when unpositioned), or nil at the end.
   public func next() throws -> Entry? { try move(MDB_NEXT) }
   /// The entry before the current one (the last when unpositioned), or nil at the start.

@@ -99,11 +99,22 @@ struct HarnessRandom {
     let target = environment["FERRY_CRASH_KILLS"].flatMap(Int.init) ?? 200
     let seed =
       environment["FERRY_CRASH_SEED"].flatMap(UInt64.init) ?? UInt64(Date().timeIntervalSince1970 * 1000)
-    print("crash: seed \(seed) (FERRY_CRASH_SEED=\(seed) replays this run), \(target) kills")
     var random = HarnessRandom(state: seed)
     let base = FileManager.default.temporaryDirectory.path + "/ferry-crash-\(seed)"
     defer { try? FileManager.default.removeItem(atPath: base) }
-    let points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
+    // FERRY_WRITE_AHEAD_SEGMENT=1 (inherited by every worker): the stores use the write-ahead
+    // segment, and its own points are armed too (Specs/one-sync-commit.md §7).
+    let segment = environment["FERRY_WRITE_AHEAD_SEGMENT"] == "1"
+    var points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
+    if segment {
+      points += [
+        "segment.frameFlushed", "segment.frameFlushed", "segment.checkpointSynced", "segment.checkpointWritten",
+        "segment.replay",
+      ]
+    }
+    print(
+      "crash: seed \(seed) (FERRY_CRASH_SEED=\(seed) replays this run), \(target) kills"
+        + (segment ? ", write-ahead segment" : ""))
 
     var kills = 0
     var runners = 0
@@ -159,10 +170,12 @@ struct HarnessRandom {
       try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
       try acks.joined(separator: "\n").write(toFile: ackFile, atomically: true, encoding: .utf8)
 
-      // Sometimes a second kill, during recovery (it only fires when a run was in flight).
+      // Sometimes a second kill, during recovery (it only fires when a run was in flight, or —
+      // with the segment — while frames are replayed).
       if random.below(6) == 0 {
+        let point = segment && random.below(2) == 0 ? "segment.replay" : "recovery"
         let recovery = try await runWorker(
-          ["check", store, ackFile], environment: ["FERRY_CRASH_POINT": "recovery"], killAfter: nil,
+          ["check", store, ackFile], environment: ["FERRY_CRASH_POINT": point], killAfter: nil,
           limit: .seconds(60))
         if recovery.killed { kills += 1 }
       }
@@ -186,7 +199,7 @@ struct HarnessRandom {
       }
     }
     print(
-      "crash: \(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
+      (segment ? "crash (write-ahead segment): " : "crash: ") + "\(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
         + " (\(runners) rounds with a second runner process)"
     )
     for violation in violations.prefix(20) { print("crash: \(violation)") }

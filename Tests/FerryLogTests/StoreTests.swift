@@ -44,7 +44,7 @@ import Testing
     log.close()
     try store.withRawEnvironment(["meta"]) { env in
       try env.write {
-        try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(EventLog.storeFormatVersion + 1).bigEndianBytes)
+        try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(EventLog.newestReadableFormat + 1).bigEndianBytes)
       }
     }
     let before = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
@@ -52,8 +52,8 @@ import Testing
       _ = try store.open([CountByType(), PayloadsBySequence()])
       Issue.record("a newer store was opened")
     } catch FerryLogError.newerFormat(_, let found, let supported) {
-      #expect(found == EventLog.storeFormatVersion + 1)
-      #expect(supported == EventLog.storeFormatVersion)
+      #expect(found == EventLog.newestReadableFormat + 1)
+      #expect(supported == EventLog.newestReadableFormat)
     }
     let after = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
     #expect(before == after)

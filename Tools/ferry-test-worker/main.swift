@@ -163,6 +163,100 @@ case "record-fetch":
     done.signal()
   }
   done.wait()
+case "segment-append":
+  // Opens the log with the write-ahead segment asked for (ON) or not (OFF — it then follows what
+  // the store does), appends COUNT events one by one printing "ack SEQ", then says "holding" and
+  // waits to be killed (its frames stay past the last checkpoint).
+  // With SIZE, each payload is "worker N" padded with "x" to SIZE bytes (a batch past the
+  // segment's size when SIZE is large); with CHECKPOINT, segmentCheckpointCommits is that.
+  guard (5...7).contains(arguments.count), let count = Int(arguments[3]) else {
+    fail("segment-append DIR COUNT ON|OFF [SIZE [CHECKPOINT]]")
+  }
+  let size = arguments.count > 5 ? Int(arguments[5]) ?? 0 : 0
+  let checkpointEvery = arguments.count > 6 ? Int(arguments[6]) : nil
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = EventLog.Configuration()
+      configuration.writeAheadSegment = arguments[4] == "ON"
+      if let checkpointEvery { configuration.segmentCheckpointCommits = checkpointEvery }
+      let log = try EventLog.open(at: directory, configuration: configuration)
+      for i in 0..<count {
+        var bytes = Array("worker \(i)".utf8)
+        if bytes.count < size { bytes += [UInt8](repeating: UInt8(ascii: "x"), count: size - bytes.count) }
+        let sequence = try await log.append(NewEvent(type: "worker.event", payload: bytes))
+        say("ack \(sequence)")
+      }
+      say("holding")
+      while true { try await Task.sleep(for: .seconds(60)) }
+    } catch {
+      fail("segment-append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "segment-share-rebuild":
+  // Opens the log (the segment not asked for: it follows what the store does) with the
+  // "payloads" projection (each payload by sequence), says "open", waits for a line on standard
+  // input, then rebuilds that projection in chunks of CHUNK events and says "rebuilt". The crash
+  // points are armed from the environment (FERRY_CRASH_POINT=rebuild.chunk kills it mid-rebuild).
+  guard arguments.count == 4, let chunk = Int(arguments[3]) else { fail("segment-share-rebuild DIR CHUNK") }
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = EventLog.Configuration(projections: [WorkerPayloads()])
+      configuration.rebuildChunkSize = chunk
+      configuration.createIfMissing = false
+      let log = try EventLog.open(at: directory, configuration: configuration)
+      say("open \(try log.head())")
+      _ = readLine()
+      _ = try await log.rebuild()
+      say("rebuilt")
+      while true { try await Task.sleep(for: .seconds(60)) }
+    } catch {
+      fail("segment-share-rebuild failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "store-segment-add":
+  // Opens the store with the write-ahead segment asked for, adds COUNT tasks one by one (tag
+  // "app", data id "app-I") printing "ack ID I", says "holding", and on a line on standard input
+  // closes the store and says "closed" (or is killed before).
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("store-segment-add DIR COUNT") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment = true
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      for i in 0..<count {
+        let id = try await store.queue.add(tag: "app", payload: ["n": i], dataId: "app-\(i)")
+        say("ack \(id) \(i)")
+      }
+      say("holding")
+      _ = readLine()
+      store.close()
+      say("closed")
+    } catch {
+      fail("store-segment-add failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "log-head":
+  // Opens the log read-only (no projections) and says "head N"; exits 4 when the open is refused.
+  do {
+    var configuration = EventLog.Configuration()
+    configuration.readOnly = true
+    let log = try EventLog.open(at: directory, configuration: configuration)
+    say("head \(try log.head())")
+    log.close()
+  } catch {
+    say("refused \(error)")
+    exit(4)
+  }
 case "hold-open":
   // Opens the existing store (never creating one), says "open HEAD", and keeps it open until its
   // standard input ends; then closes it and says "closed".
@@ -316,4 +410,16 @@ case "dmg-churn":
   done.wait()
 default:
   fail("unknown command \(command)")
+}
+
+/// Each event's payload by its sequence (the same projection as the tests' `PayloadsBySequence`,
+/// without its poison rule): a projection with a row per event, so a rebuild rewrites many pages.
+struct WorkerPayloads: Projection {
+  let name = "payloads"
+  let version: UInt32 = 1
+  let tables = ["bySequence"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    try tables.put("bySequence", key: event.sequence.bigEndianBytes, value: event.payload)
+  }
 }

@@ -95,7 +95,9 @@ struct CacheAgesProjection: Projection {
   let tables = ["keys", "bySuccess"]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    guard CacheEvent.typeSet.contains(event.type) else { return }  // the other side's events
+    // The other side's events pass: every cache type starts with "c" (one byte read, where the
+    // set's lookup hashed each task event's type).
+    guard event.type.utf8.first == UInt8(ascii: "c"), CacheEvent.typeSet.contains(event.type) else { return }
     switch try CacheEvent(event) {
     case .fetched(let key, let at, let outcome):
       var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)

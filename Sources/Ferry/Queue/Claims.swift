@@ -183,7 +183,9 @@ enum ClaimSearch {
       } while full
       return nil
     }
-    for level in try queue.runnableLevels() {
+    // The levels one at a time, most urgent first: the search usually ends in the first.
+    var from: UInt8 = 0
+    while let level = try queue.nextRunnableLevel(from: from) {
       // Due retries of the level, oldest retry time first: read from the start of its
       // time-ordered entries, so they cost what the pass takes from them.
       let retry = try walk({ size in
@@ -216,6 +218,8 @@ enum ClaimSearch {
         step.found = ready
         return step
       }
+      if level == .max { break }
+      from = level + 1
     }
     return step
   }

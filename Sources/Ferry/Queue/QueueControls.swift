@@ -131,8 +131,10 @@ extension TaskQueue {
     return encoder
   }()
 
-  /// A payload's JSON bytes (keys sorted, so equal values give equal bytes).
+  /// A payload's JSON bytes (keys sorted, so equal values give equal bytes): written directly
+  /// when it holds only what ``PayloadJSON`` writes (the same bytes), else by `JSONEncoder`.
   static func encode(_ payload: some Encodable & Sendable) throws -> [UInt8] {
+    if let bytes = PayloadJSON.encode(payload) { return bytes }
     do {
       return Array(try payloadEncoder.encode(payload))
     } catch {

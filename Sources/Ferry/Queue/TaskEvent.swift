@@ -39,13 +39,24 @@ package enum TaskEvent: Equatable, Sendable {
   /// Types whose current schema version is 2, with the upcaster from version 1.
   static let upcasters: [String: @Sendable ([UInt8]) throws -> [UInt8]] = [
     // v1 had no priority or deadline: priority 0 (normal), no deadline (an absent optional).
-    "task.added": { v1 in v1 + [0] + [0] },
+    "task.added": { v1 in extended(v1, zeros: 2) },
     // v1 had no owner: an empty owner (never alive) and runner 0.
-    "task.runStarted": { v1 in v1 + [0, 0, 0, 0] + [0, 0, 0, 0] },
+    "task.runStarted": { v1 in extended(v1, zeros: 8) },
     // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
     // out of `running`), so it ends the run.
-    "task.errorRecorded": { v1 in v1 + [1] },
+    "task.errorRecorded": { v1 in extended(v1, zeros: 0, then: 1) },
   ]
+
+  /// `bytes` followed by `zeros` zero bytes and then `last` when given, in one allocation (an
+  /// upcaster runs for every old event a rebuild reads).
+  private static func extended(_ bytes: [UInt8], zeros: Int, then last: UInt8? = nil) -> [UInt8] {
+    var result = [UInt8]()
+    result.reserveCapacity(bytes.count + zeros + 1)
+    result.append(contentsOf: bytes)
+    for _ in 0..<zeros { result.append(0) }
+    if let last { result.append(last) }
+    return result
+  }
 
   /// The same types, for membership tests (the store's log also holds the cache ledger's events).
   package static let typeSet = Set(types)
@@ -69,8 +80,29 @@ package enum TaskEvent: Equatable, Sendable {
     }
   }
 
+  /// The event's payload, written once at its exact size.
   var payload: [UInt8] {
-    var writer = PayloadWriter()
+    let size: Int
+    switch self {
+    case .added(let tag, let payload, let dataId, let groupId, _, _, _, let deadline):
+      size =
+        FieldWriter.size(tag) + 4 + payload.count + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 3
+        + FieldWriter.size(deadline)
+    case .runStarted(_, _, let owner, _): size = 16 + FieldWriter.size(owner)
+    case .runFailed(_, let message, _, let next): size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
+    case .errorRecorded(_, let message, _): size = 9 + FieldWriter.size(message)
+    case .payloadUpdated(_, let payload): size = 12 + payload.count
+    case .runSucceeded, .runInterrupted, .errorResolved, .cancelled, .revived, .expired: size = 8
+    case .cleared, .paused, .resumed: size = 0
+    }
+    if let exact = FieldWriter.encode(size: size, { write(to: &$0) }) { return exact }
+    var writer = PayloadWriter(capacity: size)
+    write(to: &writer)
+    return writer.bytes
+  }
+
+  /// The payload's fields in their stored order (`Specs/task-events.md` §2).
+  func write(to writer: inout some FieldSink) {
     switch self {
     case .added(let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline):
       writer.write(tag)
@@ -104,7 +136,6 @@ package enum TaskEvent: Equatable, Sendable {
     case .cleared, .paused, .resumed:
       break
     }
-    return writer.bytes
   }
 
   /// The schema version this code writes for the event's type.
@@ -171,12 +202,27 @@ package enum TaskEvent: Equatable, Sendable {
 
   /// Decodes a logged event of one of the queue's types.
   package init(_ event: LoggedEvent) throws(FerryError) {
+    guard let decoded = try Self.decode(event, keepingPayload: true) else {
+      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: "not an event of the task queue")
+    }
+    self = decoded
+  }
+
+  /// What the projection folds: the event decoded when it is one of the queue's types, else nil
+  /// (one pass over the type names, no set lookup first). The payload a `task.added` carries is
+  /// skipped, not copied (the fold never reads it): its `payload` is empty.
+  static func forFold(_ event: LoggedEvent) throws(FerryError) -> TaskEvent? {
+    try decode(event, keepingPayload: false)
+  }
+
+  private static func decode(_ event: LoggedEvent, keepingPayload: Bool) throws(FerryError) -> TaskEvent? {
     var reader = PayloadReader(event.payload)
+    let decoded: TaskEvent
     do {
       switch event.type {
       case "task.added":
         let tag = try reader.readString("tag")
-        let payload = try reader.readBytes("payload")
+        let payload = keepingPayload ? try reader.readBytes("payload") : try reader.skipBytes("payload")
         let dataId = try reader.readOptionalString("dataId")
         let groupId = try reader.readOptionalString("groupId")
         let manual = try reader.readBool("manual")
@@ -186,37 +232,39 @@ package enum TaskEvent: Equatable, Sendable {
         }
         let priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
         let deadline = try reader.readOptional(Int64.self, "deadline")
-        self = .added(
+        decoded = .added(
           tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
           priority: priority, deadline: deadline)
       case "task.runStarted":
-        self = .runStarted(
+        decoded = .runStarted(
           try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
           owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"))
-      case "task.runSucceeded": self = .runSucceeded(try reader.read(UInt64.self, "taskId"))
+      case "task.runSucceeded": decoded = .runSucceeded(try reader.read(UInt64.self, "taskId"))
       case "task.runFailed":
-        self = .runFailed(
+        decoded = .runFailed(
           try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
           retryable: try reader.readBool("retryable"),
           nextEligibleAt: try reader.readOptional(Int64.self, "nextEligibleAt"))
-      case "task.runInterrupted": self = .runInterrupted(try reader.read(UInt64.self, "taskId"))
+      case "task.runInterrupted": decoded = .runInterrupted(try reader.read(UInt64.self, "taskId"))
       case "task.errorRecorded":
-        self = .errorRecorded(
+        decoded = .errorRecorded(
           try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
           endsRun: try reader.readBool("endsRun"))
-      case "task.errorResolved": self = .errorResolved(try reader.read(UInt64.self, "taskId"))
-      case "task.cancelled": self = .cancelled(try reader.read(UInt64.self, "taskId"))
-      case "task.expired": self = .expired(try reader.read(UInt64.self, "taskId"))
-      case "task.revived": self = .revived(try reader.read(UInt64.self, "taskId"))
+      case "task.errorResolved": decoded = .errorResolved(try reader.read(UInt64.self, "taskId"))
+      case "task.cancelled": decoded = .cancelled(try reader.read(UInt64.self, "taskId"))
+      case "task.expired": decoded = .expired(try reader.read(UInt64.self, "taskId"))
+      case "task.revived": decoded = .revived(try reader.read(UInt64.self, "taskId"))
       case "task.payloadUpdated":
-        self = .payloadUpdated(
-          try reader.read(UInt64.self, "taskId"), payload: try reader.readBytes("payload"))
-      case "queue.cleared": self = .cleared
-      case "queue.paused": self = .paused
-      case "queue.resumed": self = .resumed
-      default: throw PayloadError("not an event of the task queue")
+        decoded = .payloadUpdated(
+          try reader.read(UInt64.self, "taskId"),
+          payload: keepingPayload ? try reader.readBytes("payload") : try reader.skipBytes("payload"))
+      case "queue.cleared": decoded = .cleared
+      case "queue.paused": decoded = .paused
+      case "queue.resumed": decoded = .resumed
+      default: return nil
       }
       try reader.finish(event.type)
+      return decoded
     } catch let error as PayloadError {
       throw .malformedEvent(sequence: event.sequence, type: event.type, reason: error.reason)
     } catch {

@@ -15,10 +15,11 @@ struct TaskQueueProjection: Projection {
   ]
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    guard TaskEvent.typeSet.contains(event.type) else { return }  // the other side's events
+    // On the live path the appender hands the event it encoded; a rebuild decodes the payload
+    // (and passes over the other side's events: nil).
+    guard let decoded = try (event.decoded as? TaskEvent) ?? TaskEvent.forFold(event) else { return }
     let queue = QueueTables(tables)
-    // On the live path the appender hands the event it encoded; a rebuild decodes the payload.
-    switch try (event.decoded as? TaskEvent) ?? TaskEvent(event) {
+    switch decoded {
     case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
@@ -178,6 +179,21 @@ struct QueueTables<Tables: ProjectionTableReading> {
     Array(Set(try levels("waiting")).union(try levels("ready"))).sorted()
   }
 
+  /// The most urgent level at or after `from` present in `ready` or `waiting`: one seek in each.
+  /// A search that usually ends in its first level asks this once, where ``runnableLevels()``
+  /// seeks past every level.
+  mutating func nextRunnableLevel(from: UInt8) throws -> UInt8? {
+    var found: UInt8?
+    for table in ["waiting", "ready"] {
+      try tables.scan(table, from: [from]) { key, _ in
+        if let level = key.first { found = min(found ?? level, level) }
+        return false
+      }
+      touched += 1
+    }
+    return found
+  }
+
   /// The next task after `after` that may run at `now`, in a pass's order: the most urgent
   /// priority first, and within it due retries (the oldest retry time first, read from the start
   /// of that level's time-ordered `waiting` entries, so due retries cost what they return), then
@@ -186,7 +202,8 @@ struct QueueTables<Tables: ProjectionTableReading> {
   mutating func nextRunnable(after: TaskID, now: Int64) throws -> TaskID? {
     var found: TaskID?
     var visited = 0
-    for level in try runnableLevels() {
+    var from: UInt8 = 0
+    while let level = try nextRunnableLevel(from: from) {
       try tables.scan("waiting", from: [level]) { key, _ in
         visited += 1
         guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else { return false }
@@ -204,7 +221,8 @@ struct QueueTables<Tables: ProjectionTableReading> {
           return false
         }
       }
-      if found != nil { break }
+      if found != nil || level == .max { break }
+      from = level + 1
     }
     touched += visited
     return found

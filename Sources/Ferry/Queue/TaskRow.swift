@@ -57,9 +57,20 @@ struct TaskRow: Equatable {
     }
   }
 
+  /// The stored row: written once at its exact size (a fold writes a row on every change).
   var bytes: [UInt8] {
-    var writer = PayloadWriter(
-      capacity: 64 + tag.utf8.count + (dataId?.utf8.count ?? 0) + (groupId?.utf8.count ?? 0))
+    let size =
+      FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
+      + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner) + 4
+      + 4 + 1 + FieldWriter.size(deadline)
+    if let exact = FieldWriter.encode(size: size, { write(to: &$0) }) { return exact }
+    var writer = PayloadWriter(capacity: size)
+    write(to: &writer)
+    return writer.bytes
+  }
+
+  /// The row's fields in their stored order (`Specs/task-events.md` §3.1).
+  func write(to writer: inout some FieldSink) {
     writer.write(tag)
     writer.write(dataId)
     writer.write(groupId)
@@ -75,7 +86,6 @@ struct TaskRow: Equatable {
     writer.write(claim?.attempt ?? 0)
     writer.write(UInt8(bitPattern: priority))
     writer.write(deadline)
-    return writer.bytes
   }
 
   init(
@@ -137,24 +147,37 @@ struct TaskRow: Equatable {
   }
 }
 
-/// Keys of the queue's tables (`Specs/task-events.md` §3).
+/// Keys of the queue's tables (`Specs/task-events.md` §3). Each key is built in one allocation:
+/// a fold makes several keys per event.
 enum QueueKey {
   static func task(_ id: TaskID) -> [UInt8] { id.bigEndianBytes }
 
   /// A `ready` key: the priority level (higher priorities first), then the id.
-  static func ready(_ level: UInt8, _ id: TaskID) -> [UInt8] { [level] + id.bigEndianBytes }
+  static func ready(_ level: UInt8, _ id: TaskID) -> [UInt8] {
+    build(9) { key in
+      key.append(level)
+      key.append(bigEndian: id)
+    }
+  }
 
   static func readyEntry(_ key: UnsafeRawBufferPointer) -> (level: UInt8, id: TaskID)? {
     guard key.count == 9, let id = UInt64(bigEndianBytes: key[1..<9]) else { return nil }
     return (key[0], id)
   }
 
-  /// Times in keys order by time: flipping the sign bit makes signed order byte order.
-  static func time(_ at: Int64) -> [UInt8] { (UInt64(bitPattern: at) ^ (1 << 63)).bigEndianBytes }
+  /// A time as 8 bytes that order by time: flipping the sign bit makes signed order byte order.
+  static func timeBits(_ at: Int64) -> UInt64 { UInt64(bitPattern: at) ^ (1 << 63) }
+
+  /// Times in keys order by time (``timeBits(_:)``).
+  static func time(_ at: Int64) -> [UInt8] { timeBits(at).bigEndianBytes }
 
   /// A `waiting` key: the priority level, then the retry time, then the id.
   static func waiting(_ level: UInt8, _ at: Int64, _ id: TaskID) -> [UInt8] {
-    [level] + time(at) + id.bigEndianBytes
+    build(17) { key in
+      key.append(level)
+      key.append(bigEndian: timeBits(at))
+      key.append(bigEndian: id)
+    }
   }
 
   static func waitingTime(_ key: UnsafeRawBufferPointer) -> (level: UInt8, at: Int64, id: TaskID)? {
@@ -165,7 +188,12 @@ enum QueueKey {
   }
 
   /// A `deadlines` key: the deadline, then the id.
-  static func deadline(_ at: Int64, _ id: TaskID) -> [UInt8] { time(at) + id.bigEndianBytes }
+  static func deadline(_ at: Int64, _ id: TaskID) -> [UInt8] {
+    build(16) { key in
+      key.append(bigEndian: timeBits(at))
+      key.append(bigEndian: id)
+    }
+  }
 
   static func deadlineEntry(_ key: UnsafeRawBufferPointer) -> (at: Int64, id: TaskID)? {
     guard key.count == 16, let raw = UInt64(bigEndianBytes: key[0..<8]),
@@ -174,16 +202,30 @@ enum QueueKey {
     return (Int64(bitPattern: raw ^ (1 << 63)), id)
   }
 
+  /// A text as a u16 byte count and its UTF-8 bytes.
   static func prefixed(_ text: String) -> [UInt8] {
-    let utf8 = Array(text.utf8)
-    return UInt16(truncatingIfNeeded: utf8.count).bigEndianBytes + utf8
+    build(2 + text.utf8.count) { key in key.append(prefixed: text) }
   }
 
   static func groupPrefix(_ groupId: String) -> [UInt8] { prefixed(groupId) }
-  static func group(_ groupId: String, _ id: TaskID) -> [UInt8] { prefixed(groupId) + id.bigEndianBytes }
-  static func uniquePrefix(tag: String, dataId: String) -> [UInt8] { prefixed(tag) + prefixed(dataId) }
+  static func group(_ groupId: String, _ id: TaskID) -> [UInt8] {
+    build(2 + groupId.utf8.count + 8) { key in
+      key.append(prefixed: groupId)
+      key.append(bigEndian: id)
+    }
+  }
+  static func uniquePrefix(tag: String, dataId: String) -> [UInt8] {
+    build(4 + tag.utf8.count + dataId.utf8.count) { key in
+      key.append(prefixed: tag)
+      key.append(prefixed: dataId)
+    }
+  }
   static func unique(tag: String, dataId: String, _ id: TaskID) -> [UInt8] {
-    uniquePrefix(tag: tag, dataId: dataId) + id.bigEndianBytes
+    build(4 + tag.utf8.count + dataId.utf8.count + 8) { key in
+      key.append(prefixed: tag)
+      key.append(prefixed: dataId)
+      key.append(bigEndian: id)
+    }
   }
   static let paused: [UInt8] = Array("paused".utf8)
 
@@ -191,5 +233,40 @@ enum QueueKey {
   static func trailingID(_ key: UnsafeRawBufferPointer) -> TaskID? {
     guard key.count >= 8 else { return nil }
     return UInt64(bigEndianBytes: key[(key.count - 8)...])
+  }
+
+  /// A key of exactly `capacity` bytes, written by `body` (``makeBytes(count:_:)``).
+  private static func build(_ capacity: Int, _ body: (inout KeyWriter) -> Void) -> [UInt8] {
+    makeBytes(count: capacity) { buffer in
+      var writer = KeyWriter(buffer: buffer)
+      body(&writer)
+    }
+  }
+}
+
+/// Writes a key's fields into memory of its exact size (never past it).
+private struct KeyWriter {
+  let buffer: UnsafeMutableRawBufferPointer
+  var offset = 0
+
+  mutating func append(_ byte: UInt8) {
+    guard offset < buffer.count else { return }
+    buffer[offset] = byte
+    offset += 1
+  }
+
+  mutating func append(bigEndian value: UInt64) {
+    guard buffer.count - offset >= 8 else { return }
+    buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: UInt64.self)
+    offset += 8
+  }
+
+  /// A text as a u16 byte count and its UTF-8 bytes.
+  mutating func append(prefixed text: String) {
+    let utf8 = text.utf8
+    let count = UInt16(truncatingIfNeeded: utf8.count)
+    append(UInt8(count >> 8))
+    append(UInt8(truncatingIfNeeded: count))
+    for byte in utf8 { append(byte) }
   }
 }

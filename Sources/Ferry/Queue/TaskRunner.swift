@@ -596,7 +596,8 @@ public final class TaskRunner: Sendable {
       payloadBytes: run.payload)
     let limitMs = (registration.timeLimit ?? configuration.defaultTimeLimit).map { max(1, $0.milliseconds) }
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
-    let timedOut = "timed out after \(Self.readable(milliseconds: limitMs ?? 0))"
+    // Made only when a run timed out (every run made it before).
+    func timedOut() -> String { "timed out after \(Self.readable(milliseconds: limitMs ?? 0))" }
     switch await HandlerRun.run(
       registration.run, running, limitMs: limitMs, graceMs: graceMs,
       stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
@@ -609,11 +610,11 @@ public final class TaskRunner: Sendable {
       return failure(error, of: task.id)
     case .ended(.failure, timedOut: true, stopped: false):
       queue.observer.timedOut(run, limitMs: limitMs ?? 0, abandoned: false)
-      return .failed(timedOut, retryable: true)
+      return .failed(timedOut(), retryable: true)
     case .abandoned(timedOut: _, stopped: false):
       queue.observer.timedOut(run, limitMs: limitMs ?? 0, abandoned: true)
       return .failed(
-        "\(timedOut); the handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
+        "\(timedOut()); the handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
           + "cancelled and was left running (what it returns is not logged)", retryable: true)
     }
   }

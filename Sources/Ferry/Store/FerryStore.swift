@@ -84,6 +84,11 @@ public final class FerryStore: Sendable {
     /// often after changes, and at this interval while the store is open (the age grows by itself).
     /// They are also read at open and at the end of every pass. Each reading is O(1).
     public var gaugeInterval: Duration = .seconds(5)
+    /// Acknowledge each commit after one flush of a write-ahead segment instead of LMDB's two
+    /// (`EventLog.Configuration.writeAheadSegment`; `Specs/one-sync-commit.md`). Off by
+    /// default; experimental. The store remembers it, and an open that shares the store with
+    /// another process follows what the store does.
+    public var writeAheadSegment = false
 
     /// The defaults.
     public init() {}
@@ -133,6 +138,7 @@ public final class FerryStore: Sendable {
     logConfiguration.logger = configuration.logger
     logConfiguration.metricsFactory = configuration.metricsFactory
     logConfiguration.metricsDimensions = configuration.metricsDimensions
+    logConfiguration.writeAheadSegment = configuration.writeAheadSegment
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let (clock, sleep) = (time.now, time.sleep)

@@ -12,7 +12,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
   print(
     """
     usage: ferry-bench [--quick] [--json] [--runs N]
-           ferry-bench --profile-rebuild N | --profile-runloop N [LANES]
+           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] | --profile-adds N [segment]
     (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
     counts from Tools/cost.sh)
     """)
@@ -44,6 +44,40 @@ if let index = arguments.firstIndex(of: "--profile-rebuild"),
       let rate = Double(count) / (try await seconds { _ = try await store.log.rebuild() })
       print(String(format: "rebuilt %d events at %.0f events/s", count, rate))
       store.close()
+    } catch {
+      print("profile failed: \(error)")
+    }
+    remove(path)
+    finished.signal()
+  }
+  finished.wait()
+  exit(0)
+}
+
+// `--profile-adds N [segment]`: N sequential adds by one caller, with the write-ahead segment when
+// asked (for strace, perf or callgrind).
+if let index = arguments.firstIndex(of: "--profile-adds"),
+  arguments.index(after: index) < arguments.endIndex,
+  let count = Int(arguments[arguments.index(after: index)])
+{
+  let segment = arguments.contains("segment")
+  let finished = DispatchSemaphore(value: 0)
+  Task.detached {
+    let path = scratchPath("profile")
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment = segment
+      let store = try await FerryStore.open(at: path, configuration: configuration)
+      let rate =
+        Double(count)
+        / (try await seconds { for _ in 0..<count { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } })
+      let before = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+      store.close()
+      let after = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+      print(
+        String(
+          format: "%d adds at %.0f/s%@; data file %.1f MiB (%.1f MiB after close)", count, rate,
+          segment ? " (write-ahead segment)" : "", Double(before) / 1_048_576, Double(after) / 1_048_576))
     } catch {
       print("profile failed: \(error)")
     }
