@@ -57,7 +57,7 @@ final class BesideWorker: Sendable {
     process.standardOutput = out
     process.standardError = FileHandle.nullDevice
     try process.run()
-    DispatchQueue.global().async { [self] in
+    Thread.detachNewThread { [self] in  // its own thread: it blocks until the worker ends
       let data = out.fileHandleForReading.readDataToEndOfFile()
       collected.withLock { $0 = data }
       finished.signal()

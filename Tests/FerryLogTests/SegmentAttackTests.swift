@@ -297,14 +297,21 @@ import Testing
       $0.segmentCheckpointCommits = 50
     }
     let stop = Flag()
-    let reader = Task.detached {
-      var reads = 0
-      while !stop.value.load(ordering: .relaxed) {
-        let head = try log.head()
-        if head > 0 { _ = try log.event(at: head) }
-        reads += 1
+    // The reader spins on a thread of its own: spinning in a task would hold one of the few
+    // threads of the concurrency pool (two on a two-core machine) until the callers it waits for
+    // — which need that pool — are done.
+    let readerFailure = Mutex<(any Error)?>(nil)
+    let readerDone = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+      do {
+        while !stop.value.load(ordering: .relaxed) {
+          let head = try log.head()
+          if head > 0 { _ = try log.event(at: head) }
+        }
+      } catch {
+        readerFailure.withLock { $0 = error }
       }
-      return reads
+      readerDone.signal()
     }
     let sequences = try await withThrowingTaskGroup(of: [UInt64].self) { group in
       for caller in 0..<16 {
@@ -319,7 +326,8 @@ import Testing
       return try await group.reduce(into: []) { $0 += $1 }
     }
     stop.value.store(true, ordering: .relaxed)
-    _ = try await reader.value
+    readerDone.wait()
+    #expect(readerFailure.withLock { $0 } == nil)
     #expect(log.storageCounters.mapGrowths > 0)
     log.close()
     #expect(Set(sequences).count == 640)

@@ -39,7 +39,7 @@ func ferry(
   let stderrData = Mutex<Data>(Data())
   let group = DispatchGroup()
   group.enter()
-  DispatchQueue.global().async {
+  Thread.detachNewThread {  // its own thread: a blocking read must not wait for a pool thread
     stderrData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
     group.leave()
   }

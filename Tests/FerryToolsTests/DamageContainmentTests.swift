@@ -55,7 +55,7 @@ func finish(_ process: Process, _ out: Pipe, _ err: Pipe) -> Ended {
   let errData = Mutex(Data())
   let group = DispatchGroup()
   group.enter()
-  DispatchQueue.global().async {
+  Thread.detachNewThread {  // its own thread: a blocking read must not wait for a pool thread
     errData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
     group.leave()
   }

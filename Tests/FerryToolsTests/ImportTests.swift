@@ -75,7 +75,7 @@ final class Child {
     let handle = input.fileHandleForWriting
     inputClosed = true
     feeding.enter()
-    DispatchQueue.global().async { [feeding] in
+    Thread.detachNewThread { [feeding] in
       try? handle.write(contentsOf: Data(text.utf8))
       try? handle.close()
       feeding.leave()
@@ -105,7 +105,7 @@ final class Child {
     let stderr = Mutex(Data())
     let group = DispatchGroup()
     group.enter()
-    DispatchQueue.global().async {
+    Thread.detachNewThread {
       let data = errorHandle.readDataToEndOfFile()
       stderr.withLock { $0 = data }
       group.leave()
