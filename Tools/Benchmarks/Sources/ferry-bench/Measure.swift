@@ -104,3 +104,15 @@ func anonymousMemory() -> Int {
   }
   return 0
 }
+
+#if os(Linux)
+  /// glibc's `malloc_trim` (not in Swift's Glibc module).
+  @_silgen_name("malloc_trim") private func mallocTrim(_ pad: Int) -> Int32
+#endif
+
+/// Gives the heap's freed memory back to the system (glibc's `malloc_trim`; nothing elsewhere).
+func returnFreedHeap() {
+  #if os(Linux)
+    _ = mallocTrim(0)
+  #endif
+}

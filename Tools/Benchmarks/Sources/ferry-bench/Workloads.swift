@@ -344,6 +344,10 @@ func rebuildAndOpen(_ sizes: Sizes) async throws -> [Figure] {
   let n = sizes.rebuildEvents
   let scanRate = Double(n) / (try await seconds { _ = try LMDBFloor.scan(path: path) })
   let store = try await FerryStore.open(at: path)
+  // What the workloads before this one freed, glibc keeps in its arenas (the run loop's lanes
+  // leave some 50 MiB there, all of it free: `malloc_trim` gives it back). Returned first, so
+  // the figure is what the rebuild itself holds at its peak, not the free lists of earlier work.
+  returnFreedHeap()
   resetPeakMemory()
   let before = peakMemory()
   let sampler = AnonymousMemorySampler()

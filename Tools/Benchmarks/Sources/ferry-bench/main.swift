@@ -41,8 +41,14 @@ if let index = arguments.firstIndex(of: "--profile-rebuild"),
     do {
       try await buildLog(path, events: count)
       let store = try await FerryStore.open(at: path)
+      let before = anonymousMemory()
+      let sampler = AnonymousMemorySampler()
       let rate = Double(count) / (try await seconds { _ = try await store.log.rebuild() })
-      print(String(format: "rebuilt %d events at %.0f events/s", count, rate))
+      let peak = sampler.stop()
+      print(
+        String(
+          format: "rebuilt %d events at %.0f events/s; anonymous RSS %.1f MiB before, %.1f MiB at most during it",
+          count, rate, Double(before) / 1_048_576, Double(peak) / 1_048_576))
       store.close()
     } catch {
       print("profile failed: \(error)")
