@@ -44,7 +44,13 @@ bash Tools/try-install.sh
 # The DocC documentation of the libraries, on the build above: fails on any DocC warning.
 bash Tools/docs.sh
 
-swift test --skip-build "$@"
+# A hang fails the run here, saying so, long before CI's own limit (a full run takes minutes).
+test_status=0
+timeout --kill-after=30 ${FERRY_TEST_TIMEOUT:-1800} swift test --skip-build "$@" || test_status=$?
+if [ "$test_status" -eq 124 ] || [ "$test_status" -eq 137 ]; then
+  echo "ferry: the tests did not finish within ${FERRY_TEST_TIMEOUT:-1800} s (a hang) and were stopped" >&2
+fi
+[ "$test_status" -eq 0 ] || exit "$test_status"
 
 # The write-ahead segment (Specs/one-sync-commit.md, off by default): its own kill campaign, with
 # the segment's crash points and kills during replay. Skipped when a filter was given.
@@ -52,6 +58,7 @@ if [ "$#" -eq 0 ]; then
   segment_log=$(mktemp)
   segment_status=0
   FERRY_WRITE_AHEAD_SEGMENT=1 FERRY_CRASH_KILLS=${FERRY_SEGMENT_CRASH_KILLS:-500} \
+    timeout --kill-after=30 ${FERRY_TEST_TIMEOUT:-1800} \
     swift test --skip-build --filter CrashTests >"$segment_log" 2>&1 || segment_status=$?
   grep -E "^crash" "$segment_log" || true
   if [ "$segment_status" -ne 0 ]; then
