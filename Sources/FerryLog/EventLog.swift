@@ -941,9 +941,56 @@ public final class EventLog: Sendable {
   /// ```swift
   /// let n = try log.read { view in try view.tables(of: "countByType").count("counts") }
   /// ```
+  ///
+  /// A projection the log has moved past — another process appended without folding it, or is
+  /// rebuilding it in chunks, or was killed part-way through a rebuild — is first caught up through
+  /// this process's writer (what an append here does first), and `body` runs again on a snapshot
+  /// that has it; `body` should only read. A read-only open, a projection stored at another
+  /// version, or a read on the writer's own thread still gets
+  /// ``FerryLogError/projectionNotCurrent(projection:reason:)``.
   public func read<R>(_ body: (LogView) throws -> R) throws -> R {
-    try guarded {
-      try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
+    var caughtUp = 0
+    while true {
+      do {
+        return try guarded {
+          try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
+        }
+      } catch FerryLogError.projectionNotCurrent(let projection, let reason) {
+        // Another process may append (or rebuild) again at once: a few rounds, then the error.
+        guard caughtUp < 3, try catchUpBehind() else {
+          throw FerryLogError.projectionNotCurrent(projection: projection, reason: reason)
+        }
+        caughtUp += 1
+      }
+    }
+  }
+
+  /// Folds into this process's projections what the log holds past them, on the writer thread
+  /// (waiting for it), and checkpoints when the store has a write-ahead segment. False when this
+  /// open cannot: read-only, closed, or called on a writer thread (which would wait for itself).
+  func catchUpBehind() throws -> Bool {
+    guard let writer, Thread.current.name != GroupCommitWriter.threadName else { return false }
+    let core = self.core
+    let environment = self.environment
+    let chunk = configuration.rebuildChunkSize
+    let segment = self.segment
+    let outcome = Mutex<Result<Int, any Error>?>(nil)
+    let done = DispatchSemaphore(value: 0)
+    let accepted = writer.submit(
+      .exclusive {
+        let result = Result {
+          let folded = try Self.foldBehind(core, environment: environment, chunk: chunk)
+          if folded > 0 { try segment?.checkpointNow(environment: environment, core: core) }
+          return folded
+        }
+        outcome.withLock { $0 = result }
+        done.signal()
+      })
+    guard accepted else { return false }
+    done.wait()
+    switch outcome.withLock({ $0 }) {
+    case .failure(let error): throw FerryLogError.wrap(error, path: path)
+    case .success, nil: return true
     }
   }
 

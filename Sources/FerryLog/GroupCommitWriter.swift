@@ -116,12 +116,15 @@ final class GroupCommitWriter: @unchecked Sendable {
     self.onCommit = onCommit
   }
 
+  /// The name of every writer thread (reads that would wait for a writer check it).
+  static let threadName = "ferry.writer"
+
   func start() {
     let thread = Thread { [self] in
       run()
       finished.signal()
     }
-    thread.name = "ferry.writer"
+    thread.name = Self.threadName
     thread.start()
   }
 

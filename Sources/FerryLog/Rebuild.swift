@@ -157,14 +157,24 @@ extension EventLog {
         }
       }
     }
+    return try foldBehind(core, environment: environment, chunk: chunk)
+  }
+
+  /// Folds the log into every projection of this code's version that is behind its head, in
+  /// transactions of `chunk` events, each starting from the position stored then (so another
+  /// process folding the same projection at the same time — its own rebuild or catch-up — only
+  /// shares the work). A projection stored at another version is left alone. Returns how many
+  /// events were replayed.
+  static func foldBehind(_ core: StoreCore, environment: Environment, chunk: Int) throws -> Int {
     var replayed = 0
     while true {
       let progressed = try environment.write { txn -> Int in
         let head = try core.head(txn)
         var positions: [(BoundProjection, UInt64)] = []
         for target in core.projections {
-          let position = try core.state(of: target.name, txn)?.position ?? 0
-          if position < head { positions.append((target, position)) }
+          guard let state = try core.state(of: target.name, txn), state.version == target.projection.version
+          else { continue }
+          if state.position < head { positions.append((target, state.position)) }
         }
         guard let lowest = positions.map(\.1).min() else { return 0 }
         let targets = positions.filter { $0.1 == lowest }.map(\.0)

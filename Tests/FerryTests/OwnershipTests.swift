@@ -12,11 +12,16 @@ final class Child: Sendable {
   private let lines = Mutex<[String]>([])
   private let ended = Mutex(false)
 
-  init(_ product: String, _ arguments: [String], stdin: FileHandle? = nil) throws {
+  init(
+    _ product: String, _ arguments: [String], stdin: FileHandle? = nil, environment: [String: String] = [:]
+  ) throws {
     signal(SIGPIPE, SIG_IGN)  // a write to a child that died must fail, not kill the test process
     process = Process()
     process.executableURL = productURL(product)
     process.arguments = arguments
+    if !environment.isEmpty {
+      process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    }
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = FileHandle.nullDevice

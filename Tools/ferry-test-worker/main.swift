@@ -220,6 +220,32 @@ case "segment-share-rebuild":
     done.signal()
   }
   done.wait()
+case "store-rebuild":
+  // Opens the store (every projection of a FerryStore) with rebuildChunkSize CHUNK, says "open",
+  // waits for a line on standard input, rebuilds every projection and says "rebuilt", then waits
+  // for another line, closes and says "closed". Crash points are armed from the environment
+  // (FERRY_CRASH_POINT=rebuild.chunk kills it after its first chunk of the rebuild).
+  guard arguments.count == 4, let chunk = Int(arguments[3]) else { fail("store-rebuild DIR CHUNK") }
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.rebuildChunkSize = chunk
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      _ = readLine()
+      _ = try await store.log.rebuild()
+      say("rebuilt")
+      _ = readLine()
+      store.close()
+      say("closed")
+    } catch {
+      fail("store-rebuild failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "store-segment-add":
   // Opens the store with the write-ahead segment asked for, adds COUNT tasks one by one (tag
   // "app", data id "app-I") printing "ack ID I", says "holding", and on a line on standard input
