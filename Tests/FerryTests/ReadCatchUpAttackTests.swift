@@ -1,0 +1,310 @@
+import FerryLog
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// Hostile scenarios for reads that catch a projection up through the writer (EventLog.read,
+/// commit 91ca417): other processes rebuilding, killed part-way, at another version; reads nested,
+/// racing close, from handlers, read-only; the write-ahead segment with kills.
+@Suite(.timeLimit(.minutes(5))) struct ReadCatchUpAttackTests {
+  /// Adds `count` jobs from eight concurrent lanes (so that commits group); returns their ids in order.
+  func addJobs(_ queue: TaskQueue, _ count: Int, tag: String = "job") async throws -> [TaskID] {
+    try await withThrowingTaskGroup(of: [TaskID].self) { group in
+      for lane in 0..<8 {
+        group.addTask {
+          var ids: [TaskID] = []
+          for i in stride(from: lane, to: count, by: 8) {
+            ids.append(try await queue.add(tag: tag, payload: ["n": "\(i)"]))
+          }
+          return ids
+        }
+      }
+      var all: [TaskID] = []
+      for try await ids in group { all += ids }
+      return all.sorted()
+    }
+  }
+
+  func say(_ line: String, to pipe: Pipe) {
+    try? pipe.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+  }
+
+  /// Waits (polling, never blocking the pool) until the child exits; false when it is still
+  /// running at the deadline.
+  func exits(_ child: Child, within limit: Duration) async throws -> Bool {
+    let deadline = ContinuousClock.now + limit
+    while child.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+    return !child.process.isRunning
+  }
+
+  /// Another process opens the store and rebuilds it in chunks of `chunk`, and is killed after
+  /// the first: the store's projections are left behind the log.
+  func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async throws {
+    let input = Pipe()
+    let child =
+      segment
+      ? try Child(
+        "ferry-test-worker", ["attack-segment-rebuild", path, "\(chunk)"],
+        environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+      : try Child(
+        "ferry-test-worker", ["store-rebuild", path, "\(chunk)"], stdin: input.fileHandleForReading,
+        environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    _ = try await child.waitForLine(startingWith: "open")
+    say("go", to: input)
+    let exited = try await exits(child, within: .seconds(60))
+    if !exited { child.kill() }
+    try #require(exited)
+    try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
+  }
+
+  func isNotCurrent(_ error: any Error) -> Bool {
+    if case FerryLogError.projectionNotCurrent = error { return true }
+    return false
+  }
+
+  // MARK: Nested reads
+
+  /// A read inside a read (here: the queue's pending tasks inside `log.read`), with the projection
+  /// left behind by a rebuild killed in another process. The inner read cannot have the writer
+  /// catch up while its thread holds the outer snapshot: the writer's transactions must grow the
+  /// map (the outer snapshot pins every page the catch-up frees), and growing waits for every
+  /// transaction of the process to end — the outer one waits for the writer. It must end, with
+  /// the rows or with `projectionNotCurrent`, never hang. Run in a worker, which is killed if it
+  /// hangs.
+  @Test func aNestedReadWhoseProjectionIsBehindNeverHangs() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let ids: [TaskID]
+    do {
+      let queue = try await TaskQueue.open(at: fixture.path)
+      ids = try await addJobs(queue, 4_000)
+      queue.close()
+    }
+    // The reader opens first (an open would catch up by itself), reads after the killed rebuild.
+    let input = Pipe()
+    let child = try Child(
+      "ferry-test-worker", ["attack-nested-read", fixture.path, "20"], stdin: input.fileHandleForReading)
+    _ = try await child.waitForLine(startingWith: "open")
+    try await killedRebuild(fixture.path, chunk: 200)
+    say("go", to: input)
+    let exited = try await exits(child, within: .seconds(60))
+    if !exited { child.kill() }
+    #expect(exited, "the nested read hung: \(child.output)")
+    let line = child.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") }
+    #expect(
+      line?.hasPrefix("read \(ids.count) ") == true || line?.contains("projectionNotCurrent") == true,
+      "\(child.output)")
+    #expect(child.output.contains("closed"))
+    print("nested read worker: \(child.output)")
+    // Whatever the nested read did, the store is whole: the next open catches up.
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    #expect(try queue.pendingTasks().map(\.id) == ids)
+    #expect(try queue.log.verify().isHealthy)
+  }
+
+  // MARK: Another version
+
+  /// Another process opens the log with the projection at version 2 (its open rebuilds it so).
+  /// This process, at version 1, must get `projectionNotCurrent` — promptly, after its catch-up
+  /// rounds — and never fold into or reset the other version's rows.
+  @Test func aProjectionAtAnotherVersionFailsTheReadAndIsLeftAlone() async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-version-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try EventLog.open(
+      at: path, configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackCounts", version: 1)]))
+    defer { log.close() }
+    for round in 0..<30 {
+      _ = try await log.append((0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
+    }
+    #expect(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackCounts")) }.values.reduce(0, +) == 300)
+
+    let input = Pipe()
+    let child = try Child(
+      "ferry-test-worker", ["attack-version-open", path, "2"], stdin: input.fileHandleForReading)
+    defer { if child.process.isRunning { child.kill() } }
+    #expect(try await child.waitForLine(startingWith: "open ") == "open 300")
+
+    let started = ContinuousClock.now
+    do {
+      _ = try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackCounts")) }
+      Issue.record("a projection stored at version 2 was served to version 1")
+    } catch {
+      #expect(isNotCurrent(error), "\(error)")
+    }
+    #expect(ContinuousClock.now - started < .seconds(10))
+    // Appending here must not fold version 1's code into version 2's rows either.
+    await #expect(throws: FerryLogError.self) { _ = try await log.append(NewEvent(type: "t0", payload: [1])) }
+    #expect(try log.head() == 300)
+    let problems = try log.verify().problems.map { "\($0)" }
+    #expect(problems.contains { $0.contains("stored version 2, code version 1") }, "\(problems)")
+    #expect(!problems.contains { $0.contains("covers the log up to") }, "\(problems)")
+
+    say("close", to: input)
+    _ = try await child.waitForLine(startingWith: "closed")
+  }
+
+  // MARK: Read-only
+
+  /// A read-only open made before another process's rebuild is killed part-way: it has no writer,
+  /// so its reads get `projectionNotCurrent` at once (never wait, never write).
+  @Test func aReadOnlyOpenDuringAKilledRebuildThrowsAtOnce() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let ids: [TaskID]
+    do {
+      let queue = try await TaskQueue.open(at: fixture.path)
+      ids = try await addJobs(queue, 1_200)
+      queue.close()
+    }
+    let snapshot = try FerryStore.openReadOnly(at: fixture.path)
+    #expect(try snapshot.queue.pendingTasks().count == ids.count)
+    try await killedRebuild(fixture.path, chunk: 200)
+    let started = ContinuousClock.now
+    for _ in 0..<3 {
+      do {
+        _ = try snapshot.queue.pendingTasks()
+        Issue.record("a read-only open served a projection behind the log")
+      } catch {
+        #expect(isNotCurrent(error), "\(error)")
+      }
+    }
+    #expect(ContinuousClock.now - started < .seconds(5))
+    snapshot.close()
+    // A read-write open then finishes the rebuild.
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    #expect(try queue.pendingTasks().map(\.id) == ids)
+    #expect(try queue.log.verify().isHealthy)
+  }
+
+  // MARK: Many readers, handlers, close
+
+  /// Another process rebuilds in chunks of 5 while this one runs tasks whose handlers read the
+  /// queue, and eight tasks (four times the cores) read it in a loop: every read and run succeeds,
+  /// no pool thread starves the writer, each task runs once.
+  @Test func readsFromHandlersAndManyTasksDuringALiveRebuild() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let ids = try await addJobs(queue, 2_000)
+    let input = Pipe()
+    let child = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: input.fileHandleForReading)
+    defer { if child.process.isRunning { child.kill() } }
+    _ = try await child.waitForLine(startingWith: "open")
+    let handlerReads = Atomic<Int>(0)
+    let runner = TaskRunner(queue: queue)
+    runner.register(tag: "job") { _ in
+      _ = try queue.pendingTasks().count
+      _ = try queue.nextRunnable()
+      handlerReads.add(1, ordering: .relaxed)
+      return .succeeded
+    }
+    say("go", to: input)
+    let readers = (0..<8).map { _ in
+      Task {
+        var reads = 0
+        while !child.output.contains("rebuilt") {
+          _ = try queue.pendingTasks().count
+          reads += 1
+          await Task.yield()
+        }
+        return reads
+      }
+    }
+    let report = try await runner.run()
+    var reads = 0
+    for reader in readers { reads += try await reader.value }
+    #expect(report.entries.count == ids.count)
+    #expect(handlerReads.load(ordering: .relaxed) == ids.count)
+    let ledger = try RunLedger(queue.log)
+    ledger.expectEachTaskRanOnce(ids)
+    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    #expect(try queue.log.verify().isHealthy)
+    say("close", to: input)
+    _ = try await child.waitForLine(startingWith: "closed")
+    print("reads while the other process rebuilt: \(reads)")
+  }
+
+  /// Reads that must catch up (a rebuild was killed in another process) race `close()` from four
+  /// threads: each read returns the rows or throws `closed` (or `projectionNotCurrent` once the
+  /// writer stopped); none hangs, nothing crashes.
+  @Test func readsThatMustCatchUpRaceClose() async throws {
+    for round in 0..<3 {
+      let fixture = QueueFixture()
+      defer { fixture.remove() }
+      let queue = try await TaskQueue.open(at: fixture.path)
+      let ids = try await addJobs(queue, 2_000)
+      try await killedRebuild(fixture.path, chunk: 100)
+      let outcomes = Mutex<[String]>([])
+      let finished = Atomic<Int>(0)
+      for _ in 0..<4 {
+        Thread.detachNewThread {
+          let outcome: String
+          do {
+            outcome = "rows \(try queue.pendingTasks().count)"
+          } catch FerryLogError.closed {
+            outcome = "closed"
+          } catch {
+            outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"
+          }
+          outcomes.withLock { $0.append(outcome) }
+          finished.add(1, ordering: .sequentiallyConsistent)
+        }
+      }
+      try await Task.sleep(for: .milliseconds(round * 3))
+      queue.close()
+      let deadline = ContinuousClock.now + .seconds(30)
+      while finished.load(ordering: .sequentiallyConsistent) < 4 && ContinuousClock.now < deadline {
+        try await Task.sleep(for: .milliseconds(5))
+      }
+      let seen = outcomes.withLock { $0 }
+      #expect(seen.count == 4, "reads hung racing close: \(seen)")
+      #expect(
+        seen.allSatisfy { $0 == "rows \(ids.count)" || $0 == "closed" || $0 == "notCurrent" }, "\(seen)")
+    }
+  }
+
+  // MARK: Write-ahead segment
+
+  /// With the write-ahead segment: a process adds tasks and is killed (its LMDB commits
+  /// unflushed), another's rebuild is killed after its first chunk, a third reads (catching the
+  /// projection up, then checkpointing), adds more and is killed. Reopened: every acknowledged
+  /// task is there, the store verifies healthy.
+  @Test func segmentStoreKilledAroundACatchUpLosesNothing() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "600"], stdin: Pipe().fileHandleForReading)
+    _ = try await adder.waitForLine(startingWith: "holding")
+    adder.kill()
+    var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
+    #expect(acknowledged.count == 600)
+
+    // The reader opens first (an open would catch up by itself), reads after the killed rebuild.
+    let readerInput = Pipe()
+    let reader = try Child(
+      "ferry-test-worker", ["attack-segment-read-add", fixture.path, "100"], stdin: readerInput.fileHandleForReading)
+    defer { if reader.process.isRunning { reader.kill() } }
+    _ = try await reader.waitForLine(startingWith: "open")
+    try await killedRebuild(fixture.path, chunk: 50, segment: true)
+    say("go", to: readerInput)
+    _ = try await reader.waitForLine(startingWith: "holding")
+    reader.kill()
+    #expect(reader.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 600", "\(reader.output)")
+    let late = reader.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+    #expect(late.count == 100)
+    acknowledged.formUnion(late)
+
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    let pending = Set(try store.queue.pendingTasks().map(\.id))
+    #expect(acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))")
+    #expect(pending.count == 700)
+    let report = try store.log.verify()
+    #expect(report.isHealthy, "\(report.problems)")
+  }
+}
