@@ -147,6 +147,65 @@ import Testing
     _ = try await child.waitForLine(startingWith: "closed")
   }
 
+  /// A log with two projections, A and B at version 1, 30 events; another process then opens it
+  /// with only B at version 2 (rebuilt so at its open) and appends 300 events: A is 300 behind at
+  /// version 1, B current at version 2. Returns the open log (rebuildChunkSize 10).
+  func mixedVersions(_ path: String) async throws -> EventLog {
+    var configuration = EventLog.Configuration(
+      projections: [EventTypeCounts(name: "attackA", version: 1), EventTypeCounts(name: "attackB", version: 1)])
+    configuration.rebuildChunkSize = 10
+    let log = try EventLog.open(at: path, configuration: configuration)
+    for round in 0..<3 {
+      _ = try await log.append((0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
+    }
+    let child = try Child("ferry-test-worker", ["attack-projections-append", path, "attackB:2", "300"])
+    #expect(try await child.waitForLine(startingWith: "head ") == "head 330")
+    _ = try await child.waitForLine(startingWith: "closed")
+    return log
+  }
+
+  func total(_ log: EventLog, _ name: String) throws -> UInt64 {
+    try log.read { try EventTypeCounts.counts(in: $0.tables(of: name)) }.values.reduce(0, +)
+  }
+
+  /// A read catches up the projection of this code's version (A) and still refuses the one stored
+  /// at another version (B), which stays as the other process left it.
+  @Test func aReadCatchesUpItsVersionAndLeavesAnothersAlone() async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try await mixedVersions(path)
+    defer { log.close() }
+    #expect(try total(log, "attackA") == 330)
+    do {
+      _ = try total(log, "attackB")
+      Issue.record("a projection stored at version 2 was served to version 1")
+    } catch {
+      #expect(isNotCurrent(error), "\(error)")
+    }
+    let problems = try log.verify().problems.map { "\($0)" }
+    #expect(problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") }, "\(problems)")
+    #expect(!problems.contains { $0.contains("'attackA'") }, "\(problems)")
+  }
+
+  /// The same store, but this process appends before any read: A is further behind than one
+  /// transaction folds, and the writer's catch-up for that must not reset B — stored at version 2
+  /// by the other process — to this code's version 1 (catchUpInline refuses a changed version
+  /// with `projectionNotCurrent`; the far-behind path must not get round that).
+  @Test func anAppendFarBehindDoesNotResetAnotherProcesssVersion() async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try await mixedVersions(path)
+    defer { log.close() }
+    do {
+      _ = try await log.append(NewEvent(type: "t0", payload: [1]))
+      Issue.record("the append went through over a projection stored at another version")
+    } catch {
+      #expect(isNotCurrent(error), "\(error)")
+    }
+    let problems = try log.verify().problems.map { "\($0)" }
+    #expect(problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") }, "\(problems)")
+  }
+
   // MARK: Read-only
 
   /// A read-only open made before another process's rebuild is killed part-way: it has no writer,

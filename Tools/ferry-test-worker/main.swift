@@ -293,6 +293,37 @@ case "attack-version-open":
   } catch {
     fail("attack-version-open failed: \(error)")
   }
+case "attack-projections-append":
+  // Opens the log with EventTypeCounts projections named and versioned by SPEC ("name:version,…",
+  // or "-" for none), appends COUNT events (types "t0"…"t2", in batches of 50), says "head H",
+  // closes and says "closed".
+  guard arguments.count == 5, let count = Int(arguments[4]) else { fail("attack-projections-append DIR SPEC COUNT") }
+  let projections: [any Projection] =
+    arguments[3] == "-"
+    ? []
+    : arguments[3].split(separator: ",").map { item in
+      let parts = item.split(separator: ":")
+      return EventTypeCounts(name: String(parts[0]), version: UInt32(parts[1])!)
+    }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let log = try EventLog.open(at: directory, configuration: EventLog.Configuration(projections: projections))
+      var appended = 0
+      while appended < count {
+        let batch = min(50, count - appended)
+        _ = try await log.append((0..<batch).map { NewEvent(type: "t\(($0 + appended) % 3)", payload: Array("w".utf8)) })
+        appended += batch
+      }
+      say("head \(try log.head())")
+      log.close()
+      say("closed")
+    } catch {
+      fail("attack-projections-append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "attack-segment-rebuild":
   // store-rebuild with the write-ahead segment: opens the store with rebuildChunkSize CHUNK,
   // says "open", and at once rebuilds every projection, saying "rebuilt" (FERRY_CRASH_POINT=
