@@ -289,6 +289,65 @@ import Testing
     print("reads while the other process rebuilt: \(reads)")
   }
 
+  /// Two other processes rebuild at the same time (chunks of 5 and 7: each resets the projection
+  /// when it starts, then both fold it from the position stored in each transaction) while this
+  /// process runs tasks, reads in a loop, and reads on every update it is told of. Every read
+  /// and run succeeds, each task runs once, and the store verifies.
+  @Test func twoRebuildersAndAReaderWithUpdates() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let ids = try await addJobs(queue, 1_500)
+    let inputs = [Pipe(), Pipe()]
+    let children = try [
+      Child("ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: inputs[0].fileHandleForReading),
+      Child("ferry-test-worker", ["store-rebuild", fixture.path, "7"], stdin: inputs[1].fileHandleForReading),
+    ]
+    defer { for child in children where child.process.isRunning { child.kill() } }
+    for child in children { _ = try await child.waitForLine(startingWith: "open") }
+    let updates = queue.updates()
+    let listener = Task {
+      var reads = 0
+      for await update in updates {
+        _ = try queue.pendingTasks().count
+        reads += 1
+        if case .succeeded(let id) = update, id == ids.last { break }
+      }
+      return reads
+    }
+    let runner = TaskRunner(queue: queue)
+    runner.register(tag: "job") { _ in
+      _ = try queue.nextRunnable()
+      return .succeeded
+    }
+    for input in inputs { say("go", to: input) }
+    let reader = Task {
+      var reads = 0
+      while !children.allSatisfy({ $0.output.contains("rebuilt") }) {
+        _ = try queue.pendingTasks().count
+        reads += 1
+        try await Task.sleep(for: .milliseconds(1))
+      }
+      return reads
+    }
+    let report = try await runner.run()
+    #expect(report.entries.count == ids.count)
+    let reads = try await reader.value
+    for (child, input) in zip(children, inputs) {
+      say("close", to: input)
+      _ = try await child.waitForLine(startingWith: "closed")
+    }
+    let ledger = try RunLedger(queue.log)
+    ledger.expectEachTaskRanOnce(ids)
+    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    #expect(try queue.pendingTasks().isEmpty)
+    #expect(try queue.log.verify().isHealthy)
+    listener.cancel()
+    _ = try? await listener.value
+    print("reads while two processes rebuilt: \(reads)")
+  }
+
   /// Reads that must catch up (a rebuild was killed in another process) race `close()` from four
   /// threads: each read returns the rows or throws `closed` (or `projectionNotCurrent` once the
   /// writer stopped); none hangs, nothing crashes.
@@ -328,7 +387,86 @@ import Testing
     }
   }
 
+  /// A process whose read is catching the projection up (a rebuild was killed in another
+  /// process) is itself killed after the catch-up's first chunk: this process, open all along,
+  /// catches the rest up with its next read, runs every task once, and the store verifies.
+  @Test func aReaderKilledInItsCatchUpLeavesAStoreTheNextReadFinishes() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let ids = try await addJobs(queue, 2_000)
+    let input = Pipe()
+    let reader = try Child(
+      "ferry-test-worker", ["attack-nested-read", fixture.path, "100"], stdin: input.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    defer { if reader.process.isRunning { reader.kill() } }
+    _ = try await reader.waitForLine(startingWith: "open")
+    try await killedRebuild(fixture.path, chunk: 100)
+    say("go", to: input)
+    let exited = try await exits(reader, within: .seconds(60))
+    try #require(exited)
+    #expect(reader.process.terminationReason == .uncaughtSignal, "\(reader.output)")
+    #expect(!reader.output.contains { $0.hasPrefix("read ") })
+    // 100 folded by the rebuild, 100 more by the reader's catch-up: the rest is this process's.
+    #expect(try queue.pendingTasks().map(\.id) == ids)
+    let runner = TaskRunner(queue: queue)
+    runner.register(tag: "job") { _ in .succeeded }
+    let report = try await runner.run()
+    #expect(report.entries.count == ids.count)
+    let ledger = try RunLedger(queue.log)
+    ledger.expectEachTaskRanOnce(ids)
+    #expect(try queue.log.verify().isHealthy)
+  }
+
   // MARK: Write-ahead segment
+
+  /// With the write-ahead segment: a reader's catch-up (after a rebuild killed in another
+  /// process) is killed after its first chunk — its commits unflushed, no checkpoint after them;
+  /// another process then opens, reads, adds and is killed; reopened, nothing acknowledged is
+  /// lost and the store verifies.
+  @Test func segmentReaderKilledInItsCatchUpLosesNothing() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "800"], stdin: Pipe().fileHandleForReading)
+    _ = try await adder.waitForLine(startingWith: "holding")
+    adder.kill()
+    var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
+    #expect(acknowledged.count == 800)
+
+    let readerInput = Pipe()
+    let reader = try Child(
+      "ferry-test-worker", ["attack-segment-read-add", fixture.path, "10"], stdin: readerInput.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    defer { if reader.process.isRunning { reader.kill() } }
+    _ = try await reader.waitForLine(startingWith: "open")
+    try await killedRebuild(fixture.path, chunk: 50, segment: true)
+    say("go", to: readerInput)
+    let exited = try await exits(reader, within: .seconds(60))
+    try #require(exited)
+    #expect(reader.process.terminationReason == .uncaughtSignal, "\(reader.output)")
+
+    let nextInput = Pipe()
+    let next = try Child(
+      "ferry-test-worker", ["attack-segment-read-add", fixture.path, "50"], stdin: nextInput.fileHandleForReading)
+    defer { if next.process.isRunning { next.kill() } }
+    _ = try await next.waitForLine(startingWith: "open")
+    say("go", to: nextInput)
+    _ = try await next.waitForLine(startingWith: "holding")
+    next.kill()
+    #expect(next.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 800", "\(next.output)")
+    let late = next.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+    #expect(late.count == 50)
+    acknowledged.formUnion(late)
+
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    let pending = Set(try store.queue.pendingTasks().map(\.id))
+    #expect(acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))")
+    #expect(pending.count == 850)
+    let report = try store.log.verify()
+    #expect(report.isHealthy, "\(report.problems)")
+  }
 
   /// With the write-ahead segment: a process adds tasks and is killed (its LMDB commits
   /// unflushed), another's rebuild is killed after its first chunk, a third reads (catching the

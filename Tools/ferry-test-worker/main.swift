@@ -251,7 +251,9 @@ case "attack-nested-read":
   // line on standard input reads the queue from inside another
   // EventLog.read (the outer snapshot held): says "read N growths G adoptions A", or
   // "error E" when the read throws; then closes and says "closed". A hang is the failure
-  // the caller looks for.
+  // the caller looks for. Crash points are armed from the environment (FERRY_CRASH_POINT=
+  // rebuild.chunk kills it after the first chunk of a catch-up).
+  CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
@@ -354,6 +356,7 @@ case "attack-segment-read-add":
   // "error E"), then adds COUNT tasks one by one (tag "late", data id "late-I") printing
   // "ack ID I", and says "holding" until killed or a line arrives on standard input.
   guard arguments.count == 4, let count = Int(arguments[3]) else { fail("attack-segment-read-add DIR COUNT") }
+  CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
