@@ -419,6 +419,45 @@ import Testing
     #expect(try queue.log.verify().isHealthy)
   }
 
+  /// Another process rebuilds over and over (each rebuild resets the queue's projection to its
+  /// snapshot, then folds in chunks of 5) while this one, for 15 seconds, adds 40 tasks, compacts
+  /// (a snapshot with them pending), runs them, and compacts with a retention of zero again. Its
+  /// compaction reads (catching the projection up), then
+  /// compacts; a reset landing in between must not make it remove events the projection, then
+  /// behind its snapshot, still needs — a finished task coming back as pending.
+  @Test func compactionsRacingRepeatedRebuildsNeverResurrectATask() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    var all = try await addJobs(store.queue, 400)
+    let runner = TaskRunner(queue: store.queue)
+    runner.register(tag: "job") { _ in .succeeded }
+    _ = try await runner.run()
+    _ = try await store.compact(retention: .zero)
+    let child = try Child("ferry-test-worker", ["attack-rebuild-loop", fixture.path, "5", "1000000"])
+    defer { if child.process.isRunning { child.kill() } }
+    _ = try await child.waitForLine(startingWith: "open")
+    var compactions = 0
+    let deadline = ContinuousClock.now + .seconds(15)
+    while ContinuousClock.now < deadline {
+      // A snapshot with 40 tasks pending, then their runs, then a compaction removing them all.
+      all += try await addJobs(store.queue, 40)
+      _ = try await store.compact(retention: .zero)
+      _ = try await runner.run()
+      _ = try await store.compact(retention: .zero)
+      compactions += 2
+    }
+    let rounds = child.output.filter { $0.hasPrefix("round ") }.count
+    if child.process.isRunning { child.kill() }
+    _ = try await runner.run()
+    let pending = try store.queue.pendingTasks().map(\.id)
+    #expect(pending.isEmpty, "\(pending.count) finished tasks came back: \(pending.prefix(10))")
+    let report = try store.log.verify()
+    #expect(report.isHealthy, "\(report.problems.prefix(5))")
+    print("compactions: \(compactions), rebuilds in the other process: \(rounds), tasks: \(all.count)")
+  }
+
   // MARK: Write-ahead segment
 
   /// With the write-ahead segment: a reader's catch-up (after a rebuild killed in another

@@ -326,6 +326,33 @@ case "attack-projections-append":
     done.signal()
   }
   done.wait()
+case "attack-rebuild-loop":
+  // Opens the store with rebuildChunkSize CHUNK, says "open", then rebuilds every projection
+  // ROUNDS times (saying "round I" after each), says "done", closes and says "closed".
+  guard arguments.count == 5, let chunk = Int(arguments[3]), let rounds = Int(arguments[4]) else {
+    fail("attack-rebuild-loop DIR CHUNK ROUNDS")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.rebuildChunkSize = chunk
+      configuration.createIfMissing = false
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      for round in 0..<rounds {
+        _ = try await store.log.rebuild()
+        say("round \(round)")
+      }
+      say("done")
+      store.close()
+      say("closed")
+    } catch {
+      fail("attack-rebuild-loop failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "attack-segment-rebuild":
   // store-rebuild with the write-ahead segment: opens the store with rebuildChunkSize CHUNK,
   // says "open", and at once rebuilds every projection, saying "rebuilt" (FERRY_CRASH_POINT=
