@@ -206,6 +206,45 @@ import Testing
     #expect(problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") }, "\(problems)")
   }
 
+  /// A read inside the compaction's own predicate runs on the writer's thread, inside its write
+  /// transaction, with the projection behind in the committed state (another process appended
+  /// without it): it must get `projectionNotCurrent` (or the rows), never wait for the writer —
+  /// itself.
+  @Test func aReadOnTheWriterThreadInsideACompactionNeverWaitsForItself() async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-writer-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try EventLog.open(
+      at: path, configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackA", version: 1)]))
+    defer { log.close() }
+    _ = try await log.append((0..<20).map { NewEvent(type: "t\($0 % 3)", payload: Array("x".utf8)) })
+    let child = try Child("ferry-test-worker", ["attack-projections-append", path, "-", "100"])
+    #expect(try await child.waitForLine(startingWith: "head ") == "head 120")
+    _ = try await child.waitForLine(startingWith: "closed")
+    let outcomes = Mutex<[String]>([])
+    let compaction = Task {
+      try await log.compact(removing: { event in
+        let outcome: String
+        do {
+          outcome = "rows \(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackA")) }.values.reduce(0, +))"
+        } catch {
+          outcome = self.isNotCurrent(error) ? "notCurrent" : "error \(error)"
+        }
+        outcomes.withLock { $0.append(outcome) }
+        return false
+      })
+    }
+    let deadline = ContinuousClock.now + .seconds(30)
+    while outcomes.withLock({ $0.count }) < 120 && ContinuousClock.now < deadline {
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let seen = outcomes.withLock { $0 }
+    try #require(seen.count == 120, "the compaction's predicate hung reading: \(seen.count) of 120 calls")
+    _ = try await compaction.value
+    #expect(seen.allSatisfy { $0 == "notCurrent" || $0 == "rows 120" }, "\(Set(seen))")
+    #expect(try total(log, "attackA") == 120)
+    #expect(try log.verify().isHealthy)
+  }
+
   // MARK: Read-only
 
   /// A read-only open made before another process's rebuild is killed part-way: it has no writer,
@@ -505,6 +544,53 @@ import Testing
     #expect(pending.count == 850)
     let report = try store.log.verify()
     #expect(report.isHealthy, "\(report.problems)")
+  }
+
+  /// With the write-ahead segment, all at once: another process adds tasks (and is killed part-way),
+  /// a third rebuilds in chunks of 5, and this one reads in a loop (catching up, checkpointing).
+  /// Then this one is closed and the store reopened: every acknowledged task is there, healthy.
+  @Test func segmentConcurrentAddRebuildAndReads() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let ids: [TaskID]
+    var reads = 0
+    var acknowledgedCount = 0
+    do {
+      let store = try await fixture.openStore { $0.writeAheadSegment = true }
+      defer { store.close() }
+      ids = try await addJobs(store.queue, 600)
+      let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "3000"], stdin: Pipe().fileHandleForReading)
+      defer { if adder.process.isRunning { adder.kill() } }
+      func acks() -> Int { adder.output.count { $0.hasPrefix("ack ") } }
+      let deadline = ContinuousClock.now + .seconds(60)
+      while acks() < 300 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+      let rebuilder = try Child(
+        "ferry-test-worker", ["attack-segment-rebuild", fixture.path, "5"])
+      defer { if rebuilder.process.isRunning { rebuilder.kill() } }
+      while !(rebuilder.output.contains("closed") && acks() >= 1_500) && ContinuousClock.now < deadline {
+        let count = try store.queue.pendingTasks().count
+        #expect(count >= ids.count)
+        reads += 1
+        try await Task.sleep(for: .milliseconds(1))
+      }
+      #expect(rebuilder.output.contains("closed"), "\(rebuilder.output.suffix(3))")
+      adder.kill()
+      let acknowledged = adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+      acknowledgedCount = acknowledged.count
+      #expect(acknowledged.count >= 1_500)
+      let pending = Set(try store.queue.pendingTasks().map(\.id))
+      #expect(Set(ids + acknowledged).subtracting(pending).isEmpty)
+      store.close()
+      let reopened = try await fixture.openStore { $0.writeAheadSegment = true }
+      defer { reopened.close() }
+      let after = Set(try reopened.queue.pendingTasks().map(\.id))
+      #expect(Set(ids + acknowledged).subtracting(after).isEmpty, "lost: \(Set(ids + acknowledged).subtracting(after).count)")
+      // The adder adds one at a time: at most one task was committed but not yet acknowledged.
+      #expect((ids.count + acknowledged.count)...(ids.count + acknowledged.count + 1) ~= after.count)
+      let report = try reopened.log.verify()
+      #expect(report.isHealthy, "\(report.problems.prefix(5))")
+    }
+    print("reads during the other processes' add and rebuild: \(reads), acknowledged: \(acknowledgedCount)")
   }
 
   /// With the write-ahead segment: a process adds tasks and is killed (its LMDB commits
