@@ -497,6 +497,57 @@ import Testing
     print("compactions: \(compactions), rebuilds in the other process: \(rounds), tasks: \(all.count)")
   }
 
+  /// Another process is stopped (SIGSTOP — a debugger, or a suspended app extension) in the
+  /// middle of its rebuild, holding LMDB's write lock. A read here whose projection is behind
+  /// used to throw `projectionNotCurrent` at once; now it waits for this process's writer, which
+  /// waits for that lock — for as long as the other process stays stopped (a read on the main
+  /// thread freezes the app). Recorded as a known issue (intermittent: the stop may land between
+  /// two of the other process's transactions); not fixed here — a bounded wait, after which the
+  /// read throws as before, needs a bound chosen by the maintainers.
+  @Test func aReadWhileAnotherProcessIsStoppedHoldingTheWriteLock() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    _ = try await addJobs(queue, 6_000)
+    let input = Pipe()
+    let child = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "2"], stdin: input.fileHandleForReading)
+    defer {
+      kill(child.pid, SIGCONT)
+      if child.process.isRunning { child.kill() }
+    }
+    _ = try await child.waitForLine(startingWith: "open")
+    say("go", to: input)
+    try await Task.sleep(for: .milliseconds(200))
+    #expect(!child.output.contains("rebuilt"))
+    kill(child.pid, SIGSTOP)
+    let outcome = Mutex<String?>(nil)
+    Thread.detachNewThread {
+      let result: String
+      do {
+        result = "rows \(try queue.pendingTasks().count)"
+      } catch {
+        result = isNotCurrent(error) ? "notCurrent" : "error \(error)"
+      }
+      outcome.withLock { $0 = result }
+    }
+    let deadline = ContinuousClock.now + .seconds(5)
+    while outcome.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let whileStopped = outcome.withLock { $0 }
+    kill(child.pid, SIGCONT)
+    withKnownIssue(
+      "a read that must catch up waits as long as another process holds the write lock", isIntermittent: true
+    ) {
+      #expect(whileStopped != nil, "the read was still waiting 5 s after the other process stopped")
+    }
+    // Once the other process goes on, the read ends.
+    let later = ContinuousClock.now + .seconds(60)
+    while outcome.withLock({ $0 }) == nil && ContinuousClock.now < later { try await Task.sleep(for: .milliseconds(5)) }
+    #expect(outcome.withLock { $0 } == "rows 6000")
+  }
+
   // MARK: Write-ahead segment
 
   /// With the write-ahead segment: a reader's catch-up (after a rebuild killed in another
