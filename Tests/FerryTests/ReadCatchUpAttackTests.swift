@@ -548,6 +548,55 @@ import Testing
     #expect(outcome.withLock { $0 } == "rows 6000")
   }
 
+  /// `close()` lands while this process's writer is in the middle of a long catch-up (10,000
+  /// events in chunks of 20, each a durable commit) that eight reads on their own threads wait
+  /// for: close waits for the job, every read ends (`closed`, or the rows), none hangs.
+  @Test func closeDuringALongCatchUpEndsEveryRead() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: fixture.configuration { $0.rebuildChunkSize = 20 })
+    let ids = try await addJobs(queue, 10_000)
+    try await killedRebuild(fixture.path, chunk: 100)
+    let outcomes = Mutex<[String]>([])
+    for _ in 0..<8 {
+      Thread.detachNewThread {
+        let outcome: String
+        do {
+          outcome = "rows \(try queue.pendingTasks().count)"
+        } catch FerryLogError.closed {
+          outcome = "closed"
+        } catch {
+          outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"
+        }
+        outcomes.withLock { $0.append(outcome) }
+      }
+    }
+    try await Task.sleep(for: .milliseconds(100))
+    let closing = ContinuousClock.now
+    let closed = Atomic<Bool>(false)
+    Thread.detachNewThread {
+      queue.close()
+      closed.store(true, ordering: .sequentiallyConsistent)
+    }
+    let deadline = ContinuousClock.now + .seconds(60)
+    while (outcomes.withLock { $0.count } < 8 || !closed.load(ordering: .sequentiallyConsistent))
+      && ContinuousClock.now < deadline
+    {
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let seen = outcomes.withLock { $0 }
+    let didClose = closed.load(ordering: .sequentiallyConsistent)
+    #expect(didClose, "close hung")
+    #expect(seen.count == 8, "reads hung: \(seen)")
+    #expect(seen.allSatisfy { $0 == "rows \(ids.count)" || $0 == "closed" || $0 == "notCurrent" }, "\(seen)")
+    print("close took \(ContinuousClock.now - closing); reads: \(seen)")
+    // The catch-up the close let finish (or the next open) leaves the store whole.
+    let reopened = try await TaskQueue.open(at: fixture.path)
+    defer { reopened.close() }
+    #expect(try reopened.pendingTasks().map(\.id) == ids)
+    #expect(try reopened.log.verify().isHealthy)
+  }
+
   // MARK: Write-ahead segment
 
   /// With the write-ahead segment: a reader's catch-up (after a rebuild killed in another
