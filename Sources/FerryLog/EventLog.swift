@@ -946,7 +946,8 @@ public final class EventLog: Sendable {
   /// rebuilding it in chunks, or was killed part-way through a rebuild — is first caught up through
   /// this process's writer (what an append here does first), and `body` runs again on a snapshot
   /// that has it; `body` should only read. A read-only open, a projection stored at another
-  /// version, or a read on the writer's own thread still gets
+  /// version, a read on the writer's own thread, or a read inside another read (its thread holds
+  /// a snapshot the writer may have to wait for) still gets
   /// ``FerryLogError/projectionNotCurrent(projection:reason:)``.
   public func read<R>(_ body: (LogView) throws -> R) throws -> R {
     var caughtUp = 0
@@ -967,9 +968,14 @@ public final class EventLog: Sendable {
 
   /// Folds into this process's projections what the log holds past them, on the writer thread
   /// (waiting for it), and checkpoints when the store has a write-ahead segment. False when this
-  /// open cannot: read-only, closed, or called on a writer thread (which would wait for itself).
+  /// open cannot: read-only, closed, called on a writer thread (which would wait for itself), or
+  /// on a thread holding another transaction of the store — a read inside a read: the writer's
+  /// transaction may have to grow the map, which waits for that transaction to end, which waits
+  /// for the writer.
   func catchUpBehind() throws -> Bool {
-    guard let writer, Thread.current.name != GroupCommitWriter.threadName else { return false }
+    guard let writer, Thread.current.name != GroupCommitWriter.threadName,
+      !environment.callingThreadHoldsTransaction
+    else { return false }
     let core = self.core
     let environment = self.environment
     let chunk = configuration.rebuildChunkSize

@@ -235,7 +235,9 @@ final class GroupCommitWriter: @unchecked Sendable {
         segment?.abandonFrame()
         if let pending { onOwnRange(pending, false) }
         do {
-          _ = try EventLog.prepareProjections(core, environment: environment, chunk: catchUpChunk, reset: [])
+          // Only fold (never reset): a projection another process stored at another version, or
+          // whose state disappeared, is left alone, and the next try refuses it in catchUpInline.
+          _ = try EventLog.foldBehind(core, environment: environment, chunk: catchUpChunk)
         } catch {
           for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
           return

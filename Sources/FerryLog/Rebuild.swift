@@ -571,6 +571,20 @@ extension EventLog {
           do {
             let report = try environment.write { txn -> CompactionReport in
               let head = try core.head(txn)
+              // Another process may have reset a projection (a rebuild starting from its
+              // snapshot) or left it behind since the caller last read: fold it up to the head in
+              // this transaction, so that the snapshot covers it and nothing it still needs is
+              // removed (a projection at another version is left alone, and gets no snapshot).
+              for target in core.projections {
+                guard let state = try core.state(of: target.name, txn), state.version == target.projection.version,
+                  state.position < head
+                else { continue }
+                let last = try core.replay(
+                  after: state.position, limit: .max, through: head, into: [target], targetTxn: txn, logTxn: txn,
+                  batched: true)
+                try core.setState(
+                  ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
+              }
               let rows = try core.writeSnapshots(of: core.projections, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.

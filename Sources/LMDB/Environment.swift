@@ -492,6 +492,12 @@ public final class Environment: @unchecked Sendable {
   /// The current map size in bytes.
   public var mapSize: Int { state.withLock { $0.mapSize } }
 
+  /// Whether the calling thread holds a transaction of this environment open (a read inside a
+  /// read). Such a thread must not wait for another thread's write: that write may have to grow
+  /// the map or adopt another process's map size, which waits until every transaction of this
+  /// process has ended — its own included.
+  public var callingThreadHoldsTransaction: Bool { resizeLock.sharedDepth > 0 }
+
   /// Counters of commits, aborts and map growth since open.
   public var counters: Counters { state.withLock { $0.counters } }
 

@@ -204,6 +204,31 @@ import Testing
     #expect(try counts(log) == ["local": 2, "worker.event": 25])
   }
 
+  @Test func aProjectionAnotherProcessLeftBehindIsCaughtUpByTheNextAppendOrRead() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType()]) { $0.rebuildChunkSize = 10 }
+    defer { log.close() }
+    _ = try await log.append(NewEvent(type: "local", payload: []))
+
+    // Another process appends 25 events without this process's projection.
+    var (status, output) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    #expect(output.split(separator: "\n").last == "ack 26")
+    // 25 behind is more than one chunk of 10: caught up in chunks before the next batch.
+    let next = try await log.append(NewEvent(type: "local", payload: []))
+    #expect(next == 27)
+    #expect(try counts(log) == ["local": 2, "worker.event": 25])
+
+    // Again, and now a read comes first: it has the writer catch the projection up (in chunks)
+    // and reads again, rather than refusing (EventLog.read; a read-only open still refuses).
+    (status, output) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    #expect(output.split(separator: "\n").last == "ack 52")
+    #expect(try counts(log) == ["local": 2, "worker.event": 50])
+    #expect(try log.verify().isHealthy)
+  }
+
   @Test func aReadOnlyOpenStillRefusesAProjectionBehindTheLog() async throws {
     let store = TemporaryStore()
     defer { store.remove() }

@@ -246,6 +246,171 @@ case "store-rebuild":
     done.signal()
   }
   done.wait()
+case "attack-nested-read":
+  // Opens the store read-write (with rebuildChunkSize CHUNK when given), says "open", and on a
+  // line on standard input reads the queue from inside another
+  // EventLog.read (the outer snapshot held): says "read N growths G adoptions A", or
+  // "error E" when the read throws; then closes and says "closed". A hang is the failure
+  // the caller looks for. Crash points are armed from the environment (FERRY_CRASH_POINT=
+  // rebuild.chunk kills it after the first chunk of a catch-up).
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.createIfMissing = false
+      if arguments.count == 4, let chunk = Int(arguments[3]) { configuration.rebuildChunkSize = chunk }
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      let info = try store.log.storageInfo()
+      say("open mapsize \(info.mapSize) used \(info.usedBytes)")
+      _ = readLine()
+      do {
+        let n = try store.log.read { _ in try store.queue.pendingTasks().count }
+        let counters = store.log.storageCounters
+        say("read \(n) growths \(counters.mapGrowths) adoptions \(counters.mapAdoptions)")
+      } catch {
+        say("error \(error)")
+      }
+      store.close()
+      say("closed")
+    } catch {
+      fail("attack-nested-read failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-version-open":
+  // Opens the log with one EventTypeCounts projection "attackCounts" at VERSION (a changed
+  // version is rebuilt at open), says "open HEAD", and on a line on standard input closes and
+  // says "closed".
+  guard arguments.count == 4, let version = UInt32(arguments[3]) else { fail("attack-version-open DIR VERSION") }
+  do {
+    let log = try EventLog.open(
+      at: directory,
+      configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackCounts", version: version)]))
+    say("open \(try log.head())")
+    _ = readLine()
+    log.close()
+    say("closed")
+  } catch {
+    fail("attack-version-open failed: \(error)")
+  }
+case "attack-projections-append":
+  // Opens the log with EventTypeCounts projections named and versioned by SPEC ("name:version,…",
+  // or "-" for none), appends COUNT events (types "t0"…"t2", in batches of 50), says "head H",
+  // closes and says "closed".
+  guard arguments.count == 5, let count = Int(arguments[4]) else { fail("attack-projections-append DIR SPEC COUNT") }
+  let projections: [any Projection] =
+    arguments[3] == "-"
+    ? []
+    : arguments[3].split(separator: ",").map { item in
+      let parts = item.split(separator: ":")
+      return EventTypeCounts(name: String(parts[0]), version: UInt32(parts[1])!)
+    }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let log = try EventLog.open(at: directory, configuration: EventLog.Configuration(projections: projections))
+      var appended = 0
+      while appended < count {
+        let batch = min(50, count - appended)
+        _ = try await log.append((0..<batch).map { NewEvent(type: "t\(($0 + appended) % 3)", payload: Array("w".utf8)) })
+        appended += batch
+      }
+      say("head \(try log.head())")
+      log.close()
+      say("closed")
+    } catch {
+      fail("attack-projections-append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-rebuild-loop":
+  // Opens the store with rebuildChunkSize CHUNK, says "open", then rebuilds every projection
+  // ROUNDS times (saying "round I" after each), says "done", closes and says "closed".
+  guard arguments.count == 5, let chunk = Int(arguments[3]), let rounds = Int(arguments[4]) else {
+    fail("attack-rebuild-loop DIR CHUNK ROUNDS")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.rebuildChunkSize = chunk
+      configuration.createIfMissing = false
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      for round in 0..<rounds {
+        _ = try await store.log.rebuild()
+        say("round \(round)")
+      }
+      say("done")
+      store.close()
+      say("closed")
+    } catch {
+      fail("attack-rebuild-loop failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-segment-rebuild":
+  // store-rebuild with the write-ahead segment: opens the store with rebuildChunkSize CHUNK,
+  // says "open", and at once rebuilds every projection, saying "rebuilt" (FERRY_CRASH_POINT=
+  // rebuild.chunk kills it after the rebuild's first chunk).
+  guard arguments.count == 4, let chunk = Int(arguments[3]) else { fail("attack-segment-rebuild DIR CHUNK") }
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment = true
+      configuration.rebuildChunkSize = chunk
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      _ = try await store.log.rebuild()
+      say("rebuilt")
+      store.close()
+      say("closed")
+    } catch {
+      fail("attack-segment-rebuild failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "attack-segment-read-add":
+  // Opens the store with the write-ahead segment, says "open", and on a line on standard input
+  // reads the pending tasks (saying "read N", or
+  // "error E"), then adds COUNT tasks one by one (tag "late", data id "late-I") printing
+  // "ack ID I", and says "holding" until killed or a line arrives on standard input.
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("attack-segment-read-add DIR COUNT") }
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment = true
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      _ = readLine()
+      do {
+        say("read \(try store.queue.pendingTasks().count)")
+      } catch {
+        say("error \(error)")
+      }
+      for i in 0..<count {
+        let id = try await store.queue.add(tag: "late", payload: ["n": i], dataId: "late-\(i)")
+        say("ack \(id) \(i)")
+      }
+      say("holding")
+      _ = readLine()
+      store.close()
+      say("closed")
+    } catch {
+      fail("attack-segment-read-add failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "store-segment-add":
   // Opens the store with the write-ahead segment asked for, adds COUNT tasks one by one (tag
   // "app", data id "app-I") printing "ack ID I", says "holding", and on a line on standard input
