@@ -972,6 +972,9 @@ public final class EventLog: Sendable {
   /// on a thread holding another transaction of the store — a read inside a read: the writer's
   /// transaction may have to grow the map, which waits for that transaction to end, which waits
   /// for the writer.
+  /// How long a read waits for its catch-up before it gives up and throws `projectionNotCurrent`.
+  static let readCatchUpWait: DispatchTimeInterval = .seconds(1)
+
   func catchUpBehind() throws -> Bool {
     guard let writer, Thread.current.name != GroupCommitWriter.threadName,
       !environment.callingThreadHoldsTransaction
@@ -993,7 +996,10 @@ public final class EventLog: Sendable {
         done.signal()
       })
     guard accepted else { return false }
-    done.wait()
+    // Bounded: another process may hold LMDB's write lock for long (an app extension suspended
+    // mid-rebuild), and a read — perhaps on an app's main thread — should fail as it did before
+    // rather than wait for it. The job stays queued and catches up when it can.
+    guard done.wait(timeout: .now() + Self.readCatchUpWait) == .success else { return false }
     switch outcome.withLock({ $0 }) {
     case .failure(let error): throw FerryLogError.wrap(error, path: path)
     case .success, nil: return true
