@@ -966,15 +966,15 @@ public final class EventLog: Sendable {
     }
   }
 
+  /// How long a read waits for its catch-up before it gives up and throws `projectionNotCurrent`.
+  static let readCatchUpWait: DispatchTimeInterval = .seconds(1)
+
   /// Folds into this process's projections what the log holds past them, on the writer thread
   /// (waiting for it), and checkpoints when the store has a write-ahead segment. False when this
   /// open cannot: read-only, closed, called on a writer thread (which would wait for itself), or
   /// on a thread holding another transaction of the store — a read inside a read: the writer's
   /// transaction may have to grow the map, which waits for that transaction to end, which waits
   /// for the writer.
-  /// How long a read waits for its catch-up before it gives up and throws `projectionNotCurrent`.
-  static let readCatchUpWait: DispatchTimeInterval = .seconds(1)
-
   func catchUpBehind() throws -> Bool {
     guard let writer, Thread.current.name != GroupCommitWriter.threadName,
       !environment.callingThreadHoldsTransaction
