@@ -168,25 +168,7 @@ extension EventLog {
   static func foldBehind(_ core: StoreCore, environment: Environment, chunk: Int) throws -> Int {
     var replayed = 0
     while true {
-      let progressed = try environment.write { txn -> Int in
-        let head = try core.head(txn)
-        var positions: [(BoundProjection, UInt64)] = []
-        for target in core.projections {
-          guard let state = try core.state(of: target.name, txn), state.version == target.projection.version
-          else { continue }
-          if state.position < head { positions.append((target, state.position)) }
-        }
-        guard let lowest = positions.map(\.1).min() else { return 0 }
-        let targets = positions.filter { $0.1 == lowest }.map(\.0)
-        let last = try core.replay(
-          after: lowest, limit: max(1, chunk), through: head, into: targets, targetTxn: txn, logTxn: txn,
-          batched: true)
-        for target in targets {
-          try core.setState(
-            ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
-        }
-        return Int(last - lowest)
-      }
+      let progressed = try environment.write { txn in try core.foldFurthestBehind(limit: chunk, txn) }
       if progressed == 0 { break }
       CrashPoint.reach(CrashPoint.rebuildChunk)
       replayed += progressed
@@ -575,16 +557,7 @@ extension EventLog {
               // snapshot) or left it behind since the caller last read: fold it up to the head in
               // this transaction, so that the snapshot covers it and nothing it still needs is
               // removed (a projection at another version is left alone, and gets no snapshot).
-              for target in core.projections {
-                guard let state = try core.state(of: target.name, txn), state.version == target.projection.version,
-                  state.position < head
-                else { continue }
-                let last = try core.replay(
-                  after: state.position, limit: .max, through: head, into: [target], targetTxn: txn, logTxn: txn,
-                  batched: true)
-                try core.setState(
-                  ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
-              }
+              while try core.foldFurthestBehind(limit: .max, txn) > 0 {}
               let rows = try core.writeSnapshots(of: core.projections, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.

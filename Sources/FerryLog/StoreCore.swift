@@ -375,6 +375,27 @@ struct StoreCore: Sendable {
     }
   }
 
+  /// In `txn`: folds the log into the projections of this code's version that are furthest behind
+  /// its head (those sharing the lowest position), at most `limit` events, and stores their new
+  /// position. A projection stored at another version is left alone. Returns how many events it
+  /// replayed: 0 when none is behind.
+  func foldFurthestBehind(limit: Int, _ txn: Transaction) throws -> Int {
+    let head = try head(txn)
+    var positions: [(BoundProjection, UInt64)] = []
+    for target in projections {
+      guard let state = try state(of: target.name, txn), state.version == target.projection.version else { continue }
+      if state.position < head { positions.append((target, state.position)) }
+    }
+    guard let lowest = positions.map(\.1).min() else { return 0 }
+    let targets = positions.filter { $0.1 == lowest }.map(\.0)
+    let last = try replay(
+      after: lowest, limit: max(1, limit), through: head, into: targets, targetTxn: txn, logTxn: txn, batched: true)
+    for target in targets {
+      try setState(ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
+    }
+    return Int(last - lowest)
+  }
+
   /// Replays the records after `position` up to at most `limit` records into `targets`, reading the
   /// log through `logTxn` and writing through `targetTxn` (the same transaction for a live store, a
   /// scratch environment's for verify). Returns the last sequence applied (`position` if none).
