@@ -10,61 +10,6 @@ import Testing
 /// commit 91ca417): other processes rebuilding, killed part-way, at another version; reads nested,
 /// racing close, from handlers, read-only; the write-ahead segment with kills.
 @Suite(.timeLimit(.minutes(5))) struct ReadCatchUpAttackTests {
-  /// Adds `count` jobs from eight concurrent lanes (so that commits group); returns their ids in order.
-  func addJobs(_ queue: TaskQueue, _ count: Int, tag: String = "job") async throws -> [TaskID] {
-    try await withThrowingTaskGroup(of: [TaskID].self) { group in
-      for lane in 0..<8 {
-        group.addTask {
-          var ids: [TaskID] = []
-          for i in stride(from: lane, to: count, by: 8) {
-            ids.append(try await queue.add(tag: tag, payload: ["n": "\(i)"]))
-          }
-          return ids
-        }
-      }
-      var all: [TaskID] = []
-      for try await ids in group { all += ids }
-      return all.sorted()
-    }
-  }
-
-  func say(_ line: String, to pipe: Pipe) {
-    try? pipe.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
-  }
-
-  /// Waits (polling, never blocking the pool) until the child exits; false when it is still
-  /// running at the deadline.
-  func exits(_ child: Child, within limit: Duration) async throws -> Bool {
-    let deadline = ContinuousClock.now + limit
-    while child.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-    return !child.process.isRunning
-  }
-
-  /// Another process opens the store and rebuilds it in chunks of `chunk`, and is killed after
-  /// the first: the store's projections are left behind the log.
-  func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async throws {
-    let input = Pipe()
-    let child =
-      segment
-      ? try Child(
-        "ferry-test-worker", ["attack-segment-rebuild", path, "\(chunk)"],
-        environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
-      : try Child(
-        "ferry-test-worker", ["store-rebuild", path, "\(chunk)"], stdin: input.fileHandleForReading,
-        environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
-    _ = try await child.waitForLine(startingWith: "open")
-    say("go", to: input)
-    let exited = try await exits(child, within: .seconds(60))
-    if !exited { child.kill() }
-    try #require(exited)
-    try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
-  }
-
-  func isNotCurrent(_ error: any Error) -> Bool {
-    if case FerryLogError.projectionNotCurrent = error { return true }
-    return false
-  }
-
   // MARK: Nested reads
 
   /// A read inside a read (here: the queue's pending tasks inside `log.read`), with the projection
@@ -227,7 +172,7 @@ import Testing
         do {
           outcome = "rows \(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackA")) }.values.reduce(0, +))"
         } catch {
-          outcome = self.isNotCurrent(error) ? "notCurrent" : "error \(error)"
+          outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"
         }
         outcomes.withLock { $0.append(outcome) }
         return false
@@ -668,8 +613,11 @@ import Testing
       func acks() -> Int { adder.output.count { $0.hasPrefix("ack ") } }
       let deadline = ContinuousClock.now + .seconds(60)
       while acks() < 300 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(1)) }
+      let rebuilderInput = Pipe()
       let rebuilder = try Child(
-        "ferry-test-worker", ["attack-segment-rebuild", fixture.path, "5"])
+        "ferry-test-worker", ["store-rebuild", fixture.path, "5", "segment"],
+        stdin: rebuilderInput.fileHandleForReading)
+      say("go\nclose", to: rebuilderInput)  // rebuild at once, then close
       defer { if rebuilder.process.isRunning { rebuilder.kill() } }
       while !(rebuilder.output.contains("closed") && acks() >= 1_500) && ContinuousClock.now < deadline {
         let count = try store.queue.pendingTasks().count

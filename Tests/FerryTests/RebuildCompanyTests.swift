@@ -10,31 +10,13 @@ import Testing
 /// runs tasks — never makes this process's reads or runs fail: a read that finds its projection
 /// behind the log catches it up through this process's writer and reads again.
 @Suite(.timeLimit(.minutes(5))) struct RebuildCompanyTests {
-  func addJobs(_ queue: TaskQueue, _ count: Int) async throws -> [TaskID] {
-    var ids: [TaskID] = []
-    for i in 0..<count { ids.append(try await queue.add(tag: "job", payload: ["n": "\(i)"])) }
-    return ids
-  }
-
-  func say(_ line: String, to pipe: Pipe) {
-    try? pipe.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
-  }
-
   @Test func aRebuildKilledPartWayInAnotherProcessIsCaughtUpByTheNextRead() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
     let ids = try await addJobs(queue, 1_200)
-    let input = Pipe()
-    let child = try Child(
-      "ferry-test-worker", ["store-rebuild", fixture.path, "200"], stdin: input.fileHandleForReading,
-      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
-    _ = try await child.waitForLine(startingWith: "open")
-    say("go", to: input)
-    let deadline = ContinuousClock.now + .seconds(60)
-    while child.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-    #expect(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
+    let child = try await killedRebuild(fixture.path, chunk: 200)
     #expect(!child.output.contains("rebuilt"))
     // The precondition, read without catching up: the queue's projection covers 200 of 1,200 events.
     let problems = try queue.log.verify().problems
@@ -99,4 +81,58 @@ import Testing
     // Reported, not asserted (it depends on timing): how many reads fell inside the rebuild.
     print("reads while the other process rebuilt: \(readsDuringRebuild)")
   }
+}
+
+// Shared with ReadCatchUpAttackTests.
+
+/// Adds `count` jobs from eight concurrent lanes (so that commits group); returns their ids in order.
+func addJobs(_ queue: TaskQueue, _ count: Int, tag: String = "job") async throws -> [TaskID] {
+  try await withThrowingTaskGroup(of: [TaskID].self) { group in
+    for lane in 0..<8 {
+      group.addTask {
+        var ids: [TaskID] = []
+        for i in stride(from: lane, to: count, by: 8) {
+          ids.append(try await queue.add(tag: tag, payload: ["n": "\(i)"]))
+        }
+        return ids
+      }
+    }
+    var all: [TaskID] = []
+    for try await ids in group { all += ids }
+    return all.sorted()
+  }
+}
+
+func say(_ line: String, to pipe: Pipe) {
+  try? pipe.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
+}
+
+/// Waits (polling, never blocking the pool) until the child exits; false when it is still
+/// running at the deadline.
+func exits(_ child: Child, within limit: Duration) async throws -> Bool {
+  let deadline = ContinuousClock.now + limit
+  while child.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+  return !child.process.isRunning
+}
+
+/// Another process opens the store and rebuilds it in chunks of `chunk`, and is killed after
+/// the first: the store's projections are left behind the log.
+@discardableResult
+func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async throws -> Child {
+  let input = Pipe()
+  let child = try Child(
+    "ferry-test-worker", ["store-rebuild", path, "\(chunk)"] + (segment ? ["segment"] : []),
+    stdin: input.fileHandleForReading, environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+  _ = try await child.waitForLine(startingWith: "open")
+  say("go", to: input)
+  let exited = try await exits(child, within: .seconds(60))
+  if !exited { child.kill() }
+  try #require(exited)
+  try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
+  return child
+}
+
+func isNotCurrent(_ error: any Error) -> Bool {
+  if case FerryLogError.projectionNotCurrent = error { return true }
+  return false
 }

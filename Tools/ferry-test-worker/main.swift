@@ -221,17 +221,21 @@ case "segment-share-rebuild":
   }
   done.wait()
 case "store-rebuild":
-  // Opens the store (every projection of a FerryStore) with rebuildChunkSize CHUNK, says "open",
-  // waits for a line on standard input, rebuilds every projection and says "rebuilt", then waits
-  // for another line, closes and says "closed". Crash points are armed from the environment
-  // (FERRY_CRASH_POINT=rebuild.chunk kills it after its first chunk of the rebuild).
-  guard arguments.count == 4, let chunk = Int(arguments[3]) else { fail("store-rebuild DIR CHUNK") }
+  // Opens the store (every projection of a FerryStore) with rebuildChunkSize CHUNK — and the
+  // write-ahead segment asked for with "segment" — says "open", waits for a line on standard
+  // input, rebuilds every projection and says "rebuilt", then waits for another line, closes and
+  // says "closed". Crash points are armed from the environment (FERRY_CRASH_POINT=rebuild.chunk
+  // kills it after its first chunk of the rebuild).
+  guard (4...5).contains(arguments.count), let chunk = Int(arguments[3]),
+    arguments.count == 4 || arguments[4] == "segment"
+  else { fail("store-rebuild DIR CHUNK [segment]") }
   CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
       var configuration = FerryStore.Configuration()
       configuration.rebuildChunkSize = chunk
+      configuration.writeAheadSegment = arguments.count == 5
       let store = try await FerryStore.open(at: directory, configuration: configuration)
       say("open")
       _ = readLine()
@@ -349,30 +353,6 @@ case "attack-rebuild-loop":
       say("closed")
     } catch {
       fail("attack-rebuild-loop failed: \(error)")
-    }
-    done.signal()
-  }
-  done.wait()
-case "attack-segment-rebuild":
-  // store-rebuild with the write-ahead segment: opens the store with rebuildChunkSize CHUNK,
-  // says "open", and at once rebuilds every projection, saying "rebuilt" (FERRY_CRASH_POINT=
-  // rebuild.chunk kills it after the rebuild's first chunk).
-  guard arguments.count == 4, let chunk = Int(arguments[3]) else { fail("attack-segment-rebuild DIR CHUNK") }
-  CrashPoint.armFromEnvironment()
-  let done = DispatchSemaphore(value: 0)
-  Task.detached {
-    do {
-      var configuration = FerryStore.Configuration()
-      configuration.writeAheadSegment = true
-      configuration.rebuildChunkSize = chunk
-      let store = try await FerryStore.open(at: directory, configuration: configuration)
-      say("open")
-      _ = try await store.log.rebuild()
-      say("rebuilt")
-      store.close()
-      say("closed")
-    } catch {
-      fail("attack-segment-rebuild failed: \(error)")
     }
     done.signal()
   }
