@@ -229,6 +229,40 @@ import Testing
     #expect(try log.verify().isHealthy)
   }
 
+  @Test func aCatchUpThatMeetsADamagedRecordFailsTheReadWithItsTypedError() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType()])
+    defer { log.close() }
+    _ = try await log.append(NewEvent(type: "local", payload: []))
+    // Another process appends 25 events without this process's projection…
+    let (status, _) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    // …and one of them (sequence 14, "worker 12") is then damaged in place, under this open's map.
+    let file = store.path + "/data.mdb"
+    let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+    let needle = Array("worker 12".utf8)
+    let offsets = (0...(bytes.count - needle.count)).filter { Array(bytes[$0..<($0 + needle.count)]) == needle }
+    try #require(!offsets.isEmpty)
+    let handle = try FileHandle(forUpdating: URL(fileURLWithPath: file))
+    for offset in offsets {
+      try handle.seek(toOffset: UInt64(offset + 7))
+      try handle.write(contentsOf: [bytes[offset + 7] ^ 0xFF])
+    }
+    try handle.close()
+
+    // The read's catch-up meets it: the read fails with the record's typed error, never serves
+    // the rows, and the log around it still reads; verify names it.
+    do {
+      _ = try counts(log)
+      Issue.record("a read was served over a damaged record")
+    } catch FerryLogError.corruptRecord(let sequence, _) {
+      #expect(sequence == 14)
+    }
+    #expect(try log.event(at: 13)?.sequence == 13)
+    #expect(try log.verify().problems.contains { $0.sequence == 14 })
+  }
+
   @Test func aReadOnlyOpenStillRefusesAProjectionBehindTheLog() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
