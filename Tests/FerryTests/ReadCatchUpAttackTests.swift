@@ -555,11 +555,19 @@ import Testing
   @Test func segmentReaderKilledInItsCatchUpLosesNothing() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "800"], stdin: Pipe().fileHandleForReading)
+    // The adder's input stays open (`withExtendedLifetime`): at end of input it would close the
+    // store itself, racing the kill, and leave no frames to replay.
+    let adderInput = Pipe()
+    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "800"], stdin: adderInput.fileHandleForReading)
     _ = try await adder.waitForLine(startingWith: "holding")
-    adder.kill()
+    withExtendedLifetime(adderInput) { adder.kill() }
+    #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
     var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
     #expect(acknowledged.count == 800)
+    // An open alone replays the killed adder's frames and catches its projections up — chunks the
+    // reader's armed crash point would stop at. Settled here first, so that the reader dies in its
+    // read's catch-up, the thing under test, and not in its open.
+    try await fixture.openStore { $0.writeAheadSegment = true }.close()
 
     let readerInput = Pipe()
     let reader = try Child(
@@ -608,7 +616,8 @@ import Testing
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       defer { store.close() }
       ids = try await addJobs(store.queue, 600)
-      let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "3000"], stdin: Pipe().fileHandleForReading)
+      let adderInput = Pipe()  // kept open to the kill below: at end of input the adder would close the store itself
+      let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "3000"], stdin: adderInput.fileHandleForReading)
       defer { if adder.process.isRunning { adder.kill() } }
       func acks() -> Int { adder.output.count { $0.hasPrefix("ack ") } }
       let deadline = ContinuousClock.now + .seconds(60)
@@ -626,7 +635,8 @@ import Testing
         try await Task.sleep(for: .milliseconds(1))
       }
       #expect(rebuilder.output.contains("closed"), "\(rebuilder.output.suffix(3))")
-      adder.kill()
+      withExtendedLifetime(adderInput) { adder.kill() }
+      #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
       let acknowledged = adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
       acknowledgedCount = acknowledged.count
       #expect(acknowledged.count >= 1_500)
@@ -652,9 +662,11 @@ import Testing
   @Test func segmentStoreKilledAroundACatchUpLosesNothing() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "600"], stdin: Pipe().fileHandleForReading)
+    let adderInput = Pipe()  // kept open: at end of input the adder would close the store itself
+    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "600"], stdin: adderInput.fileHandleForReading)
     _ = try await adder.waitForLine(startingWith: "holding")
-    adder.kill()
+    withExtendedLifetime(adderInput) { adder.kill() }
+    #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
     var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
     #expect(acknowledged.count == 600)
 
