@@ -53,8 +53,24 @@ limited() {
     "$@"
   fi
 }
-test_status=0
-limited swift test --skip-build "$@" || test_status=$?
+test_log=$(mktemp)
+# A crash prints the crashed thread only (its frames are what matters; all threads' stacks would
+# push the rest of the report out of a CI log's tail).
+SWIFT_BACKTRACE=${SWIFT_BACKTRACE:-enable=yes,threads=crashed,registers=crashed,images=none} \
+  limited swift test --skip-build "$@" 2>&1 | tee "$test_log" && test_status=0 || test_status=${PIPESTATUS[0]}
+if [ "$test_status" -ne 0 ]; then
+  # What failed, repeated last (a CI log keeps the tail): each failing test's issues, and a
+  # crash's report from its first line.
+  {
+    echo "ferry: the tests failed (status $test_status); what failed:"
+    grep -E "✘|recorded an issue" "$test_log" | head -n 40 || true
+    if grep -q "Program crashed" "$test_log"; then
+      echo "ferry: the test process crashed:"
+      sed -n '/Program crashed/,$p' "$test_log" | head -n 80
+    fi
+  } >&2
+fi
+rm -f "$test_log"
 if [ "$test_status" -eq 124 ] || [ "$test_status" -eq 137 ]; then
   echo "ferry: the tests did not finish within ${FERRY_TEST_TIMEOUT:-1800} s (a hang) and were stopped" >&2
 fi
