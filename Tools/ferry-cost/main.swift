@@ -15,8 +15,9 @@ import Foundation
 
 struct Item: Codable, Sendable { var name: String }
 
-/// A `task.added` payload (`Specs/task-events.md` §2): tag, payload, no data id, maybe a group,
-/// not manual, unique append.
+/// A `task.added` payload at schema version 2, as Ferry writes it now (`Specs/task-events.md` §2):
+/// tag, payload, no data id, maybe a group, not manual, unique append, normal priority, no deadline.
+/// (A version-1 add would measure its upcaster too: about 970 instructions an event.)
 func addPayload(_ i: Int) -> [UInt8] {
   var writer = PayloadWriter()
   writer.write("t")
@@ -25,6 +26,8 @@ func addPayload(_ i: Int) -> [UInt8] {
   writer.write(i % 10 == 0 ? "g\(i % 100)" : String?.none)
   writer.write(false)
   writer.write(UInt8(0))
+  writer.write(UInt8(0))  // priority: normal
+  writer.write(Int64?.none)  // no deadline
   return writer.bytes
 }
 
@@ -32,7 +35,7 @@ func appendAdds(_ log: EventLog, _ count: Int) async throws {
   var written = 0
   while written < count {
     let batch = min(5_000, count - written)
-    let events = (0..<batch).map { NewEvent(type: "task.added", payload: addPayload(written + $0)) }
+    let events = (0..<batch).map { NewEvent(type: "task.added", schemaVersion: 2, payload: addPayload(written + $0)) }
     _ = try await log.append(events)
     written += batch
   }

@@ -313,7 +313,8 @@ func lookups(_ sizes: Sizes) async throws -> [Figure] {
   ]
 }
 
-/// Writes a log of `count` task-add events (the format of `Specs/task-events.md`) in big batches.
+/// Writes a log of `count` task-add events (schema version 2, as Ferry writes them now:
+/// `Specs/task-events.md`) in big batches.
 func buildLog(_ path: String, events count: Int) async throws {
   let store = try await FerryStore.open(at: path)
   defer { store.close() }
@@ -328,7 +329,9 @@ func buildLog(_ path: String, events count: Int) async throws {
       writer.write((written + i) % 10 == 0 ? "g\((written + i) % 100)" : String?.none)
       writer.write(false)
       writer.write(UInt8(0))
-      return NewEvent(type: "task.added", payload: writer.bytes)
+      writer.write(UInt8(0))  // priority: normal
+      writer.write(Int64?.none)  // no deadline
+      return NewEvent(type: "task.added", schemaVersion: 2, payload: writer.bytes)
     }
     _ = try await store.log.append(events)
     written += batch

@@ -109,7 +109,7 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       let queue = try await TaskQueue.open(at: path)
       let events = (0..<count).map { i in
         NewEvent(
-          type: "task.added",
+          type: "task.added", schemaVersion: 2,
           payload: profileAddPayload(tag: "noop", payload: Array("{\"i\":\(i)}".utf8), group: "g\(i % 8)"))
       }
       for chunk in stride(from: 0, to: events.count, by: 5000) {
@@ -136,7 +136,7 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
   exit(0)
 }
 
-/// A `task.added` payload (`Specs/task-events.md` §2), for building queues fast.
+/// A `task.added` payload at schema version 2 (`Specs/task-events.md` §2), for building queues fast.
 func profileAddPayload(tag: String, payload: [UInt8], group: String?) -> [UInt8] {
   func string(_ text: String) -> [UInt8] {
     let utf8 = Array(text.utf8)
@@ -146,6 +146,7 @@ func profileAddPayload(tag: String, payload: [UInt8], group: String?) -> [UInt8]
   bytes += [0]  // no data id
   if let group { bytes += [1] + string(group) } else { bytes += [0] }
   bytes += [0, 0]  // not manual, unique append
+  bytes += [0, 0]  // priority normal, no deadline (schema version 2)
   return bytes
 }
 
