@@ -41,6 +41,10 @@ import Testing
             lines.withLock { $0.append(line) }
           }
         }
+        // Reaped here, and only here: only `waitUntilExit()` releases a process's descriptors,
+        // and it must not run on two threads at once (it sets and clears the process's run loop
+        // state without a lock).
+        process.waitUntilExit()
         ended.signal()
       }
     }
@@ -66,19 +70,17 @@ import Testing
     /// Waits for it to end by itself (at most a minute, then kills it); returns how it ended.
     func waitForExit() -> (reason: Process.TerminationReason, status: Int32) {
       let deadline = DispatchTime.now() + .seconds(60)
-      DispatchQueue.global().asyncAfter(deadline: deadline) { [process] in
-        if process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
+      DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in  // weakly: no descriptors held a minute
+        if let process, process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
       }
-      process.waitUntilExit()
-      ended.wait()
+      ended.wait()  // the output's reader reaps it (the only caller of waitUntilExit: see init)
       return (process.terminationReason, process.terminationStatus)
     }
 
     /// SIGKILLs it and returns its lines.
     func kill() -> [String] {
       Foundation.kill(process.processIdentifier, SIGKILL)
-      process.waitUntilExit()
-      ended.wait()
+      ended.wait()  // the output's reader reaps it
       return lines.withLock { $0 }
     }
 

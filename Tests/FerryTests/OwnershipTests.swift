@@ -40,6 +40,11 @@ final class Child: Sendable {
           self.lines.withLock { $0.append(line) }
         }
       }
+      // Reaped here, on this thread of its own, and only here: Foundation releases a process's
+      // descriptors only through `waitUntilExit()` (callers that only polled `isRunning` left one
+      // open per child, hundreds across a run), and `waitUntilExit()` must not run on two threads
+      // at once (it sets and clears the process's run-loop state without a lock).
+      self.process.waitUntilExit()
       self.ended.withLock { $0 = true }
     }
   }
@@ -70,9 +75,11 @@ final class Child: Sendable {
     return (child, id)
   }
 
+  /// SIGKILLs it and waits (up to a minute) until its output's reader has reaped it.
   func kill() {
     Foundation.kill(process.processIdentifier, SIGKILL)
-    process.waitUntilExit()
+    let deadline = ContinuousClock.now + .seconds(60)
+    while !ended.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(1_000) }
   }
 
   /// Waits for the child to exit (up to five minutes) and returns its status.

@@ -33,7 +33,12 @@ func ferry(
   let inputPipe = Pipe()
   process.standardInput = inputPipe
   try process.run()
-  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { if process.isRunning { process.terminate() } }
+  // The watchdog holds the process weakly: held strongly, every call kept its process and three
+  // pipes open for a minute — over a thousand descriptors across the suite, past what Foundation's
+  // `Process.run()` scans of /proc/self/fd without reading beyond its buffer (a SIGSEGV in CI).
+  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { [weak process] in
+    if let process, process.isRunning { process.terminate() }
+  }
   if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }
   try inputPipe.fileHandleForWriting.close()
   let stderrData = Mutex<Data>(Data())

@@ -51,7 +51,10 @@ func start(
 
 /// Waits for a started process, reading both its outputs, killing it after a minute.
 func finish(_ process: Process, _ out: Pipe, _ err: Pipe) -> Ended {
-  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { if process.isRunning { process.terminate() } }
+  // Held weakly: a strong hold kept the process and its pipes open for the whole minute.
+  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { [weak process] in
+    if let process, process.isRunning { process.terminate() }
+  }
   let errData = Mutex(Data())
   let group = DispatchGroup()
   group.enter()

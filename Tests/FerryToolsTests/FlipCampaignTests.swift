@@ -107,8 +107,10 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
   process.standardError = FileHandle.nullDevice
   try process.run()
   let timedOut = Mutex(false)
-  DispatchQueue.global().asyncAfter(deadline: .now() + limit) {
-    if process.isRunning {
+  // Held weakly: a strong hold kept each of the campaign's processes and its pipe open until
+  // the limit passed, hundreds at a time.
+  DispatchQueue.global().asyncAfter(deadline: .now() + limit) { [weak process] in
+    if let process, process.isRunning {
       timedOut.withLock { $0 = true }
       kill(process.processIdentifier, SIGKILL)
     }

@@ -31,9 +31,12 @@ func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32,
   let pipe = Pipe()
   process.standardOutput = pipe
   try process.run()
-  // A hung child is killed after a minute rather than hanging the suite.
+  // A hung child is killed after a minute rather than hanging the suite. The watchdog holds the
+  // process weakly: a strong hold kept it and its pipes' descriptors open for the whole minute.
   let deadline = DispatchTime.now() + .seconds(60)
-  DispatchQueue.global().asyncAfter(deadline: deadline) { if process.isRunning { process.terminate() } }
+  DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in
+    if let process, process.isRunning { process.terminate() }
+  }
   let data = pipe.fileHandleForReading.readDataToEndOfFile()
   process.waitUntilExit()
   return (process.terminationStatus, String(decoding: data, as: UTF8.self))
