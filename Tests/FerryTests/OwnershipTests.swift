@@ -75,11 +75,12 @@ final class Child: Sendable {
     return (child, id)
   }
 
-  /// SIGKILLs it and waits (up to a minute) until its output's reader has reaped it.
+  /// SIGKILLs it and waits (up to a minute) until it has exited — not for the end of its output
+  /// (a grandchild may hold that open) and not by `waitUntilExit()` (its output's reader reaps it).
   func kill() {
     Foundation.kill(process.processIdentifier, SIGKILL)
     let deadline = ContinuousClock.now + .seconds(60)
-    while !ended.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(1_000) }
+    while process.isRunning && ContinuousClock.now < deadline { usleep(1_000) }
   }
 
   /// Waits for the child to exit (up to five minutes) and returns its status.
