@@ -50,6 +50,10 @@ final class Child: Sendable {
   }
 
   var output: [String] { lines.withLock { $0 } }
+  /// The task ids of its "ack ID …" lines (the workers' acknowledged adds), in order.
+  var acknowledgedIds: [UInt64] {
+    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { UInt64($0) } }
+  }
   var pid: Int32 { process.processIdentifier }
 
   /// Waits (up to a minute) for a line that starts with `prefix`; returns it.
@@ -448,9 +452,7 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     let updates = queue.updates()
     let child = try Child("ferry-test-worker", ["add-tasks", fixture.path, "3"])
     #expect(try await child.wait() == 0)
-    let acknowledged = child.output.filter { $0.hasPrefix("ack ") }.compactMap {
-      $0.split(separator: " ").dropFirst().first.flatMap { UInt64($0) }
-    }
+    let acknowledged = child.acknowledgedIds
     #expect(acknowledged.count == 3)
     var seen: [TaskID] = []
     for await update in updates {

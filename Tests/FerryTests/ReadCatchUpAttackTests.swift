@@ -555,14 +555,7 @@ import Testing
   @Test func segmentReaderKilledInItsCatchUpLosesNothing() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    // The adder's input stays open (`withExtendedLifetime`): at end of input it would close the
-    // store itself, racing the kill, and leave no frames to replay.
-    let adderInput = Pipe()
-    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "800"], stdin: adderInput.fileHandleForReading)
-    _ = try await adder.waitForLine(startingWith: "holding")
-    withExtendedLifetime(adderInput) { adder.kill() }
-    #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
-    var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
+    var acknowledged = try await killedSegmentAdder(fixture.path, adds: 800)
     #expect(acknowledged.count == 800)
     // An open alone replays the killed adder's frames and catches its projections up — chunks the
     // reader's armed crash point would stop at. Settled here first, so that the reader dies in its
@@ -590,17 +583,11 @@ import Testing
     _ = try await next.waitForLine(startingWith: "holding")
     next.kill()
     #expect(next.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 800", "\(next.output)")
-    let late = next.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+    let late = next.acknowledgedIds
     #expect(late.count == 50)
     acknowledged.formUnion(late)
 
-    let store = try await fixture.openStore { $0.writeAheadSegment = true }
-    defer { store.close() }
-    let pending = Set(try store.queue.pendingTasks().map(\.id))
-    #expect(acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))")
-    #expect(pending.count == 850)
-    let report = try store.log.verify()
-    #expect(report.isHealthy, "\(report.problems)")
+    try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 850)
   }
 
   /// With the write-ahead segment, all at once: another process adds tasks (and is killed part-way),
@@ -637,7 +624,7 @@ import Testing
       #expect(rebuilder.output.contains("closed"), "\(rebuilder.output.suffix(3))")
       withExtendedLifetime(adderInput) { adder.kill() }
       #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
-      let acknowledged = adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+      let acknowledged = adder.acknowledgedIds
       acknowledgedCount = acknowledged.count
       #expect(acknowledged.count >= 1_500)
       let pending = Set(try store.queue.pendingTasks().map(\.id))
@@ -662,12 +649,7 @@ import Testing
   @Test func segmentStoreKilledAroundACatchUpLosesNothing() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let adderInput = Pipe()  // kept open: at end of input the adder would close the store itself
-    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "600"], stdin: adderInput.fileHandleForReading)
-    _ = try await adder.waitForLine(startingWith: "holding")
-    withExtendedLifetime(adderInput) { adder.kill() }
-    #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
-    var acknowledged = Set(adder.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) })
+    var acknowledged = try await killedSegmentAdder(fixture.path, adds: 600)
     #expect(acknowledged.count == 600)
 
     // The reader opens first (an open would catch up by itself), reads after the killed rebuild.
@@ -681,16 +663,43 @@ import Testing
     _ = try await reader.waitForLine(startingWith: "holding")
     reader.kill()
     #expect(reader.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 600", "\(reader.output)")
-    let late = reader.output.filter { $0.hasPrefix("ack ") }.compactMap { UInt64($0.split(separator: " ")[1]) }
+    let late = reader.acknowledgedIds
     #expect(late.count == 100)
     acknowledged.formUnion(late)
 
-    let store = try await fixture.openStore { $0.writeAheadSegment = true }
-    defer { store.close() }
-    let pending = Set(try store.queue.pendingTasks().map(\.id))
-    #expect(acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))")
-    #expect(pending.count == 700)
-    let report = try store.log.verify()
-    #expect(report.isHealthy, "\(report.problems)")
+    try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 700)
   }
+}
+
+/// A `store-segment-add` worker that adds `adds` tasks with the write-ahead segment and is killed
+/// while it holds the store (its commits past the last checkpoint left as frames to replay);
+/// returns the ids it acknowledged. Its input stays open to the kill: at end of input it would
+/// close the store itself, racing the kill, and leave no frames.
+func killedSegmentAdder(_ path: String, adds: Int, sourceLocation: SourceLocation = #_sourceLocation)
+  async throws -> Set<UInt64>
+{
+  let input = Pipe()
+  let adder = try Child("ferry-test-worker", ["store-segment-add", path, "\(adds)"], stdin: input.fileHandleForReading)
+  _ = try await adder.waitForLine(startingWith: "holding")
+  withExtendedLifetime(input) { adder.kill() }
+  #expect(
+    adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))",
+    sourceLocation: sourceLocation)
+  return Set(adder.acknowledgedIds)
+}
+
+/// Opens the store with the segment (recovering it): every acknowledged task is queued, `count`
+/// in all, and the store verifies healthy.
+func expectEveryAcknowledgedTaskQueued(
+  _ fixture: QueueFixture, _ acknowledged: Set<UInt64>, count: Int, sourceLocation: SourceLocation = #_sourceLocation
+) async throws {
+  let store = try await fixture.openStore { $0.writeAheadSegment = true }
+  defer { store.close() }
+  let pending = Set(try store.queue.pendingTasks().map(\.id))
+  #expect(
+    acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))",
+    sourceLocation: sourceLocation)
+  #expect(pending.count == count, sourceLocation: sourceLocation)
+  let report = try store.log.verify()
+  #expect(report.isHealthy, "\(report.problems)", sourceLocation: sourceLocation)
 }
