@@ -498,6 +498,28 @@ import Testing
     }
   }
 
+  /// A `segment-append` worker that appends 200 events with the segment on and is killed while it
+  /// holds the store (frames outstanding); returns the sequences it acknowledged.
+  func killedSegmentWriter(_ path: String) async throws -> [UInt64] {
+    let writer = try Worker(["segment-append", path, "200", "ON"])
+    try await writer.wait(for: "holding")
+    return writer.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }
+  }
+
+  /// Takes the write lock LMDB's openers ask for on the first byte of `lock.mdb` (as `ferry compact
+  /// --copy` does while it swaps the file), so that an open waits; returns the descriptor to close.
+  func holdLMDBLock(_ path: String) throws -> Int32 {
+    let lockFile = open(path + "/lock.mdb", O_RDWR | O_CLOEXEC)
+    try #require(lockFile >= 0)
+    var hold = flock()
+    hold.l_type = Int16(F_WRLCK)
+    hold.l_whence = Int16(SEEK_SET)
+    hold.l_start = 0
+    hold.l_len = 1
+    try #require(fcntl(lockFile, F_SETLK, &hold) == 0)
+    return lockFile
+  }
+
   func waitUntilWaitingForALock(_ worker: Worker) async throws -> Bool {
     let start = ContinuousClock.now
     while !Self.isWaitingForALock(worker.process.processIdentifier) {
@@ -519,19 +541,9 @@ import Testing
   func anOpenThatWaitedWhileTheAloneOpenDiedMidRecoveryLosesNothing() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
-    let writer = try Worker(["segment-append", store.path, "200", "ON"])
-    try await writer.wait(for: "holding")
-    let acknowledged = writer.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }
+    let acknowledged = try await killedSegmentWriter(store.path)
     #expect(acknowledged.count == 200)
-
-    let lockFile = open(store.path + "/lock.mdb", O_RDWR | O_CLOEXEC)
-    try #require(lockFile >= 0)
-    var hold = flock()
-    hold.l_type = Int16(F_WRLCK)
-    hold.l_whence = Int16(SEEK_SET)
-    hold.l_start = 0
-    hold.l_len = 1
-    try #require(fcntl(lockFile, F_SETLK, &hold) == 0)
+    let lockFile = try holdLMDBLock(store.path)
     var released = false
     defer { if !released { close(lockFile) } }
 
@@ -570,19 +582,9 @@ import Testing
   func aRecoveryWhileAnotherProcessHoldsLMDBsLockFileWritesNothingItCannotStandBy() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
-    let writer = try Worker(["segment-append", store.path, "200", "ON"])
-    try await writer.wait(for: "holding")
-    let acknowledged = writer.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }
+    let acknowledged = try await killedSegmentWriter(store.path)
     #expect(acknowledged.count == 200)
-
-    let lockFile = open(store.path + "/lock.mdb", O_RDWR | O_CLOEXEC)
-    try #require(lockFile >= 0)
-    var hold = flock()
-    hold.l_type = Int16(F_WRLCK)
-    hold.l_whence = Int16(SEEK_SET)
-    hold.l_start = 0
-    hold.l_len = 1
-    try #require(fcntl(lockFile, F_SETLK, &hold) == 0)
+    let lockFile = try holdLMDBLock(store.path)
     let opener = try Worker(["segment-append", store.path, "5", "ON"])
     let waited = try await waitUntilWaitingForALock(opener)
     close(lockFile)
