@@ -264,9 +264,7 @@ import Testing
     for reader in readers { reads += try await reader.value }
     #expect(report.entries.count == ids.count)
     #expect(handlerReads.load(ordering: .relaxed) == ids.count)
-    let ledger = try RunLedger(queue.log)
-    ledger.expectEachTaskRanOnce(ids)
-    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    try expectEachTaskSucceededOnce(queue.log, ids)
     #expect(try queue.log.verify().isHealthy)
     say("close", to: input)
     _ = try await child.waitForLine(startingWith: "closed")
@@ -322,9 +320,7 @@ import Testing
       say("close", to: input)
       _ = try await child.waitForLine(startingWith: "closed")
     }
-    let ledger = try RunLedger(queue.log)
-    ledger.expectEachTaskRanOnce(ids)
-    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    try expectEachTaskSucceededOnce(queue.log, ids)
     #expect(try queue.pendingTasks().isEmpty)
     #expect(try queue.log.verify().isHealthy)
     listener.cancel()

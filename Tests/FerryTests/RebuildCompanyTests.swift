@@ -30,9 +30,7 @@ import Testing
     runner.register(tag: "job") { _ in .succeeded }
     let report = try await runner.run()
     #expect(report.entries.count == ids.count)
-    let ledger = try RunLedger(queue.log)
-    ledger.expectEachTaskRanOnce(ids)
-    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    try expectEachTaskSucceededOnce(queue.log, ids)
   }
 
   @Test func aLiveRebuildInAnotherProcessLeavesThisProcesssRunsAndReadsWorking() async throws {
@@ -73,9 +71,7 @@ import Testing
     try await passes.value
     say("close", to: input)
     _ = try await child.waitForLine(startingWith: "closed")
-    let ledger = try RunLedger(queue.log)
-    ledger.expectEachTaskRanOnce(ids)
-    #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 })
+    try expectEachTaskSucceededOnce(queue.log, ids)
     #expect(try queue.pendingTasks().isEmpty)
     #expect(try queue.log.verify().isHealthy)
     // Reported, not asserted (it depends on timing): how many reads fell inside the rebuild.
@@ -130,6 +126,15 @@ func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async thro
   try #require(exited)
   try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
   return child
+}
+
+/// From the log: each of `ids` was started once and succeeded once.
+func expectEachTaskSucceededOnce(
+  _ log: EventLog, _ ids: [TaskID], sourceLocation: SourceLocation = #_sourceLocation
+) throws {
+  let ledger = try RunLedger(log)
+  ledger.expectEachTaskRanOnce(ids, sourceLocation: sourceLocation)
+  #expect(ids.allSatisfy { ledger.tasks[$0]?.successes == 1 }, sourceLocation: sourceLocation)
 }
 
 func isNotCurrent(_ error: any Error) -> Bool {
