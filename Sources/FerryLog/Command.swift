@@ -6,12 +6,12 @@ final class BatchAppender {
   let core: StoreCore
   let txn: Transaction
   let tables: [ProjectionTables]
-  private(set) var head: UInt64
-  private(set) var duplicates = 0
+  @exclusivity(unchecked) private(set) var head: UInt64
+  @exclusivity(unchecked) private(set) var duplicates = 0
   /// Bytes of the records appended (for the commit-size metric).
-  private(set) var bytesAppended = 0
+  @exclusivity(unchecked) private(set) var bytesAppended = 0
   /// The sealed records appended, in order, when the store writes them into a segment frame too.
-  private(set) var records: [[UInt8]]?
+  @exclusivity(unchecked) private(set) var records: [[UInt8]]?
 
   init(core: StoreCore, txn: Transaction, head: UInt64, collectsRecords: Bool = false) {
     self.records = collectsRecords ? [] : nil
@@ -76,8 +76,8 @@ public final class CommandContext {
   let batch: BatchAppender
   let prepare: ([NewEvent]) throws -> [PreparedEvent]
   /// The sequences this command has appended, in order.
-  public private(set) var sequences: [UInt64] = []
-  private var isLive = true
+  @exclusivity(unchecked) public private(set) var sequences: [UInt64] = []
+  @exclusivity(unchecked) private var isLive = true
 
   init(batch: BatchAppender, prepare: @escaping ([NewEvent]) throws -> [PreparedEvent]) {
     self.batch = batch

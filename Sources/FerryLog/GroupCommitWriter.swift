@@ -82,7 +82,12 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// Commit metrics and trace lines (LogMetrics.swift).
   let instruments: LogInstruments
   /// Record bytes of the batch last written (set and read on the writer thread only).
-  private var batchBytes = 0
+  @exclusivity(unchecked) private var batchBytes = 0
+  /// The id of this writer's last transaction that wrote, and the log's head it left. A write
+  /// transaction whose id is the next one follows it with no other write between — by any process
+  /// (LMDB numbers write transactions across processes): the head is known and no projection can
+  /// be behind, so neither is read again.
+  @exclusivity(unchecked) private var lastWritten: (transaction: UInt64, head: UInt64)?
   /// The store's write-ahead segment, when it has one: each commit's records go into one flushed
   /// frame before the (unflushed) LMDB commit (`Specs/one-sync-commit.md`).
   let segment: SegmentSession?
@@ -198,7 +203,7 @@ final class GroupCommitWriter: @unchecked Sendable {
       let started = instruments.measures ? LogInstruments.now() : 0
       var bodyEnded: UInt64 = 0
       do {
-        let (results, head, _, duplicates, _) = try environment.write { txn in
+        let (results, head, _, duplicates, _, written) = try environment.write { txn in
           let begun = try segment?.beginCommit(environment: environment, txn: txn, core: core)
           let outcome = try appendBatch(live, txn)
           if let segment, let begun, let records = outcome.records, !records.isEmpty {
@@ -212,6 +217,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           if started > 0 { bodyEnded = LogInstruments.now() }
           return outcome
         }
+        // Committed: a transaction that wrote nothing left LMDB's numbering where it was, and the
+        // last one that wrote still stands.
+        if let written { lastWritten = (written, head) }
         segment?.confirmFrame()
         CrashPoint.reach(CrashPoint.afterCommit)
         let eventsWritten = results.reduce(0) { total, result in
@@ -268,10 +276,18 @@ final class GroupCommitWriter: @unchecked Sendable {
   private func appendBatch(
     _ requests: [AppendRequest], _ txn: Transaction
   ) throws -> (
-    results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int, records: [[UInt8]]?
+    results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int, records: [[UInt8]]?,
+    written: UInt64?
   ) {
-    let start = try core.head(txn)
-    let caughtUp = try catchUpInline(to: start, txn)
+    let start: UInt64
+    let caughtUp: Bool
+    if let last = lastWritten, txn.id == last.transaction &+ 1 {
+      start = last.head
+      caughtUp = false
+    } else {
+      start = try core.head(txn)
+      caughtUp = try catchUpInline(to: start, txn)
+    }
     let batch = BatchAppender(core: core, txn: txn, head: start, collectsRecords: segment != nil)
     var results: [Result<AppendOutcome, any Error>] = []
     results.reserveCapacity(requests.count)
@@ -312,7 +328,8 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
     // A batch of commands that appended nothing (and no catch-up) leaves the transaction clean:
     // its commit writes and flushes nothing.
-    if batch.head != start || caughtUp {
+    let wrote = batch.head != start || caughtUp
+    if wrote {
       for target in core.projections {
         try core.setState(
           ProjectionState(version: target.projection.version, position: batch.head), of: target, txn)
@@ -320,7 +337,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
     batchBytes = batch.bytesAppended
-    return (results, batch.head, start + 1, batch.duplicates, batch.records)
+    return (results, batch.head, start + 1, batch.duplicates, batch.records, wrote ? txn.id : nil)
   }
 
   /// Another process may have appended without this process's projections: fold what they missed

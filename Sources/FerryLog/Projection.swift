@@ -51,9 +51,22 @@ public protocol ProjectionTableReading {
     throws -> Int
   /// The number of entries in `table`.
   func count(_ table: String) throws -> Int
+  /// The value under `key` in `table` as `decode` makes it, or nil. Reading the tables a
+  /// transaction writes, the last value decoded is kept until that table changes: a command that
+  /// reads a row and the fold of the event it logs, which reads it again, decode it once.
+  func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T?
+  /// Whether `table` certainly has no entries (false when unsure): lets a fold skip the search
+  /// for a key in a table that is usually empty.
+  func isCertainlyEmpty(_ table: String) throws -> Bool
 }
 
 extension ProjectionTableReading {
+  public func isCertainlyEmpty(_ table: String) throws -> Bool { try count(table) == 0 }
+
+  public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
+    try get(table, key: key).map(decode)
+  }
+
   /// The entries of `table` from `start` (inclusive), at most `limit` of them, copied.
   public func entries(
     _ table: String, from start: [UInt8]? = nil, limit: Int = .max
@@ -96,6 +109,25 @@ public final class ProjectionTables: ProjectionTableReading {
   /// nil on the live path, where every change goes straight to the B-tree.
   let overlays: [TableOverlay]?
 
+  /// The last value ``value(_:key:as:)`` decoded, kept until its table changes: the table's
+  /// index (-1: none), its key, and the value boxed (nil: the key had none).
+  @exclusivity(unchecked) private var memoTable = -1
+  @exclusivity(unchecked) private var memoKey: [UInt8] = []
+  @exclusivity(unchecked) private var memoValue: AnyObject?
+
+  private final class Decoded<T> {
+    let value: T
+    init(_ value: T) { self.value = value }
+  }
+
+  /// Forgets the kept value when the table at `index` changes.
+  private func changing(_ index: Int) {
+    if memoTable == index {
+      memoTable = -1
+      memoValue = nil
+    }
+  }
+
   convenience init(
     projection: String, transaction: Transaction, databases: [String: Database], batched: Bool = false
   ) {
@@ -121,10 +153,16 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// The table's database and, in a batch fold, its overlay.
   func table(_ table: String) throws(FerryLogError) -> (Database, TableOverlay?) {
+    let (_, database, overlay) = try entry(table)
+    return (database, overlay)
+  }
+
+  /// ``table(_:)`` with the table's index among the projection's tables.
+  func entry(_ table: String) throws(FerryLogError) -> (index: Int, database: Database, overlay: TableOverlay?) {
     // The byte count first: a name of another length is passed over without comparing strings.
     let count = table.utf8.count
     for (index, entry) in databases.enumerated() where entry.name.utf8.count == count && entry.name == table {
-      return (entry.database, overlays?[index])
+      return (index, entry.database, overlays?[index])
     }
     throw .unknownTable(projection: projection, table: table)
   }
@@ -144,6 +182,27 @@ public final class ProjectionTables: ProjectionTableReading {
   public var maxKeySize: Int { transaction.environment.maxKeySize }
 
   /// The value under `key` in `table`, or nil.
+  public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
+    let (index, db, overlay) = try entry(table)
+    if memoTable == index && memoKey == key {
+      guard let known = memoValue else { return nil }
+      if let typed = known as? Decoded<T> { return typed.value }
+    }
+    let bytes: [UInt8]?
+    if let overlay, let known = overlay.lookup(key) { bytes = known } else { bytes = try transaction.get(db, key: key) }
+    memoTable = index
+    memoKey = key
+    guard let bytes else {
+      memoValue = nil
+      return nil
+    }
+    memoTable = -1  // until it decodes
+    let decoded = try decode(bytes)
+    memoTable = index
+    memoValue = Decoded(decoded)
+    return decoded
+  }
+
   public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? {
     let (db, overlay) = try self.table(table)
     if let overlay, let known = overlay.lookup(key) { return known }
@@ -162,6 +221,12 @@ public final class ProjectionTables: ProjectionTableReading {
   }
 
   /// The number of entries in `table`.
+  public func isCertainlyEmpty(_ table: String) throws -> Bool {
+    let (db, overlay) = try self.table(table)
+    if let overlay, !overlay.isEmpty { return false }
+    return try transaction.statistics(db).entries == 0
+  }
+
   public func count(_ table: String) throws -> Int {
     let (db, overlay) = try self.table(table)
     guard let overlay else { return try transaction.statistics(db).entries }
@@ -175,7 +240,8 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// Stores `value` under `key` in `table` (replacing any value). Only during `apply`.
   public func put(_ table: String, key: [UInt8], value: [UInt8]) throws {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
+    changing(index)
     if let overlay {
       try transaction.validateKey(key.count, in: db)
       overlay.set(key, value)
@@ -188,7 +254,8 @@ public final class ProjectionTables: ProjectionTableReading {
   /// (a new largest id): LMDB then appends without searching. A key that does not sort last is
   /// stored the ordinary way. Only during `apply`.
   public func putLast(_ table: String, key: [UInt8], value: [UInt8]) throws {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
+    changing(index)
     if let overlay {
       try transaction.validateKey(key.count, in: db)
       overlay.set(key, value)
@@ -205,7 +272,8 @@ public final class ProjectionTables: ProjectionTableReading {
   /// stored it. Only during `apply`.
   @discardableResult
   public func putIfAbsent(_ table: String, key: [UInt8], value: [UInt8]) throws -> Bool {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
+    changing(index)
     if overlay != nil {
       guard try get(table, key: key) == nil else { return false }
       try put(table, key: key, value: value)
@@ -222,7 +290,8 @@ public final class ProjectionTables: ProjectionTableReading {
   /// Deletes `key` from `table`; returns whether it was there. Only during `apply`.
   @discardableResult
   public func delete(_ table: String, key: [UInt8]) throws -> Bool {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
+    changing(index)
     if let overlay {
       guard try get(table, key: key) != nil else { return false }
       overlay.set(key, nil)
@@ -233,7 +302,8 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// Removes every entry of `table`. Only during `apply`.
   public func removeAll(_ table: String) throws {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
+    changing(index)
     if let overlay {
       overlay.removeAll()
       return
@@ -253,6 +323,10 @@ public struct ProjectionReader: ProjectionTableReading {
   /// The value under `key` in `table`, or nil.
   public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? { try tables.get(table, key: key) }
 
+  public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
+    try tables.value(table, key: key, as: decode)
+  }
+
   /// Visits the entries of `table` in key order from the first key at or after `start`.
   @discardableResult
   public func scan(
@@ -264,4 +338,6 @@ public struct ProjectionReader: ProjectionTableReading {
 
   /// The number of entries in `table`.
   public func count(_ table: String) throws -> Int { try tables.count(table) }
+
+  public func isCertainlyEmpty(_ table: String) throws -> Bool { try tables.isCertainlyEmpty(table) }
 }

@@ -12,16 +12,16 @@ public final class Transaction {
   public unowned let environment: Environment
   /// Whether this is a read-only transaction.
   public let isReadOnly: Bool
-  private(set) var isFinished = false
+  @exclusivity(unchecked) private(set) var isFinished = false
   /// Set when an operation failed with `MDB_MAP_FULL`, so the environment grows the map and retries
   /// even if the caller's code wrapped or swallowed the error.
-  private(set) var hitMapFull = false
+  @exclusivity(unchecked) private(set) var hitMapFull = false
   /// The first LMDB error any operation of this transaction returned, even if the caller's code
   /// caught it: after most errors LMDB refuses the rest of the transaction.
-  public private(set) var firstFailure: LMDBError?
+  @exclusivity(unchecked) public private(set) var firstFailure: LMDBError?
   /// Cursors kept for reuse, one per database (indexed by its handle, a small number), while not
   /// in use: opening one costs an allocation, and a dictionary hashed the handle twice per use.
-  private var idleCursors: [Cursor?] = []
+  @exclusivity(unchecked) private var idleCursors: [Cursor?] = []
 
   /// ``Environment/maxKeySize``, kept here: every key operation checks it, and reaching it through
   /// the unowned `environment` retained and released the environment each time.
@@ -55,6 +55,10 @@ public final class Transaction {
     }
     idleCursors = []
   }
+
+  /// LMDB's id of this transaction: a write transaction's is one more than the last committed
+  /// write transaction's, in any process.
+  public var id: UInt64 { UInt64(mdb_txn_id(txn)) }
 
   func commit() throws(LMDBError) {
     try ensureOpen()
@@ -190,7 +194,7 @@ public final class Cursor {
   unowned let transaction: Transaction
   /// The database the cursor walks.
   public let database: Database
-  var isClosed = false
+  @exclusivity(unchecked) var isClosed = false
 
   init(cursor: OpaquePointer, transaction: Transaction, database: Database) {
     self.cursor = cursor

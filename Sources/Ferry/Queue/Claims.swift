@@ -124,6 +124,8 @@ enum ClaimSearch {
   static func sweep(_ context: CommandContext, now: Int64, limit: Int) throws -> [ExpiredTask] {
     let queue = try QueueCommand.tables(context)
     var due: [TaskID] = []
+    // Most queues have no deadlines: an empty index is not searched.
+    if try queue.tables.isCertainlyEmpty("deadlines") { return [] }
     try queue.tables.scan("deadlines", from: nil) { key, _ in
       guard let (at, id) = QueueKey.deadlineEntry(key), at <= now else { return false }
       due.append(id)
@@ -190,6 +192,7 @@ enum ClaimSearch {
       // time-ordered entries, so they cost what the pass takes from them.
       let retry = try walk({ size in
         var entries: [(key: [UInt8], id: TaskID)] = []
+        if try queue.tables.isCertainlyEmpty("waiting") { return entries }
         let cursor = step.cursors.retry[level]
         try queue.tables.scan("waiting", from: cursor ?? [level]) { key, _ in
           if let cursor, key.elementsEqual(cursor) { return true }

@@ -115,13 +115,15 @@ struct QueueTables<Tables: ProjectionTableReading> {
   init(_ tables: Tables) { self.tables = tables }
 
   func row(_ id: TaskID) throws -> TaskRow? {
-    try tables.get("tasks", key: QueueKey.task(id)).map { try TaskRow(bytes: $0) }
+    try tables.value("tasks", key: QueueKey.task(id)) { try TaskRow(bytes: $0) }
   }
 
   /// The sequence of the event that holds a queued task's payload: its latest `task.payloadUpdated`,
   /// else its `task.added` (whose sequence is the task's id).
   func payloadSource(_ id: TaskID) throws -> UInt64 {
-    guard let value = try tables.get("payloads", key: QueueKey.task(id)) else { return id }
+    // Payload updates are rare: an empty table is not searched.
+    guard try !tables.isCertainlyEmpty("payloads"), let value = try tables.get("payloads", key: QueueKey.task(id))
+    else { return id }
     guard let sequence = UInt64(bigEndianBytes: value) else {
       throw PayloadError("the payload entry of task \(id) has \(value.count) bytes")
     }
@@ -185,6 +187,8 @@ struct QueueTables<Tables: ProjectionTableReading> {
   mutating func nextRunnableLevel(from: UInt8) throws -> UInt8? {
     var found: UInt8?
     for table in ["waiting", "ready"] {
+      // Retries are rare: an empty `waiting` is not searched.
+      if table == "waiting", try tables.isCertainlyEmpty(table) { continue }
       try tables.scan(table, from: [from]) { key, _ in
         if let level = key.first { found = min(found ?? level, level) }
         return false
@@ -338,7 +342,7 @@ extension QueueTables where Tables == ProjectionTables {
     // after 2^32 errors): a task that never had one has no row to delete, and the usual run skips
     // that B-tree search.
     if old.errorCount != 0 { try tables.delete("errors", key: QueueKey.task(id)) }
-    try tables.delete("payloads", key: QueueKey.task(id))
+    if try !tables.isCertainlyEmpty("payloads") { try tables.delete("payloads", key: QueueKey.task(id)) }
     if let dataId = old.dataId {
       try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
     }
