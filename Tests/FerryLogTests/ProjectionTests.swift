@@ -237,3 +237,56 @@ import Testing
     #expect(throws: FerryLogError.self) { try store.open([EventTypeCounts(name: "ferry.mine")]) }
   }
 }
+
+/// Keeps the latest payload of each event type under the type's name: a row a command reads, and
+/// the fold of the event it logs rewrites.
+private struct LatestByType: Projection {
+  let name = "latest"
+  let version: UInt32 = 1
+  let tables = ["latest", "other"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    // Read first through the memo, as the queue's fold does, then rewrite or remove.
+    let key = Array(event.type.utf8)
+    _ = try tables.value("latest", key: key) { String(decoding: $0, as: UTF8.self) }
+    if event.payload == Array("remove".utf8) {
+      try tables.delete("latest", key: key)
+    } else {
+      try tables.put("latest", key: key, value: event.payload)
+    }
+    try tables.put("other", key: key, value: [1])
+  }
+}
+
+@Suite(.timeLimit(.minutes(2))) struct ValueMemoTests {
+  /// A command reads a row, logs events whose fold rewrites and removes it, and reads it again
+  /// after each: every read sees the fold's latest write, whatever type it decodes as — the
+  /// decoded value a transaction keeps is never served after its table changed.
+  @Test func aCommandReadsWhatItsOwnEventsFoldedNotTheValueKeptBefore() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([LatestByType()])
+    defer { log.close() }
+    let reads = try await log.execute { context -> [String?] in
+      let tables = try context.tables(of: "latest")
+      let key = Array("t".utf8)
+      func read() throws -> String? { try tables.value("latest", key: key) { String(decoding: $0, as: UTF8.self) } }
+      var seen: [String?] = [try read()]
+      for payload in ["one", "two", "remove", "three"] {
+        try context.append([NewEvent(type: "t", payload: Array(payload.utf8))])
+        seen.append(try read())
+        // The same key decoded as another type: read afresh, and right.
+        seen.append(try tables.value("latest", key: key) { $0.count }.map { "\($0) bytes" })
+        // As text again: the value kept now is the count, of another type: read afresh.
+        seen.append(try read())
+      }
+      return seen
+    }
+    #expect(
+      reads == [
+        nil, "one", "3 bytes", "one", "two", "3 bytes", "two", nil, nil, nil, "three", "5 bytes", "three",
+      ])
+    // And a later transaction reads the same from the stored table.
+    #expect(try log.read { try $0.tables(of: "latest").get("latest", key: Array("t".utf8)) } == Array("three".utf8))
+  }
+}
