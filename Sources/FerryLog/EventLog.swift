@@ -793,7 +793,7 @@ public final class EventLog: Sendable {
       let id = event.id ?? EventID.make(milliseconds: timestamp)
       let record = try EventRecord.encodeUnsealed(
         type: event.type, schemaVersion: event.schemaVersion, timestamp: timestamp, id: id,
-        payload: event.payload)
+        payload: event.payload, typeChecked: true)
       var current = (version: event.schemaVersion, payload: event.payload)
       // An event at its type's current version is its own upcast.
       if let catalog = configuration.catalog, let catalogType, event.schemaVersion != catalogType.version {

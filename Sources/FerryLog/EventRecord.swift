@@ -72,9 +72,18 @@ package enum EventRecord {
   public static func encodeUnsealed(
     type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8]
   ) throws(FerryLogError) -> Unsealed {
+    try encodeUnsealed(
+      type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload, typeChecked: false)
+  }
+
+  /// ``encodeUnsealed(type:schemaVersion:timestamp:id:payload:)`` for a caller that has checked
+  /// `type` with ``isValidType(_:)`` already (the append path: once an event, not twice).
+  static func encodeUnsealed(
+    type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8], typeChecked: Bool
+  ) throws(FerryLogError) -> Unsealed {
     let body = try encodeBody(
       format: formatVersion, type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id,
-      payload: payload, spare: 12)
+      payload: payload, spare: 12, typeChecked: typeChecked)
     return Unsealed(body: body, bodyCRC: body.withUnsafeBytes { CRC32C.checksum($0) })
   }
 
@@ -103,9 +112,9 @@ package enum EventRecord {
 
   private static func encodeBody(
     format: UInt8, type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8],
-    spare: Int
+    spare: Int, typeChecked: Bool = false
   ) throws(FerryLogError) -> [UInt8] {
-    guard isValidType(type) else {
+    guard typeChecked || isValidType(type) else {
       throw .invalidEvent(
         reason: "event type '\(type)' must be 1 to \(maxTypeLength) characters from A-Z a-z 0-9 . _ : -")
     }

@@ -159,10 +159,11 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// ``table(_:)`` with the table's index among the projection's tables.
   func entry(_ table: String) throws(FerryLogError) -> (index: Int, database: Database, overlay: TableOverlay?) {
-    // The byte count first: a name of another length is passed over without comparing strings.
+    // The byte count first: a name of another length is passed over without comparing strings;
+    // the names are compared in place (copying an entry out retained its database's name).
     let count = table.utf8.count
-    for (index, entry) in databases.enumerated() where entry.name.utf8.count == count && entry.name == table {
-      return (index, entry.database, overlays?[index])
+    for index in databases.indices where databases[index].name.utf8.count == count && databases[index].name == table {
+      return (index, databases[index].database, overlays?[index])
     }
     throw .unknownTable(projection: projection, table: table)
   }
