@@ -121,7 +121,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
         "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"
     case .needsRecovery(let path):
       return
-        "the store at \(path) has commits in its write-ahead segment that a read-write open must replay first (its writer died or the machine lost power); open it read-write once"
+        "the store at \(path) has commits in its write-ahead segment that a read-write open must replay first (its writer died or the machine lost power); open it read-write once (`ferry recover \(path)` does)"
     case .lostCommits(let path, let acknowledged, let found):
       return
         "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "

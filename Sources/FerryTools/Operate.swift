@@ -75,9 +75,7 @@ package func operate(
   }
   let store: FerryStore
   do {
-    var configuration = FerryStore.Configuration()
-    configuration.createIfMissing = false
-    store = try await FerryStore.open(at: path, configuration: configuration)
+    store = try await FerryStore.open(at: path, configuration: toolConfiguration(for: path))
   } catch {
     throw ToolError.from(error)
   }

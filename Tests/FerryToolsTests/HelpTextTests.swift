@@ -4,7 +4,7 @@ import Testing
 
 @Suite(.timeLimit(.minutes(2))) struct HelpTextTests {
   static let commands = [
-    "demo", "inspect", "log", "replay", "verify", "export", "import", "stats", "compact", "salvage", "cancel",
+    "demo", "inspect", "log", "replay", "verify", "export", "import", "stats", "compact", "recover", "salvage", "cancel",
     "revive", "resolve", "forget", "pause", "resume",
   ]
 

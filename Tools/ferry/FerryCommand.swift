@@ -14,7 +14,7 @@ struct FerryCommand: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Demo.self, Inspect.self, Log.self, Replay.self, Verify.self, Export.self, Import.self, Stats.self,
-      Compact.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self, Pause.self, Resume.self,
+      Compact.self, Recover.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self, Pause.self, Resume.self,
     ]
   )
 }

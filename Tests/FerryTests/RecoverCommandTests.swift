@@ -1,0 +1,80 @@
+import Ferry
+import FerryLog
+import Foundation
+import Testing
+
+@Suite(.timeLimit(.minutes(3))) struct RecoverCommandTests {
+  /// A store with a write-ahead segment: while its writer lives, `ferry recover` only reads (and
+  /// leaves the live process alone); once the writer is killed with commits in the segment, reads
+  /// are refused ("needs recovery", naming `ferry recover`), `ferry recover` replays them and keeps
+  /// the segment, a second run only reads, and every task the writer acknowledged is queued.
+  @Test func recoverSettlesWhatAKilledWriterLeftAndKeepsTheSegment() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    // The writer alive and holding the store: nothing to recover.
+    let input = Pipe()
+    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "200"], stdin: input.fileHandleForReading)
+    _ = try await adder.waitForLine(startingWith: "holding")
+    let shared = try Child("ferry", ["recover", fixture.path, "--json"])
+    #expect(try await shared.wait() == 0)
+    #expect(try recoverReport(shared) == RecoverReport(recovered: false, head: 200, writeAheadSegment: true))
+    #expect(adder.process.isRunning)
+    withExtendedLifetime(input) { adder.kill() }
+    #expect(adder.process.terminationReason == .uncaughtSignal)
+    let acknowledged = Set(adder.acknowledgedIds)
+    #expect(acknowledged.count == 200)
+
+    // Killed with frames to replay: a read-only open alone is refused, and says what to run.
+    do {
+      let store = try FerryStore.openReadOnly(at: fixture.path)
+      store.close()
+      Issue.record("a read-only open read a store whose segment holds commits to replay")
+    } catch FerryLogError.needsRecovery {
+      #expect("\(FerryLogError.needsRecovery(path: fixture.path))".contains("ferry recover \(fixture.path)"))
+    }
+    let refused = try Child("ferry", ["stats", fixture.path])
+    #expect(try await refused.wait() == 7)  // unavailable: needs recovery
+
+    let recover = try Child("ferry", ["recover", fixture.path, "--json"])
+    #expect(try await recover.wait() == 0)
+    #expect(try recoverReport(recover) == RecoverReport(recovered: true, head: 200, writeAheadSegment: true))
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "the segment was turned off")
+    let again = try Child("ferry", ["recover", fixture.path])
+    #expect(try await again.wait() == 0)
+    #expect(again.output.contains { $0.hasPrefix("nothing to recover") }, "\(again.output)")
+    let stats = try Child("ferry", ["stats", fixture.path])
+    #expect(try await stats.wait() == 0)
+    try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 200)
+  }
+
+  /// An operator command on a store with a segment, run alone, keeps the segment (an open alone
+  /// that does not ask for it would turn it off).
+  @Test func anOperatorCommandKeepsTheSegment() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    do {
+      let store = try await fixture.openStore { $0.writeAheadSegment = true }
+      for n in 0..<20 { try await store.queue.add(tag: "t", payload: ["n": n]) }
+      store.close()
+    }
+    let pause = try Child("ferry", ["pause", fixture.path])
+    #expect(try await pause.wait() == 0)
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "ferry pause turned the segment off")
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    #expect(try store.queue.isPaused())
+    #expect(try store.queue.pendingTasks().count == 20)
+  }
+}
+
+/// `ferry recover --json`'s object.
+private struct RecoverReport: Decodable, Equatable {
+  var recovered: Bool
+  var head: UInt64
+  var writeAheadSegment: Bool
+}
+
+private func recoverReport(_ child: Child) throws -> RecoverReport {
+  let line = try #require(child.output.last)
+  return try JSONDecoder().decode(RecoverReport.self, from: Data(line.utf8))
+}
