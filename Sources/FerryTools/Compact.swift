@@ -49,8 +49,11 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
   }
   do {
     let sizeBefore = fileSize(path)
-    var configuration = FerryStore.Configuration()
-    configuration.createIfMissing = false
+    // A store's write-ahead segment is kept — except by `--copy`, whose swapped-in file the
+    // segment's checkpoint (LMDB's meta pages of the old file) does not describe: that open, alone,
+    // settles the segment and turns it off first; the app's next open alone turns it on again.
+    var configuration = toolConfiguration(for: path)
+    if copy { configuration.writeAheadSegment = false }
     let store = try await FerryStore.open(at: path, configuration: configuration)
     let report: CompactionReport
     do {
@@ -64,7 +67,7 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
     }
     store.close()
     if json {
-      if copy { try copyCompacted(path) }
+      if copy { try copyCompactedWithoutSegment(path) }
       output.line(
         jsonLine(
           CompactJSON(
@@ -83,13 +86,26 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
         "data file: \(sizeBefore) bytes (freed pages are reused; --copy gives them back to the file system)")
       return
     }
-    try copyCompacted(path)
+    try copyCompactedWithoutSegment(path)
     output.line("data file: \(sizeBefore) → \(fileSize(path)) bytes (compacted copy swapped in)")
   } catch let error as ToolError {
     throw error
   } catch {
     throw ToolError.from(error)
   }
+}
+
+/// ``copyCompacted(_:)`` unless the store has a write-ahead segment: an app that opened the store
+/// meanwhile kept its segment on, and the segment's checkpoint describes the pages of the file a
+/// swap would replace. The compaction itself stays done.
+private func copyCompactedWithoutSegment(_ path: String) throws {
+  if FileManager.default.fileExists(atPath: path + "/ferry-segment") {
+    throw ToolError(
+      .unavailable,
+      "the store at \(path) was compacted, but an app opened it meanwhile with its write-ahead segment: no copy "
+        + "was swapped in; run `ferry compact --copy` again with the app closed")
+  }
+  try copyCompacted(path)
 }
 
 /// Refuses a store whose `data.mdb` is empty: LMDB would take it for a new environment and a

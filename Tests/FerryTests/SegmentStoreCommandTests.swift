@@ -3,7 +3,7 @@ import FerryLog
 import Foundation
 import Testing
 
-@Suite(.timeLimit(.minutes(3))) struct RecoverCommandTests {
+@Suite(.timeLimit(.minutes(3))) struct SegmentStoreCommandTests {
   /// A store with a write-ahead segment: while its writer lives, `ferry recover` only reads (and
   /// leaves the live process alone); once the writer is killed with commits in the segment, reads
   /// are refused ("needs recovery", naming `ferry recover`), `ferry recover` replays them and keeps
@@ -64,6 +64,34 @@ import Testing
     defer { store.close() }
     #expect(try store.queue.isPaused())
     #expect(try store.queue.pendingTasks().count == 20)
+  }
+}
+
+extension SegmentStoreCommandTests {
+  /// `ferry compact` keeps a store's segment; `ferry compact --copy`, alone, settles and turns it
+  /// off before it swaps a copy in (the segment's checkpoint describes the old file's pages), and
+  /// the app's next open turns it on again: nothing is lost either way.
+  @Test(arguments: [false, true]) func compactKeepsTheSegmentOrTurnsItOffToCopy(copy: Bool) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var ids: Set<UInt64> = []
+    do {
+      let store = try await fixture.openStore { $0.writeAheadSegment = true }
+      for n in 0..<300 { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "t") { task in (task.id % 2 == 0) ? .succeeded : .failed("later", retryable: false) }
+      _ = try await runner.run()
+      store.close()
+    }
+    let compact = try Child("ferry", ["compact", fixture.path, "--retention", "0"] + (copy ? ["--copy"] : []))
+    #expect(try await compact.wait() == 0)
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment") == !copy)
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
+    let kept = Set(try store.queue.pendingTasks().map(\.id))
+    #expect(kept == Set(ids.filter { $0 % 2 == 1 }))
+    #expect(try store.log.verify().isHealthy)
   }
 }
 
