@@ -56,7 +56,7 @@ let package = Package(
     ),
     .executableTarget(
       name: "ferry-test-worker",
-      dependencies: ["Ferry", "FerryLog", "LMDB"],
+      dependencies: ["Ferry", "FerryLog", "LMDB", "CFerryLMDB"],
       path: "Tools/ferry-test-worker"
     ),
     // The README's push and pull examples, compiled and run by ReadmeExampleTests.
@@ -91,7 +91,7 @@ let package = Package(
     .testTarget(
       name: "FerryToolsTests",
       dependencies: [
-        "FerryTools", "FerryCrashWorkload", "Ferry", "FerryLog", "FerryTesting", "TestSupport",
+        "FerryTools", "FerryCrashWorkload", "Ferry", "FerryLog", "FerryTesting", "LMDB", "TestSupport",
       ]),
     .testTarget(name: "FerryCrashTests", dependencies: ["TestSupport"], path: "Tests/Crash"),
     .testTarget(

@@ -164,6 +164,29 @@ private func unlock(_ fd: Int32) {
   close(fd)
 }
 
+/// Writes a compacted copy of the environment at `path` into the empty directory `staging`
+/// (`mdb_env_copy2` with `MDB_CP_COMPACT`) and returns the id of the committed transaction whose
+/// state it holds; nil when a commit was published while it was made (which state it holds is then
+/// not known). This process must not have the store open.
+///
+/// The copy is taken from the newest state LMDB has *published* (its id in `lock.mdb`, where every
+/// read transaction starts), which can be older than the newest meta page in the data file: a
+/// commit in another process writes its meta page — and flushes it, for milliseconds — before it
+/// publishes its id. Read from the meta pages (`mdb_env_info`), the id already names that commit
+/// while the copy lacks it; so the id returned is a read transaction's, taken before and after the
+/// copy (ids only grow: equal, they are the copy's), and the caller compares it with the data
+/// file's newest meta page, which is newer while a commit is unpublished or after one landed.
+package func writeCompactedCopy(of path: String, into staging: String) throws -> UInt64? {
+  let environment = try Environment.open(path: path, options: Environment.Options())
+  defer { environment.close() }
+  let before = try environment.pinSnapshot()
+  environment.release(before)
+  try environment.copy(to: staging, compact: true)
+  let after = try environment.pinSnapshot()
+  environment.release(after)
+  return before.transaction == after.transaction ? before.transaction : nil
+}
+
 private func copyCompacted(_ path: String) throws {
   guard let probe = lockOutOtherProcesses(path) else {
     // It opened the store after the check before compacting: the compaction in place is done.
@@ -179,16 +202,13 @@ private func copyCompacted(_ path: String) throws {
   try FileManager.default.createDirectory(
     atPath: staging, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
   defer { try? FileManager.default.removeItem(atPath: staging) }
-  let environment = try Environment.open(path: path, options: Environment.Options())
-  let before = try environment.info().lastTransaction
-  try environment.copy(to: staging, compact: true)
-  let after = try environment.info().lastTransaction
-  environment.close()
-  let copied = lastCommittedTransaction(path + "/data.mdb")
+  let copied = try writeCompactedCopy(of: path, into: staging)
   // From here to the rename no process may open the store: one that did would write into the
-  // file about to be replaced, and what it wrote would be lost. One that wrote between the close
-  // and the lock committed a newer transaction.
-  guard before == after, copied == UInt64(exactly: after), let held = lockOutOtherProcesses(path) else {
+  // file about to be replaced, and what it wrote would be lost. One that wrote after the copy, or
+  // was writing while it was made, committed a newer transaction than the state copied.
+  guard let copied, lastCommittedTransaction(path + "/data.mdb") == copied,
+    let held = lockOutOtherProcesses(path)
+  else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }

@@ -400,6 +400,10 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
   /// Likely: openers that wait on lock.mdb while `compact --copy` holds its exclusive lock get
   /// only LMDB's *shared* lock when it lets go, so they treat lock.mdb as live and never
   /// re-initialise it — they run on the old file's txnid/reader table against the swapped-in copy.
+  /// Later (copy: true, about 1 run in 26): the next open found "acknowledged up to 325, log ends
+  /// at 324" — a copy made while the app's commit had written its meta page but not yet published
+  /// its id in lock.mdb lacked that commit, and was swapped in once the app closed
+  /// (CompactCopyTests in FerryToolsTests holds that state still).
   /// An app that opens the store, adds one task and closes, over and over, while `ferry compact
   /// --copy` runs again and again on a small store, the app pausing 0–3 ms between sessions (the copy takes well under a millisecond, so
   /// the file's mtime, kept at the kernel's tick, may not move between two writes): every add the

@@ -1,5 +1,6 @@
 // A helper process for Ferry's own tests: it acts on a store from another process, which is the
 // only way to exercise what LMDB does across processes (map resizing, concurrent readers, locks).
+import CFerryLMDB
 import Ferry
 import FerryLog
 import Foundation
@@ -579,6 +580,35 @@ case "dmg-churn":
     done.signal()
   }
   done.wait()
+case "unpublished-commit":
+  // (FerryToolsTests.CompactCopyTests) Commits one key ("k" = "v") into the database
+  // "unpublished" through an environment opened with MDB_NOLOCK, which never touches lock.mdb: the
+  // data file's newest meta page then names a transaction that processes sharing lock.mdb do not
+  // see — the state every commit is in from its meta-page write to its publication in lock.mdb,
+  // held here for as long as the test needs. Says "committed TXN".
+  var env: OpaquePointer?
+  guard mdb_env_create(&env) == MDB_SUCCESS, let env else { fail("mdb_env_create failed") }
+  guard mdb_env_set_maxdbs(env, 64) == MDB_SUCCESS,
+    mdb_env_open(env, directory, UInt32(MDB_NOLOCK | MDB_NOTLS), 0o600) == MDB_SUCCESS
+  else { fail("opening \(directory) with MDB_NOLOCK failed") }
+  var txn: OpaquePointer?
+  var dbi = MDB_dbi(0)
+  guard mdb_txn_begin(env, nil, 0, &txn) == MDB_SUCCESS, let txn,
+    mdb_dbi_open(txn, "unpublished", UInt32(MDB_CREATE), &dbi) == MDB_SUCCESS
+  else { fail("beginning the unpublished commit failed") }
+  let id = mdb_txn_id(txn)
+  var key = Array("k".utf8)
+  var value = Array("v".utf8)
+  let put = key.withUnsafeMutableBytes { k in
+    value.withUnsafeMutableBytes { v in
+      var keyValue = MDB_val(mv_size: k.count, mv_data: k.baseAddress)
+      var dataValue = MDB_val(mv_size: v.count, mv_data: v.baseAddress)
+      return mdb_put(txn, dbi, &keyValue, &dataValue, 0)
+    }
+  }
+  guard put == MDB_SUCCESS, mdb_txn_commit(txn) == MDB_SUCCESS else { fail("the unpublished commit failed") }
+  mdb_env_close(env)
+  say("committed \(id)")
 default:
   fail("unknown command \(command)")
 }
