@@ -16,6 +16,8 @@ final class HeadNotifier: Sendable {
   func publish(_ head: UInt64) {
     let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
       s.head = max(s.head, head)
+      // Every commit publishes; usually nobody waits (filtering an empty table still built one).
+      if s.waiters.isEmpty { return [] }
       let ready = s.waiters.filter { $0.value.after < s.head }
       for token in ready.keys { s.waiters[token] = nil }
       return ready.values.map(\.continuation)

@@ -1,11 +1,13 @@
 import LMDB
 
 /// A projection with the LMDB databases of its tables in one environment.
-struct BoundProjection: Sendable {
+/// A class: every commit walks the store's projections several times, and copying this value
+/// retained each of its fields.
+final class BoundProjection: Sendable {
   let projection: any Projection
   let databases: [String: Database]
   /// The tables of its newest snapshot (`s:<projection>:<table>`), when this environment has them.
-  var snapshotDatabases: [String: Database] = [:]
+  let snapshotDatabases: [String: Database]
   /// Its state's key in the `meta` database (made once: every commit reads and writes it).
   let stateKey: [UInt8]
   /// `databases` as the list ``ProjectionTables`` searches (made once, not per transaction).
@@ -361,8 +363,7 @@ struct StoreCore: Sendable {
   /// Folds one event into the given projections through their tables in the open transaction
   /// (made once per transaction, not once per event).
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
-    // By index: a `for (target, tables) in zip(...)` copied each bound projection (its tables'
-    // dictionaries and lists) once per event.
+    // By index: a `for (target, tables) in zip(...)` copied each bound projection once per event.
     for index in 0..<min(targets.count, tables.count) {
       do {
         try targets[index].projection.apply(event, to: tables[index])
@@ -374,6 +375,23 @@ struct StoreCore: Sendable {
       }
     }
   }
+
+  /// ``apply(_:to:tables:)`` over the projections themselves, for a replay's chunk.
+  func apply(_ event: LoggedEvent, to folders: [any Projection], tables: [ProjectionTables]) throws {
+    // By index, over the projections themselves (taken out of their bound projections once per
+    // chunk or batch: reaching each through its class retained it once per event).
+    for index in 0..<min(folders.count, tables.count) {
+      do {
+        try folders[index].apply(event, to: tables[index])
+      } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
+        throw error  // the map grows and the transaction is retried; not the projection's fault
+      } catch {
+        throw FerryLogError.projectionFailed(
+          projection: tables[index].projection, sequence: event.sequence, underlying: error)
+      }
+    }
+  }
+
 
   /// In `txn`: folds the log into the projections of this code's version that are furthest behind
   /// its head (those sharing the lowest position), at most `limit` events, and stores their new
@@ -415,6 +433,7 @@ struct StoreCore: Sendable {
     let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
     let tables = targets.map { $0.tables(in: targetTxn, batched: batched) }
+    let folders = targets.map(\.projection)
 
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
@@ -428,7 +447,7 @@ struct StoreCore: Sendable {
           return false
         }
         let event = try decode(value, sequence: sequence)
-        try apply(event, to: targets, tables: tables)
+        try apply(event, to: folders, tables: tables)
         applied = sequence
         guard sequence < last else { return false }
         expected = sequence + 1

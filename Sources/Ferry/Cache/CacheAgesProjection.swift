@@ -90,9 +90,12 @@ enum CacheKey {
 /// Cache ages folded from the log: per key its record, and an index of keys by last success.
 struct CacheAgesProjection: Projection {
   static let projectionName = "cacheAges"
-  let name = CacheAgesProjection.projectionName
-  let version: UInt32 = 1
-  let tables = ["keys", "bySuccess"]
+  static let tableNames = ["keys", "bySuccess"]
+  // Computed, not stored: a projection with no stored properties fits in its existential's
+  // inline buffer, and every fold reaches it through one without copying a box.
+  var name: String { Self.projectionName }
+  var version: UInt32 { 1 }
+  var tables: [String] { Self.tableNames }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     // The other side's events pass: every cache type starts with "c" (one byte read, where the

@@ -4,15 +4,18 @@ import FerryLog
 /// errors and the pause flag (`Specs/task-events.md` §3).
 struct TaskQueueProjection: Projection {
   static let projectionName = "taskQueue"
-  let name = TaskQueueProjection.projectionName
+  static let tableNames = [
+    "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines", "state",
+  ]
+  // Computed, not stored: a projection with no stored properties fits in its existential's
+  // inline buffer, and every fold reaches it through one without copying a box.
+  var name: String { Self.projectionName }
   /// 2: claims with owners (`task.runStarted` v2), the `running` index holds each claim.
   /// 3: `task.payloadUpdated`, and the `payloads` table naming the event that holds a task's payload.
   /// 4: priority and deadline (`task.added` v2) in the row, `ready` and `waiting` keys led by the
   /// priority level, the `deadlines` index and `task.expired`.
-  let version: UInt32 = 4
-  let tables = [
-    "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines", "state",
-  ]
+  var version: UInt32 { 4 }
+  var tables: [String] { Self.tableNames }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     // On the live path the appender hands the event it encoded; a rebuild decodes the payload
