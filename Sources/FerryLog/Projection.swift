@@ -126,7 +126,12 @@ public final class ProjectionTables: ProjectionTableReading {
       memoTable = -1
       memoValue = nil
     }
+    if index < 64 { emptiness.known &= ~(1 << UInt64(index)) }
   }
+
+  /// What ``isCertainlyEmpty(_:)`` found, by table index (bit set in `known`: asked since the
+  /// table last changed; in `empty`: it was empty), so a command asks LMDB once a table.
+  @exclusivity(unchecked) private var emptiness: (known: UInt64, empty: UInt64) = (0, 0)
 
   convenience init(
     projection: String, transaction: Transaction, databases: [String: Database], batched: Bool = false
@@ -223,9 +228,15 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// The number of entries in `table`.
   public func isCertainlyEmpty(_ table: String) throws -> Bool {
-    let (db, overlay) = try self.table(table)
+    let (index, db, overlay) = try entry(table)
     if let overlay, !overlay.isEmpty { return false }
-    return try transaction.statistics(db).entries == 0
+    guard index < 64 else { return try transaction.statistics(db).entries == 0 }
+    let bit: UInt64 = 1 << UInt64(index)
+    if emptiness.known & bit != 0 { return emptiness.empty & bit != 0 }
+    let empty = try transaction.statistics(db).entries == 0
+    emptiness.known |= bit
+    if empty { emptiness.empty |= bit } else { emptiness.empty &= ~bit }
+    return empty
   }
 
   public func count(_ table: String) throws -> Int {
