@@ -26,17 +26,19 @@ import Testing
       let compactor = try Child(
         "ferry-test-worker", ["compact-copy", fixture.path],
         environment: ["FERRY_CRASH_POINT": "compact.swapped", "FERRY_CRASH_SIGNAL": "STOP"])
-      try #require(
-        try await eventually { isStopped(compactor.pid) }, "the compactor did not reach the swap: \(compactor.output)")
+      defer { compactor.kill() }
+      _ = try await eventually { isStopped(compactor.pid) || !compactor.process.isRunning }
+      try #require(isStopped(compactor.pid), "the compactor did not reach the swap: \(compactor.output)")
       let input = Pipe()
       let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
-      try #require(try await eventually { isWaitingForALock(app.pid) }, "the app's open did not wait: \(app.output)")
+      defer { app.kill() }
+      _ = try await eventually { isWaitingForALock(app.pid) || !app.process.isRunning }
+      try #require(isWaitingForALock(app.pid), "the app's open did not wait: \(app.output)")
       compactor.kill()
       let opened = try? await app.waitForLine(startingWith: "open ")
       #expect(opened == "open \(40 + extra)", "the app's open failed (extra \(extra))")
       input.fileHandleForWriting.closeFile()
       _ = try? await app.waitForLine(startingWith: "closed")
-      app.kill()
       let store = try await fixture.openStore()
       defer { store.close() }
       #expect(Set(try store.queue.pendingTasks().map(\.id)) == ids)
