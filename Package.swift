@@ -56,7 +56,7 @@ let package = Package(
     ),
     .executableTarget(
       name: "ferry-test-worker",
-      dependencies: ["Ferry", "FerryLog", "LMDB", "CFerryLMDB"],
+      dependencies: ["Ferry", "FerryLog", "FerryTools", "LMDB", "CFerryLMDB"],
       path: "Tools/ferry-test-worker"
     ),
     // The README's push and pull examples, compiled and run by ReadmeExampleTests.

@@ -36,19 +36,24 @@ package enum CrashPoint {
   package static let checkpointWritten = "segment.checkpointWritten"
   /// Write-ahead segment recovery: the checkpoint's meta pages restored, some frames replayed.
   package static let segmentReplay = "segment.replay"
+  /// `ferry compact --copy`: the compacted copy renamed over `data.mdb`, LMDB's lock file not yet
+  /// set from it.
+  package static let compactSwapped = "compact.swapped"
 
   private static let isArmed = Atomic<Bool>(false)
-  private static let armed = Mutex<(label: String, after: Int)?>(nil)
+  private static let armed = Mutex<(label: String, after: Int, signal: Int32)?>(nil)
   private static let hits = Atomic<Int>(0)
 
   /// Reads `FERRY_CRASH_POINT` and `FERRY_CRASH_AFTER` and arms the point they name (nothing when
-  /// unset or empty). Only the crash worker calls this.
+  /// unset or empty); `FERRY_CRASH_SIGNAL=STOP` stops the process there (`SIGSTOP`) instead, for a
+  /// test that acts while it is stopped and then kills it. Only the crash and test workers call this.
   package static func armFromEnvironment() {
     guard let raw = getenv("FERRY_CRASH_POINT") else { return }
     let label = String(cString: raw)
     guard !label.isEmpty else { return }
     let after = getenv("FERRY_CRASH_AFTER").flatMap { Int(String(cString: $0)) } ?? 1
-    armed.withLock { $0 = (label, max(1, after)) }
+    let signal = getenv("FERRY_CRASH_SIGNAL").map { String(cString: $0) } == "STOP" ? SIGSTOP : SIGKILL
+    armed.withLock { $0 = (label, max(1, after), signal) }
     isArmed.store(true, ordering: .releasing)
   }
 
@@ -58,6 +63,6 @@ package enum CrashPoint {
     guard isArmed.load(ordering: .acquiring) else { return }
     guard let armed = armed.withLock({ $0 }), armed.label == label else { return }
     let count = hits.add(1, ordering: .relaxed).newValue
-    if count >= armed.after { kill(getpid(), SIGKILL) }
+    if count >= armed.after { kill(getpid(), armed.signal) }
   }
 }

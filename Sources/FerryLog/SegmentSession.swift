@@ -377,7 +377,12 @@ final class StoreOpenLock: Sendable {
       }
       break
     }
-    return StoreOpenLock(fd: fd, key: key, isAlone: alone)
+    let held = StoreOpenLock(fd: fd, key: key, isAlone: alone)
+    // Alone read-write, an open settles the store whatever the dead open that marked it left —
+    // also when that one had already removed the segment (turning it off) and this one marks
+    // nothing itself: it clears the mark when it shares the lock, or the mark would stay for good.
+    if alone && !readOnly && isMarkedUnsettled(fd) { held.marked.store(true, ordering: .relaxed) }
+    return held
   }
 
   /// Whether the file's mark says an alone open began to settle the store and has not finished.

@@ -145,6 +145,24 @@ private func lockOutOtherProcesses(_ path: String) -> Int32? {
   return fd
 }
 
+/// Takes Ferry's open lock (`ferry-open.lock`, which every Ferry open holds, shared or alone, for
+/// as long as it has the store open) exclusively, without waiting; returns its descriptor (closing
+/// it lets go), nil when a Ferry open holds it.
+private func lockFerryOpens(_ path: String) -> Int32? {
+  let fd = open(path + "/ferry-open.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+  guard fd >= 0 else { return nil }
+  var lock = flock()
+  lock.l_type = Int16(F_WRLCK)
+  lock.l_whence = Int16(SEEK_SET)
+  lock.l_start = 0
+  lock.l_len = 0
+  guard fcntl(fd, F_SETLK, &lock) == 0 else {
+    close(fd)
+    return nil
+  }
+  return fd
+}
+
 /// The newest transaction id committed to an LMDB data file, read from its meta pages with plain
 /// reads (``DataFileCheck``), or nil when the file cannot be read as LMDB's. Read with the file
 /// closed by LMDB: this process's environment on it is closed first.
@@ -206,9 +224,22 @@ private func copyCompacted(_ path: String) throws {
   // From here to the rename no process may open the store: one that did would write into the
   // file about to be replaced, and what it wrote would be lost. One that wrote after the copy, or
   // was writing while it was made, committed a newer transaction than the state copied.
-  guard let copied, lastCommittedTransaction(path + "/data.mdb") == copied,
-    let held = lockOutOtherProcesses(path)
-  else {
+  guard let copied, lastCommittedTransaction(path + "/data.mdb") == copied else {
+    throw ToolError(
+      .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
+  }
+  // Ferry's open lock too, exclusively, and released last: a Ferry open that comes meanwhile waits
+  // for it before it touches LMDB's files, so it reaches LMDB only once this process has let go of
+  // `lock.mdb` — finished, failed, or killed between the rename and the reset of `lock.mdb` below —
+  // and, the first user then, has LMDB set the lock file from the new file. (Waiting in LMDB's open
+  // instead, it came up as a later user trusting the old file's transaction counter, whose parity
+  // can name the copy's empty meta page: it created a new store over the real one.)
+  guard let openLock = lockFerryOpens(path) else {
+    throw ToolError(
+      .unavailable, "another process opened the store while it was being copied: nothing was swapped; run it again")
+  }
+  defer { close(openLock) }
+  guard let held = lockOutOtherProcesses(path) else {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
@@ -248,6 +279,7 @@ private func copyCompacted(_ path: String) throws {
     throw ToolError(
       .storageError, "could not move the compacted copy into place: \(String(cString: strerror(errno)))")
   }
+  CrashPoint.reach(CrashPoint.compactSwapped)
   let directory = open(path, O_RDONLY)
   if directory >= 0 {
     fsync(directory)

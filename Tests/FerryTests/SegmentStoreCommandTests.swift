@@ -106,3 +106,53 @@ private func recoverReport(_ child: Child) throws -> RecoverReport {
   let line = try #require(child.output.last)
   return try JSONDecoder().decode(RecoverReport.self, from: Data(line.utf8))
 }
+
+extension SegmentStoreCommandTests {
+  /// An app that does not ask for the segment opens a killed writer's store alone: it marks the
+  /// store unsettled, replays the frames, removes the segment, and is killed while it folds them
+  /// into its projections (one event per transaction), before it shared the open lock. The store
+  /// then has no segment and `ferry-open.lock` still says "unsettled": the next read-write open
+  /// settles it (`ferry recover`), after which reads work again and a second read-write open that
+  /// shares the store with a live app gets in at once. (Before, the mark stayed for good: every
+  /// read-only open — every read command — was refused with "needs recovery", `ferry recover`
+  /// said "recovered" each time, and a read-write open beside a live app waited 30 s and failed.)
+  @Test func anOpenKilledAfterItRemovedTheSegmentLeavesAStoreThatReadsAgain() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let acknowledged = try await killedSegmentAdder(fixture.path, adds: 500)
+    let segment = fixture.path + "/ferry-segment"
+    try #require(FileManager.default.fileExists(atPath: segment))
+
+    let input = Pipe()
+    let opener = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "1"], stdin: input.fileHandleForReading)
+    let start = ContinuousClock.now
+    while FileManager.default.fileExists(atPath: segment), opener.process.isRunning,
+      ContinuousClock.now - start < .seconds(60)
+    {
+      try await Task.sleep(for: .milliseconds(1))
+    }
+    kill(opener.pid, SIGSTOP)
+    let mark = try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/ferry-open.lock"))
+    withExtendedLifetime(input) { opener.kill() }
+    try #require(!FileManager.default.fileExists(atPath: segment), "the opener did not remove the segment")
+    try #require(!opener.output.contains("open"), "the opener finished opening before it was stopped")
+    try #require(mark.first == UInt8(ascii: "1"), "the open lock is not marked unsettled")
+
+    let recover = try Child("ferry", ["recover", fixture.path])
+    #expect(try await recover.wait() == 0)
+    let stats = try Child("ferry", ["stats", fixture.path])
+    #expect(try await stats.wait() == 0, "reads are still refused after ferry recover")
+
+    // A read-write open beside a live app gets in (it waited 30 s for the mark, then failed).
+    let appInput = Pipe()
+    let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: appInput.fileHandleForReading)
+    _ = try await app.waitForLine(startingWith: "open ")
+    let began = ContinuousClock.now
+    let pause = try Child("ferry", ["pause", fixture.path])
+    #expect(try await pause.wait() == 0)
+    #expect(ContinuousClock.now - began < .seconds(20))
+    appInput.fileHandleForWriting.closeFile()
+    _ = try await app.waitForLine(startingWith: "closed")
+    try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 500)
+  }
+}

@@ -3,6 +3,7 @@
 import CFerryLMDB
 import Ferry
 import FerryLog
+import FerryTools
 import Foundation
 import LMDB
 
@@ -413,6 +414,23 @@ case "store-segment-add":
       say("closed")
     } catch {
       fail("store-segment-add failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "compact-copy":
+  // Runs `ferry compact --copy DIR` (retention 0) in this process, crash points armed from the
+  // environment (FERRY_CRASH_POINT=compact.swapped with FERRY_CRASH_SIGNAL=STOP stops it right
+  // after the copy was renamed into place); says "compacted" when it returns, "refused S M" when
+  // it throws (its exit status S).
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do throws(ToolError) {
+      try await compact(path: directory, retentionMs: 0, copy: true, output: Output(line: { _ in }))
+      say("compacted")
+    } catch {
+      say("refused \(error.status.rawValue) \(error.message)")
     }
     done.signal()
   }
