@@ -53,7 +53,9 @@ public protocol ProjectionTableReading {
   func count(_ table: String) throws -> Int
   /// The value under `key` in `table` as `decode` makes it, or nil. Reading the tables a
   /// transaction writes, the last value decoded is kept until that table changes: a command that
-  /// reads a row and the fold of the event it logs, which reads it again, decode it once.
+  /// reads a row and the fold of the event it logs, which reads it again, decode it once. So
+  /// `decode` must depend on the bytes alone: a later read of the same table, key and type `T` in
+  /// the transaction may get the value an earlier `decode` made.
   func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T?
   /// Whether `table` certainly has no entries (false when unsure): lets a fold skip the search
   /// for a key in a table that is usually empty.

@@ -43,11 +43,13 @@ package func recover(path: String, json: Bool, output: Output) async throws(Tool
     throw ToolError.from(error)
   }
   let head: UInt64
+  var segmentAfter = segment
   do {
     if needed {
       let store = try await FerryStore.open(at: path, configuration: toolConfiguration(for: path))
       defer { store.close() }
       head = try store.log.head()
+      segmentAfter = FileManager.default.fileExists(atPath: path + "/ferry-segment")
     } else {
       let store = try FerryStore.openReadOnly(at: path)
       defer { store.close() }
@@ -57,10 +59,14 @@ package func recover(path: String, json: Bool, output: Output) async throws(Tool
     throw ToolError.from(error)
   }
   if json {
-    output.line(jsonLine(RecoverJSON(recovered: needed, head: head, writeAheadSegment: segment)))
+    output.line(jsonLine(RecoverJSON(recovered: needed, head: head, writeAheadSegment: segmentAfter)))
   } else if needed {
+    // A dead open may have replayed and removed the segment already, leaving only its mark.
     output.line(
-      "recovered \(path): the commits in its write-ahead segment were replayed; log head \(head), segment kept")
+      segment
+        ? "recovered \(path): the commits in its write-ahead segment were replayed; log head \(head), "
+          + (segmentAfter ? "segment kept" : "segment gone")
+        : "recovered \(path): an open that died part-way had replayed its segment; its mark is cleared; log head \(head)")
   } else {
     output.line("nothing to recover: \(path) is settled (log head \(head))")
   }
