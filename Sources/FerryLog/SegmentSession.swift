@@ -456,6 +456,9 @@ extension EventLog {
       try session.checkpointNow(environment: environment, core: core)
       return session
     }
+    // Alone: a segment half-made by an open that died (or lost power) while creating it is never
+    // used — only a renamed one is — and is removed here, where no other open can be making one.
+    unlink(WriteAheadSegment.path(in: path) + ".new")
     if present {
       let (session, header) = try SegmentSession.open(
         directory: path, storeId: storeId, checkpointFrames: frames, checkpointBytes: bytes)

@@ -64,6 +64,29 @@ import Testing
     #expect(try format(store) == EventLog.storeFormatVersion)
   }
 
+  /// A segment half-made when its creator died (`ferry-segment.new`, never renamed into place) is
+  /// removed by the next read-write open alone, whether it turns the segment on or not; a
+  /// read-only open leaves it.
+  @Test(arguments: [false, true]) func aHalfMadeSegmentIsRemovedByTheNextOpenAlone(segment: Bool) async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    do {
+      let log = try store.open()
+      _ = try await log.append(NewEvent(type: "t", payload: payload("one")))
+      log.close()
+    }
+    let stale = store.path + "/ferry-segment.new"
+    #expect(FileManager.default.createFile(atPath: stale, contents: Data(repeating: 7, count: 4096)))
+    let reader = try store.open([]) { $0.readOnly = true }
+    reader.close()
+    #expect(FileManager.default.fileExists(atPath: stale), "a read-only open removed a file")
+    let log = try store.open { $0.writeAheadSegment = segment }
+    defer { log.close() }
+    #expect(!FileManager.default.fileExists(atPath: stale))
+    #expect(FileManager.default.fileExists(atPath: store.path + "/ferry-segment") == segment)
+    #expect(try log.head() == 1)
+  }
+
   @Test func whatAKilledWriterAcknowledgedIsReplayedAndAReadOnlyOpenAloneIsRefusedFirst() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
