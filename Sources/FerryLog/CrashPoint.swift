@@ -63,6 +63,11 @@ package enum CrashPoint {
     guard isArmed.load(ordering: .acquiring) else { return }
     guard let armed = armed.withLock({ $0 }), armed.label == label else { return }
     let count = hits.add(1, ordering: .relaxed).newValue
-    if count >= armed.after { kill(getpid(), armed.signal) }
+    guard count >= armed.after else { return }
+    kill(getpid(), armed.signal)
+    // It goes no further even when the signal lands late (seen under load with SIGSTOP: a worker
+    // ran on to its end and only then stopped): the thread waits here to die (or, stopped, to be
+    // killed by the test).
+    while true { pause() }
   }
 }
