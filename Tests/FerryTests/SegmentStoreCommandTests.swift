@@ -48,23 +48,25 @@ import Testing
   }
 
   /// An operator command on a store with a segment, run alone, keeps the segment (an open alone
-  /// that does not ask for it would turn it off).
-  @Test func anOperatorCommandKeepsTheSegment() async throws {
+  /// that does not ask for it would turn it off) and does what it says.
+  @Test(arguments: ["pause", "resume", "cancel"]) func anOperatorCommandKeepsTheSegment(_ command: String) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
+    var ids: [UInt64] = []
     do {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
-      for n in 0..<20 { try await store.queue.add(tag: "t", payload: ["n": n]) }
+      for n in 0..<20 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
       store.close()
     }
-    let pause = try Child("ferry", ["pause", fixture.path])
-    #expect(try await pause.wait() == 0)
-    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "ferry pause turned the segment off")
+    let child = try Child("ferry", [command, fixture.path] + (command == "cancel" ? [String(ids[0])] : []))
+    #expect(try await child.wait() == 0)
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "ferry \(command) turned the segment off")
     let store = try await fixture.openStore { $0.writeAheadSegment = true }
     defer { store.close() }
-    #expect(try store.queue.isPaused())
-    #expect(try store.queue.pendingTasks().count == 20)
+    #expect(try store.queue.isPaused() == (command == "pause"))
+    #expect(try store.queue.pendingTasks().count == (command == "cancel" ? 19 : 20))
   }
+
 }
 
 extension SegmentStoreCommandTests {
