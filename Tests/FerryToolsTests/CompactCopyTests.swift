@@ -23,15 +23,8 @@ import Testing
     let dir = scratch.path + "/store"
     try await makeStore(at: dir, tasks: 20)
     let input = Pipe()
-    let (holder, holderOut, holderErr) = try start(
-      productURL("ferry-test-worker"), ["hold-open", dir], input: input)
+    let (holder, holderOut, holderErr, said) = try startHoldingOpen(dir, input: input)
     defer { if holder.isRunning { holder.terminate() } }
-    var said = ""
-    while !said.contains("\n") {
-      let data = holderOut.fileHandleForReading.availableData
-      if data.isEmpty { break }
-      said += String(decoding: data, as: UTF8.self)
-    }
     #expect(said.hasPrefix("open "), "\(said)")
     let published = try #require(try DataFileCheck.read(dir + "/data.mdb").newest?.transaction)
 

@@ -397,15 +397,8 @@ func rawControls(_ data: Data) -> [Int] {
     let dir = scratch.path + "/store"
     try await makeStore(at: dir, tasks: 60)
     let input = Pipe()
-    let (holder, holderOut, holderErr) = try start(
-      productURL("ferry-test-worker"), ["hold-open", dir], input: input)
+    let (holder, holderOut, holderErr, said) = try startHoldingOpen(dir, input: input)
     defer { if holder.isRunning { holder.terminate() } }
-    var said = ""
-    while !said.contains("\n") {
-      let data = holderOut.fileHandleForReading.availableData
-      if data.isEmpty { break }
-      said += String(decoding: data, as: UTF8.self)
-    }
     #expect(said.hasPrefix("open "), "\(said)")
     let before = try Data(contentsOf: URL(fileURLWithPath: dir + "/data.mdb"))
     let statsBefore = try runFerry(["stats", dir], tmp: scratch.path).out
@@ -540,4 +533,17 @@ func rawControls(_ data: Data) -> [Int] {
     let negative = try runFerry(["replay", dir, "--max-age", "-1"], tmp: scratch.path)
     #expect(negative.status == ExitStatus.badFlags.rawValue)
   }
+}
+
+/// Starts `ferry-test-worker hold-open DIR` (it keeps the store open until `input` ends) and reads
+/// its first line, "open HEAD" (what it said, whole, when it failed instead).
+func startHoldingOpen(_ dir: String, input: Pipe) throws -> (Process, Pipe, Pipe, said: String) {
+  let (holder, holderOut, holderErr) = try start(productURL("ferry-test-worker"), ["hold-open", dir], input: input)
+  var said = ""
+  while !said.contains("\n") {
+    let data = holderOut.fileHandleForReading.availableData
+    if data.isEmpty { break }
+    said += String(decoding: data, as: UTF8.self)
+  }
+  return (holder, holderOut, holderErr, said)
 }
