@@ -87,7 +87,10 @@ final class Child: Sendable {
     while process.isRunning && ContinuousClock.now < deadline { usleep(1_000) }
   }
 
-  /// Waits for the child to exit (up to five minutes) and returns its status.
+  /// Waits for the child to exit (up to five minutes), then for its reader to take the rest of
+  /// its output (up to five seconds more: a grandchild may hold the pipe open), and returns its
+  /// status. Without the second wait a caller could read `output` before the child's last line
+  /// arrived (seen in CI: a `ferry recover --json` that exited 0 had no line yet).
   func wait() async throws -> Int32 {
     let deadline = ContinuousClock.now + .seconds(300)
     while process.isRunning {
@@ -97,6 +100,8 @@ final class Child: Sendable {
       }
       try await Task.sleep(for: .milliseconds(10))
     }
+    let drained = ContinuousClock.now + .seconds(5)
+    while !ended.withLock({ $0 }) && ContinuousClock.now < drained { try await Task.sleep(for: .milliseconds(5)) }
     return process.terminationStatus
   }
 }
