@@ -449,7 +449,7 @@ import Testing
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    _ = try await addJobs(queue, 6_000)
+    _ = try await addJobs(queue, 12_000)
     let input = Pipe()
     let child = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "2"], stdin: input.fileHandleForReading)
     defer {
@@ -458,7 +458,9 @@ import Testing
     }
     _ = try await child.waitForLine(startingWith: "open")
     say("go", to: input)
-    try await Task.sleep(for: .milliseconds(200))
+    // Into its rebuild, not through it: 12,000 events in chunks of 2 (6,000 in 200 ms was once
+    // through it already in CI, and the stop then landed on a process holding nothing).
+    try await Task.sleep(for: .milliseconds(20))
     #expect(!child.output.contains("rebuilt"))
     kill(child.pid, SIGSTOP)
     let outcome = Mutex<String?>(nil)
@@ -480,7 +482,7 @@ import Testing
     // The read waits for its catch-up a second at most, then fails as before the catch-up
     // existed (or it had the rows, when the stop landed between two of the other's transactions).
     #expect(
-      whileStopped == "notCurrent" || whileStopped == "rows 6000",
+      whileStopped == "notCurrent" || whileStopped == "rows 12000",
       "the read was still waiting 5 s after the other process stopped, or failed otherwise: \(String(describing: whileStopped))")
     // Once the other process goes on, a read has the rows.
     let later = ContinuousClock.now + .seconds(60)
@@ -490,7 +492,7 @@ import Testing
         try await Task.sleep(for: .milliseconds(5))
       }
     }
-    #expect(rows == 6000)
+    #expect(rows == 12000)
   }
 
   /// `close()` lands while this process's writer is in the middle of a long catch-up (10,000
