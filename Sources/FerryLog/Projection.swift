@@ -189,7 +189,6 @@ public final class ProjectionTables: ProjectionTableReading {
   /// The longest key a table can hold, in bytes.
   public var maxKeySize: Int { transaction.environment.maxKeySize }
 
-  /// The value under `key` in `table`, or nil.
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     let (index, db, overlay) = try entry(table)
     if memoTable == index && memoKey == key {
@@ -211,6 +210,7 @@ public final class ProjectionTables: ProjectionTableReading {
     return decoded
   }
 
+  /// The value under `key` in `table`, or nil.
   public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? {
     let (db, overlay) = try self.table(table)
     if let overlay, let known = overlay.lookup(key) { return known }
@@ -228,7 +228,6 @@ public final class ProjectionTables: ProjectionTableReading {
     return try transaction.withCursor(db) { cursor in try cursor.scan(from: start, body) }
   }
 
-  /// The number of entries in `table`.
   public func isCertainlyEmpty(_ table: String) throws -> Bool {
     let (index, db, overlay) = try entry(table)
     if let overlay, !overlay.isEmpty { return false }
@@ -241,6 +240,7 @@ public final class ProjectionTables: ProjectionTableReading {
     return empty
   }
 
+  /// The number of entries in `table`.
   public func count(_ table: String) throws -> Int {
     let (db, overlay) = try self.table(table)
     guard let overlay else { return try transaction.statistics(db).entries }

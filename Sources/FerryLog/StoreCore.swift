@@ -365,33 +365,29 @@ struct StoreCore: Sendable {
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
     // By index: a `for (target, tables) in zip(...)` copied each bound projection once per event.
     for index in 0..<min(targets.count, tables.count) {
-      do {
-        try targets[index].projection.apply(event, to: tables[index])
-      } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
-        throw error  // the map grows and the transaction is retried; not the projection's fault
-      } catch {
-        throw FerryLogError.projectionFailed(
-          projection: targets[index].name, sequence: event.sequence, underlying: error)
+      do { try targets[index].projection.apply(event, to: tables[index]) } catch {
+        throw Self.foldFailure(error, in: tables[index], at: event.sequence)
       }
     }
   }
 
-  /// ``apply(_:to:tables:)`` over the projections themselves, for a replay's chunk.
+  /// ``apply(_:to:tables:)`` over the projections themselves, for a replay's chunk (taken out of
+  /// their bound projections once per chunk: reaching each through its class retained it once per
+  /// event).
   func apply(_ event: LoggedEvent, to folders: [any Projection], tables: [ProjectionTables]) throws {
-    // By index, over the projections themselves (taken out of their bound projections once per
-    // chunk or batch: reaching each through its class retained it once per event).
     for index in 0..<min(folders.count, tables.count) {
-      do {
-        try folders[index].apply(event, to: tables[index])
-      } catch let error as LMDBError where error == .mapFull || error == .transactionFull {
-        throw error  // the map grows and the transaction is retried; not the projection's fault
-      } catch {
-        throw FerryLogError.projectionFailed(
-          projection: tables[index].projection, sequence: event.sequence, underlying: error)
+      do { try folders[index].apply(event, to: tables[index]) } catch {
+        throw Self.foldFailure(error, in: tables[index], at: event.sequence)
       }
     }
   }
 
+  /// What a projection's failed fold throws: its error named with the projection, except the LMDB
+  /// errors the transaction is retried for (the map grows), which are not the projection's fault.
+  private static func foldFailure(_ error: any Error, in tables: ProjectionTables, at sequence: UInt64) -> any Error {
+    if let lmdb = error as? LMDBError, lmdb == .mapFull || lmdb == .transactionFull { return lmdb }
+    return FerryLogError.projectionFailed(projection: tables.projection, sequence: sequence, underlying: error)
+  }
 
   /// In `txn`: folds the log into the projections of this code's version that are furthest behind
   /// its head (those sharing the lowest position), at most `limit` events, and stores their new

@@ -373,3 +373,9 @@ func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
     return Darwin.open(path, flags, mode)
   #endif
 }
+
+extension EventLog {
+  /// Whether the store in `directory` has a write-ahead segment file (for tools that must keep a
+  /// store's mode, or must not swap its data file under one).
+  package static func hasWriteAheadSegment(in directory: String) -> Bool { WriteAheadSegment.exists(in: directory) }
+}

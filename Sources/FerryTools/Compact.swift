@@ -67,7 +67,7 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
     }
     store.close()
     if json {
-      if copy { try copyCompactedWithoutSegment(path) }
+      if copy { try copyCompacted(path) }
       output.line(
         jsonLine(
           CompactJSON(
@@ -86,26 +86,13 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
         "data file: \(sizeBefore) bytes (freed pages are reused; --copy gives them back to the file system)")
       return
     }
-    try copyCompactedWithoutSegment(path)
+    try copyCompacted(path)
     output.line("data file: \(sizeBefore) → \(fileSize(path)) bytes (compacted copy swapped in)")
   } catch let error as ToolError {
     throw error
   } catch {
     throw ToolError.from(error)
   }
-}
-
-/// ``copyCompacted(_:)`` unless the store has a write-ahead segment: an app that opened the store
-/// meanwhile kept its segment on, and the segment's checkpoint describes the pages of the file a
-/// swap would replace. The compaction itself stays done.
-private func copyCompactedWithoutSegment(_ path: String) throws {
-  if FileManager.default.fileExists(atPath: path + "/ferry-segment") {
-    throw ToolError(
-      .unavailable,
-      "the store at \(path) was compacted, but an app opened it meanwhile with its write-ahead segment: no copy "
-        + "was swapped in; run `ferry compact --copy` again with the app closed")
-  }
-  try copyCompacted(path)
 }
 
 /// Refuses a store whose `data.mdb` is empty: LMDB would take it for a new environment and a
@@ -248,7 +235,7 @@ private func copyCompacted(_ path: String) throws {
   // the open above removed it, and one that is back was made by an app that opened the store
   // meanwhile. Swapping the file under it would have its next recovery restore the old file's
   // meta pages into the new one.
-  guard !FileManager.default.fileExists(atPath: path + "/ferry-segment") else {
+  guard !EventLog.hasWriteAheadSegment(in: path) else {
     throw ToolError(
       .unavailable,
       "the store started using a write-ahead segment while it was being copied: nothing was swapped; run it again with the store closed")

@@ -69,10 +69,7 @@ package enum OperatorAction: Sendable, Equatable {
 package func operate(
   path: String, _ action: OperatorAction, json: Bool, output: Output
 ) async throws(ToolError) -> ExitStatus {
-  var isDirectory: ObjCBool = false
-  guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {
-    throw ToolError(.noSuchStore, "no store at \(path)")
-  }
+  try requireDirectory(path)
   let store: FerryStore
   do {
     store = try await FerryStore.open(at: path, configuration: toolConfiguration(for: path))

@@ -18,7 +18,7 @@ package struct RecoverJSON: Codable, Sendable, Equatable {
 package func toolConfiguration(for path: String) -> FerryStore.Configuration {
   var configuration = FerryStore.Configuration()
   configuration.createIfMissing = false
-  configuration.writeAheadSegment = FileManager.default.fileExists(atPath: path + "/ferry-segment")
+  configuration.writeAheadSegment = EventLog.hasWriteAheadSegment(in: path)
   return configuration
 }
 
@@ -27,47 +27,51 @@ package func toolConfiguration(for path: String) -> FerryStore.Configuration {
 /// has replayed them). Reads first and writes only when that open is refused for this reason; the
 /// store keeps its mode. Nothing else is changed.
 package func recover(path: String, json: Bool, output: Output) async throws(ToolError) {
-  var isDirectory: ObjCBool = false
-  guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {
-    throw ToolError(.noSuchStore, "no store at \(path)")
-  }
-  let segment = FileManager.default.fileExists(atPath: path + "/ferry-segment")
-  let needed: Bool
+  try requireDirectory(path)
+  let segment = EventLog.hasWriteAheadSegment(in: path)
+  // Read first: a settled store is only read, and its head comes from that open.
+  var head: UInt64?
   do {
     let store = try FerryStore.openReadOnly(at: path)
-    store.close()
-    needed = false
+    defer { store.close() }
+    head = try store.log.head()
   } catch FerryLogError.needsRecovery {
-    needed = true
+    head = nil
   } catch {
     throw ToolError.from(error)
   }
-  let head: UInt64
+  let needed = head == nil
   var segmentAfter = segment
-  do {
-    if needed {
+  if needed {
+    do {
       let store = try await FerryStore.open(at: path, configuration: toolConfiguration(for: path))
       defer { store.close() }
       head = try store.log.head()
-      segmentAfter = FileManager.default.fileExists(atPath: path + "/ferry-segment")
-    } else {
-      let store = try FerryStore.openReadOnly(at: path)
-      defer { store.close() }
-      head = try store.log.head()
+    } catch {
+      throw ToolError.from(error)
     }
-  } catch {
-    throw ToolError.from(error)
+    segmentAfter = EventLog.hasWriteAheadSegment(in: path)
   }
+  let settled = head ?? 0
   if json {
-    output.line(jsonLine(RecoverJSON(recovered: needed, head: head, writeAheadSegment: segmentAfter)))
+    output.line(jsonLine(RecoverJSON(recovered: needed, head: settled, writeAheadSegment: segmentAfter)))
   } else if needed {
     // A dead open may have replayed and removed the segment already, leaving only its mark.
     output.line(
       segment
-        ? "recovered \(path): the commits in its write-ahead segment were replayed; log head \(head), "
+        ? "recovered \(path): the commits in its write-ahead segment were replayed; log head \(settled), "
           + (segmentAfter ? "segment kept" : "segment gone")
-        : "recovered \(path): an open that died part-way had replayed its segment; its mark is cleared; log head \(head)")
+        : "recovered \(path): an open that died part-way had replayed its segment; its mark is cleared; log head \(settled)")
   } else {
-    output.line("nothing to recover: \(path) is settled (log head \(head))")
+    output.line("nothing to recover: \(path) is settled (log head \(settled))")
+  }
+}
+
+/// Refuses a path that is not a directory (`noSuchStore`) before any open: commands that open a
+/// store read-write never create one.
+package func requireDirectory(_ path: String) throws(ToolError) {
+  var isDirectory: ObjCBool = false
+  guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue else {
+    throw ToolError(.noSuchStore, "no store at \(path)")
   }
 }
