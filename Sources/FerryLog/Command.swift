@@ -137,8 +137,8 @@ extension EventLog {
       throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
     }
     if isClosed { throw FerryLogError.closed }
-    let outcome = try await withCheckedThrowingContinuation {
-      (continuation: CheckedContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
+    let outcome = try await withUnsafeThrowingContinuation {
+      (continuation: UnsafeContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
       let request = GroupCommitWriter.AppendRequest(
         work: .command { context in try command(context) }, continuation: continuation)
       if !writer.submit(.append(request)) {

@@ -752,8 +752,8 @@ public final class EventLog: Sendable {
     if events.isEmpty { return [] }
     if isClosed { throw FerryLogError.closed }
     let prepared = try Self.prepare(events, configuration: configuration)
-    let outcome = try await withCheckedThrowingContinuation {
-      (continuation: CheckedContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
+    let outcome = try await withUnsafeThrowingContinuation {
+      (continuation: UnsafeContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
       let request = GroupCommitWriter.AppendRequest(work: .events(prepared), continuation: continuation)
       if !writer.submit(.append(request)) {
         continuation.resume(throwing: FerryLogError.closed)

@@ -116,6 +116,8 @@ public final class ProjectionTables: ProjectionTableReading {
   @exclusivity(unchecked) private var memoTable = -1
   @exclusivity(unchecked) private var memoKey: [UInt8] = []
   @exclusivity(unchecked) private var memoValue: AnyObject?
+  /// The type `memoValue` holds (a `Decoded<T>`): compared instead of a dynamic cast.
+  @exclusivity(unchecked) private var memoType: ObjectIdentifier?
 
   private final class Decoded<T> {
     let value: T
@@ -193,7 +195,7 @@ public final class ProjectionTables: ProjectionTableReading {
     let (index, db, overlay) = try entry(table)
     if memoTable == index && memoKey == key {
       guard let known = memoValue else { return nil }
-      if let typed = known as? Decoded<T> { return typed.value }
+      if memoType == ObjectIdentifier(T.self) { return unsafeDowncast(known, to: Decoded<T>.self).value }
     }
     let bytes: [UInt8]?
     if let overlay, let known = overlay.lookup(key) { bytes = known } else { bytes = try transaction.get(db, key: key) }
@@ -207,6 +209,7 @@ public final class ProjectionTables: ProjectionTableReading {
     let decoded = try decode(bytes)
     memoTable = index
     memoValue = Decoded(decoded)
+    memoType = ObjectIdentifier(T.self)
     return decoded
   }
 

@@ -165,16 +165,25 @@ enum ClaimSearch {
     /// entry is usually the one claimed, and reading 64 keys for it was a third of a serial run's
     /// instructions.
     func walk(
+      first: (key: [UInt8], id: TaskID)? = nil,
       _ batch: (_ size: Int) throws -> [(key: [UInt8], id: TaskID)],
       advance: (_ key: [UInt8], _ id: TaskID) -> Void
     ) throws -> ClaimStep.Found? {
       var entries: [(key: [UInt8], id: TaskID)]
       var size = 2
       var full: Bool
+      var known = first
       repeat {
-        entries = try batch(size)
-        full = entries.count == size
-        size = 64
+        // An entry the level's seek already read is the first batch: it costs no seek again.
+        if let entry = known {
+          entries = [entry]
+          full = true
+          known = nil
+        } else {
+          entries = try batch(size)
+          full = entries.count == size
+          size = 64
+        }
         for entry in entries {
           advance(entry.key, entry.id)
           // Known-unhandled tasks cost only their key: they do not count toward the limit.
@@ -187,7 +196,10 @@ enum ClaimSearch {
     }
     // The levels one at a time, most urgent first: the search usually ends in the first.
     var from: UInt8 = 0
-    while let level = try queue.nextRunnableLevel(from: from) {
+    while let (level, firstReady) = try queue.nextRunnableLevelAndFirstReady(from: from) {
+      // Whether the retries' walk below finds `waiting` empty: it then changes nothing, and the
+      // level's smallest ready id, read by the seek above, is still where the ready walk begins.
+      let noRetries = try queue.tables.isCertainlyEmpty("waiting")
       // Due retries of the level, oldest retry time first: read from the start of its
       // time-ordered entries, so they cost what the pass takes from them.
       let retry = try walk({ size in
@@ -206,7 +218,9 @@ enum ClaimSearch {
         step.found = retry
         return step
       }
-      let ready = try walk({ size in
+      var first: (key: [UInt8], id: TaskID)?
+      if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? 0 { first = ([], firstReady) }
+      let ready = try walk(first: first, { size in
         var entries: [(key: [UInt8], id: TaskID)] = []
         let cursor = step.cursors.ready[level] ?? 0
         if cursor == TaskID.max { return entries }  // no id follows the largest

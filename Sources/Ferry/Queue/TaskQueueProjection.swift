@@ -188,17 +188,27 @@ struct QueueTables<Tables: ProjectionTableReading> {
   /// A search that usually ends in its first level asks this once, where ``runnableLevels()``
   /// seeks past every level.
   mutating func nextRunnableLevel(from: UInt8) throws -> UInt8? {
+    try nextRunnableLevelAndFirstReady(from: from)?.level
+  }
+
+  /// ``nextRunnableLevel(from:)``, and the first `ready` id of that level when its seek in `ready`
+  /// landed there (the smallest ready id of the level): a claim search starts from it without
+  /// seeking again.
+  mutating func nextRunnableLevelAndFirstReady(from: UInt8) throws -> (level: UInt8, firstReady: TaskID?)? {
     var found: UInt8?
+    var firstReady: (level: UInt8, id: TaskID)?
     for table in ["waiting", "ready"] {
       // Retries are rare: an empty `waiting` is not searched.
       if table == "waiting", try tables.isCertainlyEmpty(table) { continue }
       try tables.scan(table, from: [from]) { key, _ in
         if let level = key.first { found = min(found ?? level, level) }
+        if table == "ready" { firstReady = QueueKey.readyEntry(key) }
         return false
       }
       touched += 1
     }
-    return found
+    guard let found else { return nil }
+    return (found, firstReady?.level == found ? firstReady?.id : nil)
   }
 
   /// The next task after `after` that may run at `now`, in a pass's order: the most urgent

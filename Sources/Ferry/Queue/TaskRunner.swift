@@ -269,7 +269,18 @@ public final class TaskRunner: Sendable {
   }
 
   /// A run that ended, with the events that log its outcome.
-  typealias Finished = (run: ClaimedRun, events: [TaskEvent], outcome: TaskOutcome)
+  /// A run that ended: what to log and report. A struct, not a tuple: a tuple is copied through
+  /// the runtime's generic witnesses (~300 instructions a copy, several copies a run, measured).
+  struct Finished: Sendable {
+    let run: ClaimedRun
+    let events: [TaskEvent]
+    let outcome: TaskOutcome
+    init(_ run: ClaimedRun, _ events: [TaskEvent], _ outcome: TaskOutcome) {
+      self.run = run
+      self.events = events
+      self.outcome = outcome
+    }
+  }
 
   /// What one command of a pass did: the outcomes it logged, the runs it claimed, what it skipped
   /// and where its search stopped.
@@ -554,17 +565,17 @@ public final class TaskRunner: Sendable {
     guard let registration = state.withLock({ $0.handlers[task.tag] }), !queue.log.isClosed else {
       // Unregistered between the claim and now, or the queue was closed (its outcome could not
       // be logged): the handler is not called, and the run ends at once, ready again.
-      return (run, [.runInterrupted(task.id)], .interrupted)
+      return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
     let result: TaskResult
     do {
       result = try await call(registration, run)
     } catch {
-      return (run, [.runInterrupted(task.id)], .interrupted)
+      return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
     switch result {
     case .succeeded:
-      return (run, [.runSucceeded(task.id)], .succeeded)
+      return Finished(run, [.runSucceeded(task.id)], .succeeded)
     case .failed(let fullMessage, let retryable):
       let message = TaskQueue.loggable(fullMessage)
       let policy = registration.retry ?? configuration.defaultRetry
@@ -575,13 +586,13 @@ public final class TaskRunner: Sendable {
           policy.delayMilliseconds(afterAttempt: attempt, random: configuration.random()))
         retryAt = overflow ? Int64.max : at
       }
-      return (
+      return Finished(
         run, [.runFailed(task.id, message: message, retryable: retryable, nextEligibleAt: retryAt)],
         .failed(message, retryAt: retryAt.map(Date.init(unixMilliseconds:)))
       )
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
-      return (run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
+      return Finished(run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
     }
   }
 
@@ -844,14 +855,29 @@ final class UnhandledTasks: Sendable {
 /// Where a pass's handlers leave their ended runs: the pass takes everything there, waiting for
 /// the first when there is nothing yet.
 final class Mailbox<Item: Sendable>: Sendable {
-  private struct State {
+  private let core = MailboxCore<Item>()
+
+  func put(_ item: Item) { core.put(item) }
+  /// Everything left so far, without waiting.
+  func takeAvailable() -> [Item] { core.takeAvailable() }
+  /// Everything left so far; waits for the first item when there is none.
+  func takeAll() async -> [Item] { await core.takeAll() }
+}
+
+/// What a ``Mailbox`` does, in a struct that a class that is not generic can hold.
+struct MailboxCore<Item: Sendable>: ~Copyable, Sendable {
+  // Not private: Swift 6.3's debug build of another file that holds a `MailboxCore` crashes on
+  // a private nested type here ("Global is external, but doesn't have external linkage").
+  struct State {
     var items: [Item] = []
-    var waiter: CheckedContinuation<[Item], Never>?
+    // Unsafe, not checked: `put` takes the waiter out under the lock before resuming it, so it
+    // is resumed exactly once (a checked one costs an allocation and a metadata lookup a wait).
+    var waiter: UnsafeContinuation<[Item], Never>?
   }
   private let state = Mutex(State())
 
   func put(_ item: Item) {
-    let resume = state.withLock { s -> (CheckedContinuation<[Item], Never>, [Item])? in
+    let resume = state.withLock { s -> (UnsafeContinuation<[Item], Never>, [Item])? in
       s.items.append(item)
       guard let waiter = s.waiter else { return nil }
       s.waiter = nil
@@ -871,7 +897,7 @@ final class Mailbox<Item: Sendable>: Sendable {
 
   /// Everything left so far; waits for the first item when there is none.
   func takeAll() async -> [Item] {
-    await withCheckedContinuation { (continuation: CheckedContinuation<[Item], Never>) in
+    await withUnsafeContinuation { (continuation: UnsafeContinuation<[Item], Never>) in
       let ready = state.withLock { s -> [Item]? in
         if s.items.isEmpty {
           s.waiter = continuation
