@@ -112,23 +112,36 @@ public final class ProjectionTables: ProjectionTableReading {
   let overlays: [TableOverlay]?
 
   /// The last value ``value(_:key:as:)`` decoded, kept until its table changes: the table's
-  /// index (-1: none), its key, and the value boxed (nil: the key had none).
+  /// index (-1: none), its key, and whether the key had no value.
   @exclusivity(unchecked) private var memoTable = -1
   @exclusivity(unchecked) private var memoKey: [UInt8] = []
-  @exclusivity(unchecked) private var memoValue: AnyObject?
-  /// The type `memoValue` holds (a `Decoded<T>`): compared instead of a dynamic cast.
-  @exclusivity(unchecked) private var memoType: ObjectIdentifier?
+  @exclusivity(unchecked) private var memoAbsent = false
+  /// The value itself, in raw memory of this object's (`memoCapacity` bytes, 16-aligned) that
+  /// holds one initialized value of `memoType` when that is not nil. Not a generic box: a
+  /// `Box<T>` made in this unspecialized code asked the runtime for its type metadata on every
+  /// decode, and allocated (~1,000 instructions a run, measured).
+  @exclusivity(unchecked) private var memoStorage: UnsafeMutableRawPointer?
+  @exclusivity(unchecked) private var memoCapacity = 0
+  @exclusivity(unchecked) private var memoType: Any.Type?
 
-  private final class Decoded<T> {
-    let value: T
-    init(_ value: T) { self.value = value }
+  deinit {
+    forgetMemoValue()
+    memoStorage?.deallocate()
+  }
+
+  /// Deinitializes the kept value, if any.
+  private func forgetMemoValue() {
+    guard let type = memoType, let storage = memoStorage else { return }
+    memoType = nil
+    func destroy<V>(_: V.Type) { storage.assumingMemoryBound(to: V.self).deinitialize(count: 1) }
+    destroy(type)
   }
 
   /// Forgets the kept value when the table at `index` changes.
   private func changing(_ index: Int) {
     if memoTable == index {
       memoTable = -1
-      memoValue = nil
+      forgetMemoValue()
     }
     if index < 64 { emptiness.known &= ~(1 << UInt64(index)) }
   }
@@ -194,22 +207,34 @@ public final class ProjectionTables: ProjectionTableReading {
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     let (index, db, overlay) = try entry(table)
     if memoTable == index && memoKey == key {
-      guard let known = memoValue else { return nil }
-      if memoType == ObjectIdentifier(T.self) { return unsafeDowncast(known, to: Decoded<T>.self).value }
+      if memoAbsent { return nil }
+      if let type = memoType, ObjectIdentifier(type) == ObjectIdentifier(T.self), let storage = memoStorage {
+        return storage.assumingMemoryBound(to: T.self).pointee
+      }
     }
     let bytes: [UInt8]?
     if let overlay, let known = overlay.lookup(key) { bytes = known } else { bytes = try transaction.get(db, key: key) }
+    forgetMemoValue()
     memoTable = index
     memoKey = key
     guard let bytes else {
-      memoValue = nil
+      memoAbsent = true
       return nil
     }
-    memoTable = -1  // until it decodes
+    memoAbsent = false
+    memoTable = -1  // until it decodes and is kept
     let decoded = try decode(bytes)
+    let size = MemoryLayout<T>.size
+    guard MemoryLayout<T>.alignment <= 16 else { return decoded }
+    if memoCapacity < size || memoStorage == nil {
+      memoStorage?.deallocate()
+      memoCapacity = max(size, 256)
+      memoStorage = UnsafeMutableRawPointer.allocate(byteCount: memoCapacity, alignment: 16)
+    }
+    guard let storage = memoStorage else { return decoded }
+    storage.initializeMemory(as: T.self, to: decoded)
+    memoType = T.self
     memoTable = index
-    memoValue = Decoded(decoded)
-    memoType = ObjectIdentifier(T.self)
     return decoded
   }
 
