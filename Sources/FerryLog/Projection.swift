@@ -123,6 +123,8 @@ public final class ProjectionTables: ProjectionTableReading {
   @exclusivity(unchecked) private var memoStorage: UnsafeMutableRawPointer?
   @exclusivity(unchecked) private var memoCapacity = 0
   @exclusivity(unchecked) private var memoType: Any.Type?
+  /// Writes through these tables so far (a decode that writes keeps no memo).
+  @exclusivity(unchecked) private var changes = 0
 
   deinit {
     forgetMemoValue()
@@ -139,6 +141,7 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// Forgets the kept value when the table at `index` changes.
   private func changing(_ index: Int) {
+    changes &+= 1
     if memoTable == index {
       memoTable = -1
       forgetMemoValue()
@@ -223,7 +226,15 @@ public final class ProjectionTables: ProjectionTableReading {
     }
     memoAbsent = false
     memoTable = -1  // until it decodes and is kept
+    let changesBefore = changes
     let decoded = try decode(bytes)
+    // A decode that read these tables itself left its own memo: drop it, and key the memo again.
+    // One that wrote to them may have changed this very row: keep nothing.
+    forgetMemoValue()
+    memoTable = -1
+    guard changes == changesBefore else { return decoded }
+    memoKey = key
+    memoAbsent = false
     let size = MemoryLayout<T>.size
     guard MemoryLayout<T>.alignment <= 16 else { return decoded }
     if memoCapacity < size || memoStorage == nil {

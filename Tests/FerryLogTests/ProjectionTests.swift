@@ -289,4 +289,94 @@ private struct LatestByType: Projection {
     // And a later transaction reads the same from the stored table.
     #expect(try log.read { try $0.tables(of: "latest").get("latest", key: Array("t".utf8)) } == Array("three".utf8))
   }
+
+  /// A decode that reads another row through `value` (the contract says it should not, but a
+  /// caller may): the outer read keeps its own value under its own key, the inner value is
+  /// released, and a key that has no row reads nil. (Helper review: the inner read's value leaked
+  /// and its key was kept for the outer value, so `a:k2` read `a:k1`'s value.)
+  @Test func aDecodeThatReadsTheTablesItselfLeavesARightMemoAndNoLeak() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([PairTables()])
+    defer { log.close() }
+    _ = try await log.append([
+      NewEvent(type: "x", payload: Array("a:k1=one".utf8)), NewEvent(type: "x", payload: Array("b:k2=two".utf8)),
+      NewEvent(type: "x", payload: Array("a:k3=three".utf8)),
+    ])
+    let (absent, present, outer, leaked) = try await log.execute { context -> (String?, String?, String?, Bool) in
+      let tables = try context.tables(of: "pair")
+      weak var inner: Tracked?
+      let outer = try tables.value("a", key: Array("k1".utf8)) { bytes -> String in
+        let tracked = try tables.value("b", key: Array("k2".utf8)) { Tracked($0) }
+        inner = tracked
+        return String(decoding: bytes, as: UTF8.self)
+      }
+      let absent = try tables.value("a", key: Array("k2".utf8)) { String(decoding: $0, as: UTF8.self) }
+      // An absent inner key must not hide a row either.
+      _ = try tables.value("a", key: Array("k1".utf8)) { bytes -> String in
+        _ = try tables.value("b", key: Array("none".utf8)) { $0.count }
+        return String(decoding: bytes, as: UTF8.self)
+      }
+      let present = try tables.value("a", key: Array("k3".utf8)) { String(decoding: $0, as: UTF8.self) }
+      return (absent, present, outer, inner != nil)
+    }
+    #expect(outer == "one")
+    #expect(absent == nil)
+    #expect(present == "three")
+    #expect(!leaked, "the inner decode's value was never released")
+  }
+
+  /// A decode inside a fold that rewrites the very row it decodes: the next read of that row sees
+  /// the new bytes, not the value decoded from the old ones.
+  @Test func aDecodeThatWritesKeepsNoStaleValue() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([RewritingDecode()])
+    defer { log.close() }
+    _ = try await log.append([
+      NewEvent(type: "seed", payload: Array("old".utf8)), NewEvent(type: "rewrite", payload: Array("new".utf8)),
+    ])
+    #expect(try log.read { try $0.tables(of: "rewriting").get("seen", key: Array("after".utf8)) } == Array("new".utf8))
+  }
+}
+
+/// An object whose release a test can watch.
+private final class Tracked: Sendable {
+  let bytes: [UInt8]
+  init(_ bytes: [UInt8]) { self.bytes = bytes }
+}
+
+/// Two tables; an event `t:key=value` puts `value` under `key` in table `t`.
+private struct PairTables: Projection {
+  let name = "pair"
+  let version: UInt32 = 1
+  let tables = ["a", "b"]
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let text = String(decoding: event.payload, as: UTF8.self)
+    let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
+    guard parts.count == 2 else { return }
+    try tables.put(String(parts[0].prefix(1)), key: Array(parts[0].dropFirst(2).utf8), value: Array(parts[1].utf8))
+  }
+}
+
+/// `seed` stores its payload under `row`; `rewrite` decodes `row` with a decode that rewrites it
+/// to the payload, reads it again and stores what it read under `seen/after`.
+private struct RewritingDecode: Projection {
+  let name = "rewriting"
+  let version: UInt32 = 1
+  let tables = ["rows", "seen"]
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let key = Array("row".utf8)
+    switch event.type {
+    case "seed": try tables.put("rows", key: key, value: event.payload)
+    case "rewrite":
+      _ = try tables.value("rows", key: key) { bytes -> String in
+        try tables.put("rows", key: key, value: event.payload)
+        return String(decoding: bytes, as: UTF8.self)
+      }
+      let after = try tables.value("rows", key: key) { String(decoding: $0, as: UTF8.self) } ?? ""
+      try tables.put("seen", key: Array("after".utf8), value: Array(after.utf8))
+    default: break
+    }
+  }
 }

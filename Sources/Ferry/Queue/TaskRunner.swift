@@ -900,6 +900,8 @@ struct MailboxCore<Item: Sendable>: ~Copyable, Sendable {
     await withUnsafeContinuation { (continuation: UnsafeContinuation<[Item], Never>) in
       let ready = state.withLock { s -> [Item]? in
         if s.items.isEmpty {
+          // One waiter at a time (the pass's loop, or one handler call's): a second would be lost.
+          assert(s.waiter == nil, "a mailbox has one waiter at a time")
           s.waiter = continuation
           return nil
         }
