@@ -112,14 +112,13 @@ public final class ProjectionTables: ProjectionTableReading {
   let overlays: [TableOverlay]?
 
   /// The last value ``value(_:key:as:)`` decoded, kept until its table changes: the table's
-  /// index (-1: none), its key, and whether the key had no value.
+  /// index (-1: none) and its key. The value itself is in raw memory of this object's
+  /// (`memoCapacity` bytes, 16-aligned) that holds one initialized value of `memoType`; a nil
+  /// `memoType` under a kept key means the key had no value. Not a generic box: a `Box<T>` made in
+  /// this unspecialized code asked the runtime for its type metadata on every decode, and
+  /// allocated (~1,000 instructions a run, measured).
   @exclusivity(unchecked) private var memoTable = -1
   @exclusivity(unchecked) private var memoKey: [UInt8] = []
-  @exclusivity(unchecked) private var memoAbsent = false
-  /// The value itself, in raw memory of this object's (`memoCapacity` bytes, 16-aligned) that
-  /// holds one initialized value of `memoType` when that is not nil. Not a generic box: a
-  /// `Box<T>` made in this unspecialized code asked the runtime for its type metadata on every
-  /// decode, and allocated (~1,000 instructions a run, measured).
   @exclusivity(unchecked) private var memoStorage: UnsafeMutableRawPointer?
   @exclusivity(unchecked) private var memoCapacity = 0
   @exclusivity(unchecked) private var memoType: Any.Type?
@@ -210,43 +209,42 @@ public final class ProjectionTables: ProjectionTableReading {
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     let (index, db, overlay) = try entry(table)
     if memoTable == index && memoKey == key {
-      if memoAbsent { return nil }
-      if let type = memoType, ObjectIdentifier(type) == ObjectIdentifier(T.self), let storage = memoStorage {
+      guard let type = memoType else { return nil }
+      if ObjectIdentifier(type) == ObjectIdentifier(T.self), let storage = memoStorage {
         return storage.assumingMemoryBound(to: T.self).pointee
       }
     }
     let bytes: [UInt8]?
     if let overlay, let known = overlay.lookup(key) { bytes = known } else { bytes = try transaction.get(db, key: key) }
     forgetMemoValue()
-    memoTable = index
-    memoKey = key
+    memoTable = -1  // until a value (or its absence) is kept
     guard let bytes else {
-      memoAbsent = true
+      keepMemo(index, key)
       return nil
     }
-    memoAbsent = false
-    memoTable = -1  // until it decodes and is kept
     let changesBefore = changes
     let decoded = try decode(bytes)
-    // A decode that read these tables itself left its own memo: drop it, and key the memo again.
-    // One that wrote to them may have changed this very row: keep nothing.
+    // A decode that read these tables itself left its own memo: drop it. One that wrote to them
+    // may have changed this very row: keep nothing.
     forgetMemoValue()
     memoTable = -1
-    guard changes == changesBefore else { return decoded }
-    memoKey = key
-    memoAbsent = false
-    let size = MemoryLayout<T>.size
-    guard MemoryLayout<T>.alignment <= 16 else { return decoded }
-    if memoCapacity < size || memoStorage == nil {
+    guard changes == changesBefore, MemoryLayout<T>.alignment <= 16 else { return decoded }
+    if memoCapacity < MemoryLayout<T>.size || memoStorage == nil {
       memoStorage?.deallocate()
-      memoCapacity = max(size, 256)
+      memoCapacity = max(MemoryLayout<T>.size, 256)
       memoStorage = UnsafeMutableRawPointer.allocate(byteCount: memoCapacity, alignment: 16)
     }
     guard let storage = memoStorage else { return decoded }
     storage.initializeMemory(as: T.self, to: decoded)
     memoType = T.self
-    memoTable = index
+    keepMemo(index, key)
     return decoded
+  }
+
+  /// Names the kept value (or, with `memoType` nil, the key's absence).
+  private func keepMemo(_ index: Int, _ key: [UInt8]) {
+    memoTable = index
+    memoKey = key
   }
 
   /// The value under `key` in `table`, or nil.
