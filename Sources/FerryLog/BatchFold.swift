@@ -9,10 +9,12 @@ import LMDB
 /// The projection's `apply` is the same code either way: ``ProjectionTables`` reads and writes
 /// through the overlay when it has one.
 final class TableOverlay {
-  /// One changed key and its new value (nil: deleted).
+  /// One changed key and its new value (`value` nil: deleted), both in the overlay's arena.
+  /// Plain data: dropping the entries of a chunk releases nothing (an entry of two arrays cost
+  /// two releases and a witness call each, measured).
   struct Entry {
-    var key: [UInt8]
-    var value: [UInt8]?
+    var key: UnsafeRawBufferPointer
+    var value: UnsafeRawBufferPointer?
   }
   /// The changed keys in LMDB's order (byte-wise, a prefix first), found by binary search: new
   /// keys mostly come last (ids only grow), where insertion costs nothing. (A dictionary hashed
@@ -25,6 +27,9 @@ final class TableOverlay {
   @exclusivity(unchecked) private(set) var entries: [Entry] = []
   /// Whether every row the B-tree held was removed (`removeAll`) in this chunk.
   private(set) var emptied = false
+  /// The bytes of the entries' keys and values: blocks that never move, so an entry (and a
+  /// buffer `scan` handed out) stays valid until ``flush(into:_:)``; reused chunk after chunk.
+  @exclusivity(unchecked) private var arena = Arena()
 
   var isEmpty: Bool { entries.isEmpty && !emptied }
   var changedRows: Int { entries.count }
@@ -43,47 +48,66 @@ final class TableOverlay {
     a.withUnsafeBytes { x in b.withUnsafeBytes { y in precedes(x, y) } }
   }
 
+  static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
+    guard a.count == b.count else { return false }
+    guard a.count > 0, let x = a.baseAddress, let y = b.baseAddress else { return true }
+    return memcmp(x, y, a.count) == 0
+  }
+
   /// The first index whose key is not below `key`, and whether that key is `key`.
-  func find(_ key: [UInt8]) -> (index: Int, found: Bool) {
-    key.withUnsafeBytes { k in
-      guard let last = entries.last else { return (0, false) }
-      // The usual case: a key past every changed key.
-      if last.key.withUnsafeBytes({ Self.precedes($0, k) }) { return (entries.count, false) }
-      var low = 0
-      var high = entries.count
-      while low < high {
-        let middle = (low + high) / 2
-        if entries[middle].key.withUnsafeBytes({ Self.precedes($0, k) }) {
-          low = middle + 1
-        } else {
-          high = middle
-        }
+  func find(_ key: UnsafeRawBufferPointer) -> (index: Int, found: Bool) {
+    guard let last = entries.last else { return (0, false) }
+    // The usual case: a key past every changed key.
+    if Self.precedes(last.key, key) { return (entries.count, false) }
+    var low = 0
+    var high = entries.count
+    while low < high {
+      let middle = (low + high) / 2
+      if Self.precedes(entries[middle].key, key) {
+        low = middle + 1
+      } else {
+        high = middle
       }
-      let found = low < entries.count && entries[low].key.withUnsafeBytes { !Self.precedes(k, $0) }
-      return (low, found)
     }
+    let found = low < entries.count && !Self.precedes(key, entries[low].key)
+    return (low, found)
   }
 
   /// What the overlay says about `key`: `.some(value)` (nil: deleted) when it changed it, or nil
-  /// when the B-tree (or, after `removeAll`, nothing) decides.
-  func lookup(_ key: [UInt8]) -> [UInt8]?? {
+  /// when the B-tree (or, after `removeAll`, nothing) decides. The bytes are valid until the
+  /// overlay is flushed.
+  func lookup(_ key: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer?? {
     let (index, found) = find(key)
     if found { return .some(entries[index].value) }
     return emptied ? .some(nil) : nil
   }
 
-  func set(_ key: [UInt8], _ value: [UInt8]?) {
+  /// ``lookup(_:)``, copied.
+  func lookup(_ key: [UInt8]) -> [UInt8]?? {
+    key.withUnsafeBytes { k in lookup(k).map { $0.map { Array($0) } } }
+  }
+
+  /// Sets `key` to `value` (nil: deleted); both are copied.
+  func set(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) {
     let (index, found) = find(key)
+    let stored = value.map { arena.copy($0) }
     if found {
-      entries[index].value = value
+      entries[index].value = stored
     } else if index == entries.count {
-      entries.append(Entry(key: key, value: value))
+      entries.append(Entry(key: arena.copy(key), value: stored))
     } else {
-      entries.insert(Entry(key: key, value: value), at: index)
+      entries.insert(Entry(key: arena.copy(key), value: stored), at: index)
+    }
+  }
+
+  func set(_ key: [UInt8], _ value: [UInt8]?) {
+    key.withUnsafeBytes { k in
+      if let value { value.withUnsafeBytes { v in set(k, v) } } else { set(k, nil) }
     }
   }
 
   func removeAll() {
+    // The arena is kept: a `scan` under way may still read the entries it copied.
     entries.removeAll(keepingCapacity: true)
     emptied = true
   }
@@ -92,24 +116,27 @@ final class TableOverlay {
   func flush(into db: Database, _ txn: Transaction) throws {
     if emptied { try txn.empty(db) }
     // Past the table's last key, puts append and deletes have nothing to delete.
-    var last: [UInt8]? = try txn.withCursor(db) { cursor in try cursor.last()?.key }
-    for entry in entries {
-      let key = entry.key
-      let value = entry.value
-      let pastEnd = last.map { Self.precedes($0, key) } ?? true
-      if let value {
-        if pastEnd {
-          try txn.put(db, key: key, value: value, flags: .append)
-          last = key
-        } else {
-          try txn.put(db, key: key, value: value)
+    let tableLast: [UInt8]? = try txn.withCursor(db) { cursor in try cursor.last()?.key }
+    try tableLast.withUnsafeBufferBytes { tableLast in
+      var last = tableLast
+      for entry in entries {
+        let key = entry.key
+        let pastEnd = last.map { Self.precedes($0, key) } ?? true
+        if let value = entry.value {
+          if pastEnd {
+            try txn.put(db, key: key, value: value, flags: .append)
+            last = key
+          } else {
+            try txn.put(db, key: key, value: value)
+          }
+        } else if !pastEnd {
+          try txn.delete(db, key: key)
         }
-      } else if !pastEnd {
-        try txn.delete(db, key: key)
       }
     }
     entries.removeAll(keepingCapacity: true)
     emptied = false
+    arena.reset()
   }
 
   /// Visits the table as the overlay over `base` shows it, from the first key at or after
@@ -119,21 +146,20 @@ final class TableOverlay {
     _ body: (UnsafeRawBufferPointer, UnsafeRawBufferPointer) throws -> Bool
   ) throws -> Int {
     // The keys as they are now: a change made by `body` during the walk is read by later gets,
-    // not met by this walk.
+    // not met by this walk (its bytes stay where they are until the overlay is flushed).
     let entries = self.entries
-    var index = start.map { find($0).index } ?? 0
+    var index = start.map { start in start.withUnsafeBytes { find($0).index } } ?? 0
     var seen = 0
     var going = true
     /// Emits the overlay's rows below `limit` (all when nil); false when `body` said stop.
     func emitOverlay(below limit: UnsafeRawBufferPointer?) throws -> Bool {
       while index < entries.count {
         let key = entries[index].key
-        if let limit, !key.withUnsafeBytes({ Self.precedes($0, limit) }) { return true }
+        if let limit, !Self.precedes(key, limit) { return true }
         index += 1
         guard let value = entries[index - 1].value else { continue }
         seen += 1
-        let more = try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try body(k, v) } }
-        if !more { return false }
+        if try !body(key, value) { return false }
       }
       return true
     }
@@ -142,7 +168,7 @@ final class TableOverlay {
         try cursor.scan(from: start) { key, value in
           going = try emitOverlay(below: key)
           guard going else { return false }
-          if index < entries.count, entries[index].key.elementsEqual(key) {
+          if index < entries.count, Self.equal(entries[index].key, key) {
             return true  // the overlay's row (or its deletion) replaces this one: met in emitOverlay
           }
           seen += 1
@@ -153,5 +179,52 @@ final class TableOverlay {
     }
     if going { _ = try emitOverlay(below: nil) }
     return seen
+  }
+
+  /// Memory for the overlay's bytes: blocks of at least 64 KiB, filled in order and never moved
+  /// or freed until the overlay is (blocks are reused after ``reset()``).
+  struct Arena: ~Copyable {
+    private var blocks: [(start: UnsafeMutableRawPointer, size: Int)] = []
+    /// The block being filled and the bytes used in it.
+    private var current = 0
+    private var used = 0
+
+    init() {}
+
+    deinit {
+      for block in blocks { block.start.deallocate() }
+    }
+
+    /// A copy of `bytes` in the arena.
+    mutating func copy(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+      let count = bytes.count
+      while current < blocks.count, blocks[current].size - used < count {
+        current += 1
+        used = 0
+      }
+      if current == blocks.count {
+        let size = max(65_536, count)
+        blocks.append((UnsafeMutableRawPointer.allocate(byteCount: size, alignment: 16), size))
+        used = 0
+      }
+      let target = blocks[current].start + used
+      if count > 0, let source = bytes.baseAddress { target.copyMemory(from: source, byteCount: count) }
+      used += count
+      return UnsafeRawBufferPointer(start: target, count: count)
+    }
+
+    /// Forgets every copy (their memory is reused).
+    mutating func reset() {
+      current = 0
+      used = 0
+    }
+  }
+}
+
+extension Optional where Wrapped == [UInt8] {
+  /// Calls `body` with the array's bytes, or nil.
+  fileprivate func withUnsafeBufferBytes<R>(_ body: (UnsafeRawBufferPointer?) throws -> R) rethrows -> R {
+    guard let self else { return try body(nil) }
+    return try self.withUnsafeBytes { try body($0) }
   }
 }

@@ -283,7 +283,7 @@ public final class ProjectionTables: ProjectionTableReading {
     guard let overlay else { return try transaction.statistics(db).entries }
     var count = overlay.emptied ? 0 : try transaction.statistics(db).entries
     for entry in overlay.entries {
-      let inBase = overlay.emptied ? false : try transaction.get(db, key: entry.key) != nil
+      let inBase = overlay.emptied ? false : try transaction.withValue(db, key: entry.key) { $0 != nil }
       count += (entry.value != nil ? 1 : 0) - (inBase ? 1 : 0)
     }
     return count
@@ -291,6 +291,12 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// Stores `value` under `key` in `table` (replacing any value). Only during `apply`.
   public func put(_ table: String, key: [UInt8], value: [UInt8]) throws {
+    try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try put(table, key: k, value: v) } }
+  }
+
+  /// ``put(_:key:value:)`` from bytes held elsewhere (they are copied): a fold can build a key or
+  /// a row in temporary memory instead of an array. Only during `apply`.
+  public func put(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {
@@ -305,6 +311,11 @@ public final class ProjectionTables: ProjectionTableReading {
   /// (a new largest id): LMDB then appends without searching. A key that does not sort last is
   /// stored the ordinary way. Only during `apply`.
   public func putLast(_ table: String, key: [UInt8], value: [UInt8]) throws {
+    try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try putLast(table, key: k, value: v) } }
+  }
+
+  /// ``putLast(_:key:value:)`` from bytes held elsewhere (they are copied). Only during `apply`.
+  public func putLast(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {
@@ -341,10 +352,20 @@ public final class ProjectionTables: ProjectionTableReading {
   /// Deletes `key` from `table`; returns whether it was there. Only during `apply`.
   @discardableResult
   public func delete(_ table: String, key: [UInt8]) throws -> Bool {
+    try key.withUnsafeBytes { k in try delete(table, key: k) }
+  }
+
+  /// ``delete(_:key:)`` with the key's bytes held elsewhere. Only during `apply`.
+  @discardableResult
+  public func delete(_ table: String, key: UnsafeRawBufferPointer) throws -> Bool {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {
-      guard try get(table, key: key) != nil else { return false }
+      let present: Bool
+      if let known = overlay.lookup(key) { present = known != nil } else {
+        present = try transaction.withValue(db, key: key) { $0 != nil }
+      }
+      guard present else { return false }
       overlay.set(key, nil)
       return true
     }

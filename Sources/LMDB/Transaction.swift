@@ -95,13 +95,18 @@ public final class Transaction {
   public func withValue<R>(
     _ db: Database, key: [UInt8], _ body: (UnsafeRawBufferPointer?) throws -> R
   ) throws -> R {
+    try key.withUnsafeBytes { k in try withValue(db, key: k, body) }
+  }
+
+  /// ``withValue(_:key:_:)`` with the key's bytes held elsewhere.
+  public func withValue<R>(
+    _ db: Database, key: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer?) throws -> R
+  ) throws -> R {
     try ensureOpen()
     try validateKey(key.count, in: db)
     var data = MDB_val()
-    let rc = key.withUnsafeBytes { k -> Int32 in
-      var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
-      return mdb_get(txn, db.dbi, &keyVal, &data)
-    }
+    var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+    let rc = mdb_get(txn, db.dbi, &keyVal, &data)
     if rc == MDB_NOTFOUND { return try body(nil) }
     try check(rc, "reading from '\(db.name)'")
     return try body(UnsafeRawBufferPointer(start: data.mv_data, count: data.mv_size))
@@ -112,27 +117,34 @@ public final class Transaction {
   /// With ``PutFlags/noOverwrite`` an existing key throws ``LMDBError/keyExists``; with
   /// ``PutFlags/append`` a key that does not sort last throws ``LMDBError/keyExists``.
   public func put(_ db: Database, key: [UInt8], value: [UInt8], flags: PutFlags = []) throws {
+    try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try put(db, key: k, value: v, flags: flags) } }
+  }
+
+  /// ``put(_:key:value:flags:)`` from bytes held elsewhere (LMDB copies them).
+  public func put(
+    _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []
+  ) throws {
     try ensureOpen()
     try validateKey(key.count, in: db)
-    let rc = key.withUnsafeBytes { k in
-      value.withUnsafeBytes { v -> Int32 in
-        var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
-        var dataVal = MDB_val(mv_size: v.count, mv_data: UnsafeMutableRawPointer(mutating: v.baseAddress))
-        return mdb_put(txn, db.dbi, &keyVal, &dataVal, flags.rawValue)
-      }
-    }
+    var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+    var dataVal = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+    let rc = mdb_put(txn, db.dbi, &keyVal, &dataVal, flags.rawValue)
     try check(rc, "writing \(value.count) bytes to '\(db.name)'")
   }
 
   /// Deletes `key`; returns whether it was there.
   @discardableResult
   public func delete(_ db: Database, key: [UInt8]) throws -> Bool {
+    try key.withUnsafeBytes { k in try delete(db, key: k) }
+  }
+
+  /// ``delete(_:key:)`` with the key's bytes held elsewhere.
+  @discardableResult
+  public func delete(_ db: Database, key: UnsafeRawBufferPointer) throws -> Bool {
     try ensureOpen()
     try validateKey(key.count, in: db)
-    let rc = key.withUnsafeBytes { k -> Int32 in
-      var keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
-      return mdb_del(txn, db.dbi, &keyVal, nil)
-    }
+    var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+    let rc = mdb_del(txn, db.dbi, &keyVal, nil)
     if rc == MDB_NOTFOUND { return false }
     try check(rc, "deleting from '\(db.name)'")
     return true

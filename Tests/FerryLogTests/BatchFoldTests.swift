@@ -141,4 +141,61 @@ func programRows(_ log: EventLog) throws -> [String: [[UInt8]]] {
       #expect(tables.pendingRows == 0)
     }
   }
+
+  /// The overlay keeps its bytes in blocks that never move: rows of every size (past a block's
+  /// 64 KiB too), rows rewritten, and buffers a scan handed out stay right while the scan's body
+  /// writes enough to open new blocks; what reaches the table is the last value of each key.
+  @Test func overlayBytesStayPutAcrossBlocksAndRewrites() throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([TableProgram()])
+    defer { log.close() }
+    var random = SeededRandom(seed: 0xFE44)
+    func bytes(_ count: Int, _ fill: UInt8) -> [UInt8] { (0..<count).map { fill &+ UInt8(truncatingIfNeeded: $0) } }
+    try log.environment.write { txn in
+      let target = try #require(log.core.projections.first)
+      let a = try #require(target.databases["a"])
+      let tables = ProjectionTables(
+        projection: target.name, transaction: txn, databases: target.databases, batched: true)
+      var model: [[UInt8]: [UInt8]] = [:]
+      for round in 0..<3 {
+        for _ in 0..<400 {
+          let key = [UInt8(random.next() % 200), UInt8(round)]
+          let size = random.next() % 10 == 0 ? 70_000 + Int(random.next() % 5_000) : Int(random.next() % 300)
+          let value = bytes(size, UInt8(truncatingIfNeeded: random.next()))
+          try tables.put("a", key: key, value: value)
+          model[key] = value
+          if random.next() % 7 == 0 {
+            #expect(try tables.delete("a", key: key))
+            model[key] = nil
+          }
+        }
+        // A scan whose body writes (new blocks open) while it holds what it was handed.
+        var held: [(UnsafeRawBufferPointer, [UInt8])] = []
+        var written = 0
+        try tables.scan("a", from: nil) { key, value in
+          held.append((value, Array(value)))
+          let extra = [0xF0, UInt8(written % 250)]
+          let bigger = bytes(40_000, UInt8(written % 256))
+          try tables.put("a", key: extra, value: bigger)
+          model[extra] = bigger
+          written += 1
+          return written < 50
+        }
+        for (buffer, copy) in held { #expect(Array(buffer) == copy) }
+        for (key, value) in model { #expect(try tables.get("a", key: key) == value) }
+        #expect(try tables.count("a") == model.count)
+        try tables.flush()
+        let stored = try txn.withCursor(a) { cursor in
+          var rows: [[UInt8]: [UInt8]] = [:]
+          try cursor.scan(from: nil) { k, v in
+            rows[Array(k)] = Array(v)
+            return true
+          }
+          return rows
+        }
+        #expect(stored == model, "round \(round)")
+      }
+    }
+  }
 }

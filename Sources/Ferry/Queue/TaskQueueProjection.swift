@@ -36,7 +36,7 @@ struct TaskQueueProjection: Projection {
         deadline: deadline)
       let id = event.sequence
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
-      try tables.putLast("tasks", key: QueueKey.task(id), value: row.bytes)
+      try QueueKey.withTask(id) { key in try row.withBytes { try tables.putLast("tasks", key: key, value: $0) } }
       if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
       if let dataId {
         try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
@@ -342,7 +342,7 @@ extension QueueTables where Tables == ProjectionTables {
     change(&new)
     if new == old { return }
     try unindex(id, old)
-    try tables.put("tasks", key: QueueKey.task(id), value: new.bytes)
+    try QueueKey.withTask(id) { key in try new.withBytes { try tables.put("tasks", key: key, value: $0) } }
     try index(id, new)
   }
 
@@ -376,7 +376,10 @@ extension QueueTables where Tables == ProjectionTables {
     switch row.status {
     // A new task's key is usually the last (the largest id, at the common level): LMDB then
     // appends without searching and fills its pages; any other key is stored the ordinary way.
-    case .ready: try tables.putLast("ready", key: QueueKey.ready(row.level, id), value: [])
+    case .ready:
+      try QueueKey.withReady(row.level, id) { key in
+        try QueueKey.withEmpty { try tables.putLast("ready", key: key, value: $0) }
+      }
     case .waiting:
       try tables.put("waiting", key: QueueKey.waiting(row.level, row.eligibleAt ?? 0, id), value: [])
     case .running, .blocked, .dead: break
@@ -386,7 +389,7 @@ extension QueueTables where Tables == ProjectionTables {
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
     // `index` puts a `ready` row only for a row whose status is ready, and every later change of
     // the row goes through `unindex` with that row: any other status has no `ready` row to delete.
-    if row.status == .ready { try tables.delete("ready", key: QueueKey.ready(row.level, id)) }
+    if row.status == .ready { try QueueKey.withReady(row.level, id) { _ = try tables.delete("ready", key: $0) } }
     if row.claim != nil { try tables.delete("running", key: QueueKey.task(id)) }
     if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(row.level, at, id)) }
     if let deadline = row.deadline { try tables.delete("deadlines", key: QueueKey.deadline(deadline, id)) }

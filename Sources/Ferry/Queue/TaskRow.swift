@@ -57,16 +57,27 @@ struct TaskRow: Equatable {
     }
   }
 
-  /// The stored row: written once at its exact size (a fold writes a row on every change).
-  var bytes: [UInt8] {
-    let size =
-      FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
+  /// The stored row's size in bytes.
+  private var size: Int {
+    FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
       + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner) + 4
       + 4 + 1 + FieldWriter.size(deadline)
+  }
+
+  /// The stored row: written once at its exact size (a fold writes a row on every change).
+  var bytes: [UInt8] {
+    let size = self.size
     if let exact = FieldWriter.encode(size: size, { write(to: &$0) }) { return exact }
     var writer = PayloadWriter(capacity: size)
     write(to: &writer)
     return writer.bytes
+  }
+
+  /// Calls `body` with the stored row written in temporary memory: what a fold hands the tables
+  /// (which copy it), without an array made and freed per change.
+  func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    if let result = try FieldWriter.withEncoded(size: size, { write(to: &$0) }, use: body) { return result }
+    return try bytes.withUnsafeBytes(body)
   }
 
   /// The row's fields in their stored order (`Specs/task-events.md` §3.1).
@@ -233,6 +244,27 @@ enum QueueKey {
   static func trailingID(_ key: UnsafeRawBufferPointer) -> TaskID? {
     guard key.count >= 8 else { return nil }
     return UInt64(bigEndianBytes: key[(key.count - 8)...])
+  }
+
+  /// Calls `body` with a task's key in temporary memory (``task(_:)`` without an array).
+  static func withTask<R>(_ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    try withUnsafeBytes(of: id.bigEndian, body)
+  }
+
+  /// Calls `body` with a `ready` key in temporary memory (``ready(_:_:)`` without an array).
+  static func withReady<R>(_ level: UInt8, _ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    var raw: (UInt64, UInt64) = (0, 0)
+    return try withUnsafeMutableBytes(of: &raw) { buffer in
+      buffer.storeBytes(of: level, toByteOffset: 0, as: UInt8.self)
+      buffer.storeBytes(of: id.bigEndian, toByteOffset: 1, as: UInt64.self)
+      return try body(UnsafeRawBufferPointer(rebasing: buffer[0..<9]))
+    }
+  }
+
+  /// No bytes (an index row's value), at an address that is not null.
+  static func withEmpty<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+    var byte: UInt8 = 0
+    return try withUnsafeBytes(of: &byte) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<0])) }
   }
 
   /// A key of exactly `capacity` bytes, written by `body` (``makeBytes(count:_:)``).

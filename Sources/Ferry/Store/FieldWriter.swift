@@ -42,6 +42,19 @@ struct FieldWriter: FieldSink {
     }
   }
 
+  /// Calls `use` with the bytes `body` writes, in temporary memory (no array), when they are
+  /// exactly `size`; nil when the size was wrong (`use` is not called).
+  static func withEncoded<R>(
+    size: Int, _ body: (inout FieldWriter) -> Void, use: (UnsafeRawBufferPointer) throws -> R
+  ) rethrows -> R? {
+    try withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer -> R? in
+      var writer = FieldWriter(base: buffer.baseAddress, capacity: size)
+      body(&writer)
+      guard !writer.overflowed, writer.count == size else { return nil }
+      return try use(UnsafeRawBufferPointer(buffer))
+    }
+  }
+
   /// Bytes a string takes: a u32 count and its UTF-8 bytes.
   static func size(_ value: String) -> Int { 4 + value.utf8.count }
   /// Bytes an optional string takes: a presence byte, then the string.
