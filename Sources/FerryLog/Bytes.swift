@@ -54,10 +54,9 @@ struct ByteReader {
     guard remaining >= size else {
       throw RecordDecodingFailure("truncated at \(field): needs \(size) bytes, \(remaining) left")
     }
-    var value: T = 0
-    for i in 0..<size { value = (value << 8) | T(buffer[offset + i]) }
+    let raw = buffer.loadUnaligned(fromByteOffset: offset, as: T.self)
     offset += size
-    return value
+    return T(bigEndian: raw)
   }
 
   /// The next `count` bytes, in place (valid as long as the buffer is).
@@ -67,15 +66,6 @@ struct ByteReader {
     }
     defer { offset += count }
     return UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)])
-  }
-
-  mutating func read(count: Int, _ field: String) throws(RecordDecodingFailure) -> [UInt8] {
-    guard count >= 0, remaining >= count else {
-      throw RecordDecodingFailure("truncated at \(field): needs \(count) bytes, \(remaining) left")
-    }
-    let slice = Array(UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)]))
-    offset += count
-    return slice
   }
 }
 

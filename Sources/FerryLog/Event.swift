@@ -92,3 +92,47 @@ public struct LoggedEvent: Sendable, Equatable {
       timestamp: timestamp, id: id, payload: payload)
   }
 }
+
+/// What a stored record says besides its payload: an event's fields before its payload is copied
+/// out of the map (see ``InPlaceFolding``).
+package struct RecordHeader: Sendable {
+  package let sequence: UInt64
+  package let type: String
+  package let schemaVersion: UInt16
+  package let timestamp: Int64
+  package let id: EventID
+
+  package init(sequence: UInt64, type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID) {
+    self.sequence = sequence
+    self.type = type
+    self.schemaVersion = schemaVersion
+    self.timestamp = timestamp
+    self.id = id
+  }
+
+  /// The fields of a logged event (its stored version is not needed by a fold).
+  package init(_ event: LoggedEvent) {
+    self.init(
+      sequence: event.sequence, type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp,
+      id: event.id)
+  }
+}
+
+extension LoggedEvent {
+  /// The event a record's fields and payload make.
+  init(_ header: RecordHeader, payload: [UInt8]) {
+    self.init(
+      sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion, timestamp: header.timestamp,
+      id: header.id, payload: payload)
+  }
+}
+
+/// A projection of this package that can fold a record's payload where it lies in the map, so a
+/// replay (a rebuild, a verify, a catch-up) copies no payload out per event. A replay uses it only
+/// when every projection it folds into has it and the record needs no upcasting; it must fold
+/// exactly as ``Projection/apply(_:to:)`` folds the same event.
+package protocol InPlaceFolding: Projection {
+  /// Folds the event whose fields are `header` and whose payload is `payload` (valid only during
+  /// the call).
+  func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws
+}

@@ -154,6 +154,16 @@ package enum EventRecord {
     _ bytes: UnsafeRawBufferPointer, sequence: UInt64,
     name: (UnsafeRawBufferPointer) -> (String, isValid: Bool)?
   ) throws(FerryLogError) -> LoggedEvent {
+    let (header, payload) = try decodeInPlace(bytes, sequence: sequence, name: name)
+    return LoggedEvent(header, payload: Array(payload))
+  }
+
+  /// ``decode(_:sequence:name:)`` without copying the payload: the record's fields and its
+  /// payload where it lies in `bytes` (every check is the same).
+  static func decodeInPlace(
+    _ bytes: UnsafeRawBufferPointer, sequence: UInt64,
+    name: (UnsafeRawBufferPointer) -> (String, isValid: Bool)?
+  ) throws(FerryLogError) -> (RecordHeader, UnsafeRawBufferPointer) {
     guard bytes.count >= format1Overhead + 1 else {
       throw .corruptRecord(
         sequence: sequence,
@@ -195,7 +205,7 @@ package enum EventRecord {
       let timestamp = try reader.read(Int64.self, "timestamp")
       let id = EventID(high: try reader.read(UInt64.self, "eventId"), low: try reader.read(UInt64.self, "eventId"))
       let payloadLength = Int(try reader.read(UInt32.self, "payloadLength"))
-      let payload = try reader.read(count: payloadLength, "payload")
+      let payload = try reader.readBuffer(count: payloadLength, "payload")
       if version >= 2 {
         let recorded = try reader.read(UInt64.self, "sequence")
         guard reader.remaining == 0 else {
@@ -209,9 +219,9 @@ package enum EventRecord {
       guard reader.remaining == 0 else {
         throw RecordDecodingFailure("\(reader.remaining) bytes follow the payload")
       }
-      return LoggedEvent(
-        sequence: sequence, type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id,
-        payload: payload)
+      let header = RecordHeader(
+        sequence: sequence, type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id)
+      return (header, payload)
     } catch let failure as RecordDecodingFailure {
       throw .corruptRecord(sequence: sequence, reason: failure.reason)
     } catch {

@@ -22,7 +22,11 @@ public struct EventTypeCounts: Projection {
 
   /// Adds one to the count of the event's type.
   public func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    let key = Array(event.type.utf8)
+    try count(event.type, in: tables)
+  }
+
+  private func count(_ type: String, in tables: ProjectionTables) throws {
+    let key = Array(type.utf8)
     let count = try tables.get("counts", key: key).flatMap { UInt64(bigEndianBytes: $0) } ?? 0
     let (next, overflow) = count.addingReportingOverflow(1)
     try tables.put("counts", key: key, value: (overflow ? count : next).bigEndianBytes)  // saturates
@@ -36,5 +40,11 @@ public struct EventTypeCounts: Projection {
       return true
     }
     return result
+  }
+}
+
+extension EventTypeCounts: InPlaceFolding {
+  package func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws {
+    try count(header.type, in: tables)
   }
 }

@@ -76,24 +76,117 @@ public struct PayloadReader: Sendable {
   /// Bytes not read yet.
   @inlinable public var remaining: Int { bytes.count - offset }
 
+  /// Runs `read` with a ``RawPayloadReader`` at this reader's place over its bytes, and moves on
+  /// by what it read.
+  @inlinable
+  mutating func reading<T>(_ read: (inout RawPayloadReader) throws(PayloadError) -> T) throws(PayloadError) -> T {
+    let start = offset
+    // (The array's `withUnsafeBytes` throws untyped: the outcome comes out as a result.)
+    let outcome = bytes.withUnsafeBytes { buffer -> Result<(T, Int), PayloadError> in
+      var reader = RawPayloadReader(buffer, offset: start)
+      do throws(PayloadError) {
+        let value = try read(&reader)
+        return .success((value, reader.offset))
+      } catch {
+        return .failure(error)
+      }
+    }
+    let (value, end) = try outcome.get()
+    offset = end
+    return value
+  }
+
   /// Reads a fixed-width big-endian integer.
   @inlinable
   public mutating func read<T: FixedWidthInteger>(
     _: T.Type = T.self, _ field: String
   ) throws(PayloadError) -> T {
-    let size = T.bitWidth / 8
-    guard remaining >= size else {
-      throw PayloadError("truncated at \(field): needs \(size) bytes, \(remaining) left")
-    }
-    // One unaligned load, not a shift per byte through the array's bounds checks.
-    let start = offset
-    let raw = bytes.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: start, as: T.self) }
-    offset += size
-    return T(bigEndian: raw)
+    try reading { reader throws(PayloadError) in try reader.read(T.self, field) }
   }
 
   /// Reads a boolean byte (0 or 1; anything else is an error).
   @inlinable
+  public mutating func readBool(_ field: String) throws(PayloadError) -> Bool {
+    try reading { reader throws(PayloadError) in try reader.readBool(field) }
+  }
+
+  /// Reads a length-prefixed byte string.
+  @inlinable
+  public mutating func readBytes(_ field: String) throws(PayloadError) -> [UInt8] {
+    try reading { reader throws(PayloadError) in try reader.readBytes(field) }
+  }
+
+  /// Steps over a length-prefixed byte string without copying it; returns an empty array (for
+  /// a decoder that fills the field but never reads it).
+  @inlinable
+  public mutating func skipBytes(_ field: String) throws(PayloadError) -> [UInt8] {
+    try reading { reader throws(PayloadError) in try reader.skipBytes(field) }
+  }
+
+  /// Reads a length-prefixed UTF-8 string.
+  @inlinable
+  public mutating func readString(_ field: String) throws(PayloadError) -> String {
+    try reading { reader throws(PayloadError) in try reader.readString(field) }
+  }
+
+  /// Reads an optional string.
+  @inlinable
+  public mutating func readOptionalString(_ field: String) throws(PayloadError) -> String? {
+    try reading { reader throws(PayloadError) in try reader.readOptionalString(field) }
+  }
+
+  /// Reads an optional integer.
+  @inlinable
+  public mutating func readOptional<T: FixedWidthInteger>(
+    _: T.Type = T.self, _ field: String
+  ) throws(PayloadError) -> T? {
+    try reading { reader throws(PayloadError) in try reader.readOptional(T.self, field) }
+  }
+
+  /// Fails unless every byte was read.
+  @inlinable
+  public func finish(_ what: String) throws(PayloadError) {
+    guard remaining == 0 else { throw PayloadError("\(remaining) unexpected bytes after \(what)") }
+  }
+}
+
+/// ``PayloadReader`` over bytes held elsewhere (a record's payload where it lies in the map):
+/// the same reads, valid while those bytes are.
+public struct RawPayloadReader {
+  @usableFromInline let bytes: UnsafeRawBufferPointer
+  /// Where the next read starts.
+  public var offset: Int
+
+  /// A reader over `bytes`, from `offset`.
+  @inlinable public init(_ bytes: UnsafeRawBufferPointer, offset: Int = 0) {
+    self.bytes = bytes
+    self.offset = offset
+  }
+
+  /// Bytes not read yet.
+  @inlinable public var remaining: Int { bytes.count - offset }
+
+  /// The next `count` bytes, checked to be there; `field` names them in the error.
+  @inlinable @inline(__always)
+  mutating func take(_ count: Int, _ field: String) throws(PayloadError) -> UnsafeRawBufferPointer {
+    guard count >= 0, remaining >= count else {
+      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
+    }
+    defer { offset += count }
+    return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)])
+  }
+
+  /// Reads a fixed-width big-endian integer.
+  @inlinable @inline(__always)
+  public mutating func read<T: FixedWidthInteger>(
+    _: T.Type = T.self, _ field: String
+  ) throws(PayloadError) -> T {
+    // One unaligned load, not a shift per byte through bounds checks.
+    T(bigEndian: try take(T.bitWidth / 8, field).loadUnaligned(as: T.self))
+  }
+
+  /// Reads a boolean byte (0 or 1; anything else is an error).
+  @inlinable @inline(__always)
   public mutating func readBool(_ field: String) throws(PayloadError) -> Bool {
     let byte: UInt8 = try read(UInt8.self, field)
     guard byte <= 1 else { throw PayloadError("\(field) is \(byte), not a boolean") }
@@ -103,43 +196,33 @@ public struct PayloadReader: Sendable {
   /// Reads a length-prefixed byte string.
   @inlinable
   public mutating func readBytes(_ field: String) throws(PayloadError) -> [UInt8] {
-    let count = Int(try read(UInt32.self, field))
-    guard remaining >= count else {
-      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
-    }
-    defer { offset += count }
-    return Array(bytes[offset..<(offset + count)])
+    Array(try readBuffer(field))
   }
 
-  /// Steps over a length-prefixed byte string without copying it; returns an empty array (for
-  /// a decoder that fills the field but never reads it).
+  /// Reads a length-prefixed byte string where it lies.
+  @inlinable @inline(__always)
+  public mutating func readBuffer(_ field: String) throws(PayloadError) -> UnsafeRawBufferPointer {
+    let count = Int(try read(UInt32.self, field))
+    return try take(count, field)
+  }
+
+  /// Steps over a length-prefixed byte string without copying it; returns an empty array.
   @inlinable
   public mutating func skipBytes(_ field: String) throws(PayloadError) -> [UInt8] {
-    let count = Int(try read(UInt32.self, field))
-    guard remaining >= count else {
-      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
-    }
-    offset += count
+    _ = try readBuffer(field)
     return []
   }
 
   /// Reads a length-prefixed UTF-8 string.
   @inlinable
   public mutating func readString(_ field: String) throws(PayloadError) -> String {
-    let count = Int(try read(UInt32.self, field))
-    guard remaining >= count else {
-      throw PayloadError("truncated at \(field): needs \(count) bytes, \(remaining) left")
-    }
-    let start = offset
+    let raw = try readBuffer(field).assumingMemoryBound(to: UInt8.self)
     // Straight from the bytes, without a copy: ASCII (every tag, id and owner Ferry writes) needs
     // no validation, so the generic UTF-8 check runs only for other text.
-    let string = bytes.withUnsafeBufferPointer { all -> String? in
-      let raw = UnsafeBufferPointer(rebasing: all[start..<(start + count)])
-      if PayloadReader.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
-      return String(validating: raw, as: UTF8.self)
+    if Self.isASCII(raw) { return String(decoding: raw, as: UTF8.self) }
+    guard let string = String(validating: raw, as: UTF8.self) else {
+      throw PayloadError("\(field) is not valid UTF-8")
     }
-    guard let string else { throw PayloadError("\(field) is not valid UTF-8") }
-    offset += count
     return string
   }
 

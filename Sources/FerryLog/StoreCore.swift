@@ -360,6 +360,43 @@ struct StoreCore: Sendable {
     return try catalog.upcast(event, type: found)
   }
 
+  /// A record as a replay folds it: in place when it needs no upcasting, else as an event.
+  enum ReplayRecord {
+    case inPlace(RecordHeader, UnsafeRawBufferPointer)
+    case event(LoggedEvent)
+  }
+
+  /// ``decode(_:sequence:)`` for a replay into projections that all fold in place
+  /// (``InPlaceFolding``): the payload stays where it lies unless the catalog upcasts it. The same
+  /// checks as `decode`, which a record that is not in place goes through.
+  func decodeForReplay(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws -> ReplayRecord {
+    guard let catalog else {
+      let (header, payload) = try EventRecord.decodeInPlace(bytes, sequence: sequence) { _ in nil }
+      return .inPlace(header, payload)
+    }
+    var found: EventCatalog.EventType?
+    let (header, payload) = try EventRecord.decodeInPlace(bytes, sequence: sequence) { typeBytes in
+      guard let known = catalog.type(named: typeBytes) else { return nil }
+      found = known.type
+      return (known.type.name, known.isValidName)
+    }
+    if let found, header.schemaVersion == found.version { return .inPlace(header, payload) }
+    // Unknown types, newer versions (both throw) and older ones (upcast) the ordinary way.
+    return .event(try catalog.upcast(LoggedEvent(header, payload: Array(payload)), type: found))
+  }
+
+  /// Folds one record in place into projections that all fold in place.
+  func apply(
+    _ header: RecordHeader, payload: UnsafeRawBufferPointer, to folders: [any InPlaceFolding],
+    tables: [ProjectionTables]
+  ) throws {
+    for index in 0..<min(folders.count, tables.count) {
+      do { try folders[index].apply(header, payload: payload, to: tables[index]) } catch {
+        throw Self.foldFailure(error, in: tables[index], at: header.sequence)
+      }
+    }
+  }
+
   /// Folds one event into the given projections through their tables in the open transaction
   /// (made once per transaction, not once per event).
   func apply(_ event: LoggedEvent, to targets: [BoundProjection], tables: [ProjectionTables]) throws {
@@ -430,6 +467,10 @@ struct StoreCore: Sendable {
     var failure: (any Error)?
     let tables = targets.map { $0.tables(in: targetTxn, batched: batched) }
     let folders = targets.map(\.projection)
+    // Records are folded in place when every projection can (Ferry's own: no payload copied per
+    // event), else decoded into events.
+    let inPlace = folders.compactMap { $0 as? any InPlaceFolding }
+    let allInPlace = inPlace.count == folders.count
 
     try logTxn.withCursor(events) { cursor in
       try cursor.scan(from: expected.bigEndianBytes) { key, value in
@@ -442,8 +483,14 @@ struct StoreCore: Sendable {
           failure = problem
           return false
         }
-        let event = try decode(value, sequence: sequence)
-        try apply(event, to: folders, tables: tables)
+        if allInPlace {
+          switch try decodeForReplay(value, sequence: sequence) {
+          case .inPlace(let header, let payload): try apply(header, payload: payload, to: inPlace, tables: tables)
+          case .event(let event): try apply(event, to: folders, tables: tables)
+          }
+        } else {
+          try apply(decode(value, sequence: sequence), to: folders, tables: tables)
+        }
         applied = sequence
         guard sequence < last else { return false }
         expected = sequence + 1

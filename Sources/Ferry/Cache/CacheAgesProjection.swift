@@ -88,7 +88,7 @@ enum CacheKey {
 }
 
 /// Cache ages folded from the log: per key its record, and an index of keys by last success.
-struct CacheAgesProjection: Projection {
+struct CacheAgesProjection: InPlaceFolding {
   static let projectionName = "cacheAges"
   static let tableNames = ["keys", "bySuccess"]
   // Computed, not stored: a projection with no stored properties fits in its existential's
@@ -97,10 +97,25 @@ struct CacheAgesProjection: Projection {
   var version: UInt32 { 1 }
   var tables: [String] { Self.tableNames }
 
+  /// A replay's fold: the other side's events pass without their payload copied.
+  func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws {
+    guard Self.folds(header.type) else { return }
+    try apply(
+      LoggedEvent(
+        sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion,
+        timestamp: header.timestamp, id: header.id, payload: Array(payload)),
+      to: tables)
+  }
+
+  /// Whether an event of `type` changes the cache's tables: every cache type starts with "c" (one
+  /// byte read, where the set's lookup hashed each task event's type).
+  private static func folds(_ type: String) -> Bool {
+    type.utf8.first == UInt8(ascii: "c") && CacheEvent.typeSet.contains(type)
+  }
+
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-    // The other side's events pass: every cache type starts with "c" (one byte read, where the
-    // set's lookup hashed each task event's type).
-    guard event.type.utf8.first == UInt8(ascii: "c"), CacheEvent.typeSet.contains(event.type) else { return }
+    // The other side's events pass.
+    guard Self.folds(event.type) else { return }
     switch try CacheEvent(event) {
     case .fetched(let key, let at, let outcome):
       var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)

@@ -215,11 +215,31 @@ package enum TaskEvent: Equatable, Sendable {
     try decode(event, keepingPayload: false)
   }
 
+  /// ``forFold(_:)`` of a record's payload where it lies.
+  static func forFold(_ header: RecordHeader, payload: UnsafeRawBufferPointer) throws(FerryError) -> TaskEvent? {
+    try decode(type: header.type, sequence: header.sequence, payload: payload, keepingPayload: false)
+  }
+
   private static func decode(_ event: LoggedEvent, keepingPayload: Bool) throws(FerryError) -> TaskEvent? {
-    var reader = PayloadReader(event.payload)
+    // (The array's `withUnsafeBytes` throws untyped: the outcome comes out as a result.)
+    let outcome = event.payload.withUnsafeBytes { payload -> Result<TaskEvent?, FerryError> in
+      do throws(FerryError) {
+        return .success(
+          try decode(type: event.type, sequence: event.sequence, payload: payload, keepingPayload: keepingPayload))
+      } catch {
+        return .failure(error)
+      }
+    }
+    return try outcome.get()
+  }
+
+  private static func decode(
+    type: String, sequence: UInt64, payload: UnsafeRawBufferPointer, keepingPayload: Bool
+  ) throws(FerryError) -> TaskEvent? {
+    var reader = RawPayloadReader(payload)
     let decoded: TaskEvent
     do {
-      switch event.type {
+      switch type {
       case "task.added":
         let tag = try reader.readString("tag")
         let payload = keepingPayload ? try reader.readBytes("payload") : try reader.skipBytes("payload")
@@ -263,12 +283,12 @@ package enum TaskEvent: Equatable, Sendable {
       case "queue.resumed": decoded = .resumed
       default: return nil
       }
-      try reader.finish(event.type)
+      try reader.finish(type)
       return decoded
     } catch let error as PayloadError {
-      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: error.reason)
+      throw .malformedEvent(sequence: sequence, type: type, reason: error.reason)
     } catch {
-      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: "\(error)")
+      throw .malformedEvent(sequence: sequence, type: type, reason: "\(error)")
     }
   }
 }

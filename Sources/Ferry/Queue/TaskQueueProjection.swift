@@ -2,7 +2,7 @@ import FerryLog
 
 /// The queue folded from the log: tasks, the indexes the runner asks, group order, unique keys,
 /// errors and the pause flag (`Specs/task-events.md` §3).
-struct TaskQueueProjection: Projection {
+struct TaskQueueProjection: InPlaceFolding {
   static let projectionName = "taskQueue"
   static let tableNames = [
     "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines", "state",
@@ -21,6 +21,16 @@ struct TaskQueueProjection: Projection {
     // On the live path the appender hands the event it encoded; a rebuild decodes the payload
     // (and passes over the other side's events: nil).
     guard let decoded = try (event.decoded as? TaskEvent) ?? TaskEvent.forFold(event) else { return }
+    try fold(decoded, sequence: event.sequence, timestamp: event.timestamp, to: tables)
+  }
+
+  /// A replay's fold: the payload decoded where it lies in the map.
+  func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws {
+    guard let decoded = try TaskEvent.forFold(header, payload: payload) else { return }
+    try fold(decoded, sequence: header.sequence, timestamp: header.timestamp, to: tables)
+  }
+
+  private func fold(_ decoded: TaskEvent, sequence: UInt64, timestamp: Int64, to tables: ProjectionTables) throws {
     let queue = QueueTables(tables)
     switch decoded {
     case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
@@ -32,9 +42,9 @@ struct TaskQueueProjection: Projection {
         }
       }
       let row = TaskRow(
-        tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: event.timestamp, priority: priority,
+        tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: timestamp, priority: priority,
         deadline: deadline)
-      let id = event.sequence
+      let id = sequence
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
       try QueueKey.withTask(id) { key in try row.withBytes { try tables.putLast("tasks", key: key, value: $0) } }
       if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
@@ -81,9 +91,9 @@ struct TaskQueueProjection: Projection {
         if endsRun { row.claim = nil }
       }
       var writer = PayloadWriter()
-      writer.write(event.sequence)
+      writer.write(sequence)
       writer.write(message)
-      writer.write(event.timestamp)
+      writer.write(timestamp)
       try tables.put("errors", key: QueueKey.task(id), value: writer.bytes)
     case .errorResolved(let id):
       guard try queue.row(id)?.status == .blocked else { return }
@@ -96,7 +106,7 @@ struct TaskQueueProjection: Projection {
     case .payloadUpdated(let id, _):
       // The task keeps its id, status, claim and place; its next claim reads this event's payload.
       guard try queue.row(id) != nil else { return }
-      try tables.put("payloads", key: QueueKey.task(id), value: event.sequence.bigEndianBytes)
+      try tables.put("payloads", key: QueueKey.task(id), value: sequence.bigEndianBytes)
     case .cleared:
       for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines"] {
         try tables.removeAll(table)
@@ -307,7 +317,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
         guard let id = UInt64(bigEndianBytes: key) else {
           throw PayloadError("a task key has \(key.count) bytes")
         }
-        let row = try TaskRow(bytes: Array(value))
+        let row = try TaskRow(value)
         if including(row) { result.append(try task(id, row, holders: &holders)) }
         return true
       } catch {

@@ -49,7 +49,11 @@ struct TaskRow: Equatable {
     }
 
     init(bytes: [UInt8]) throws(PayloadError) {
-      var reader = PayloadReader(bytes)
+      self = try withRawBytes(bytes) { raw throws(PayloadError) in try Claim(raw) }
+    }
+
+    init(_ bytes: UnsafeRawBufferPointer) throws(PayloadError) {
+      var reader = RawPayloadReader(bytes)
       owner = try reader.readString("owner")
       runner = try reader.read(UInt32.self, "runner")
       attempt = try reader.read(UInt32.self, "attempt")
@@ -120,7 +124,12 @@ struct TaskRow: Equatable {
   }
 
   init(bytes: [UInt8]) throws(PayloadError) {
-    var reader = PayloadReader(bytes)
+    self = try withRawBytes(bytes) { raw throws(PayloadError) in try TaskRow(raw) }
+  }
+
+  /// A row read where it lies (in the map, say).
+  init(_ bytes: UnsafeRawBufferPointer) throws(PayloadError) {
+    var reader = RawPayloadReader(bytes)
     tag = try reader.readString("tag")
     dataId = try reader.readOptionalString("dataId")
     groupId = try reader.readOptionalString("groupId")
@@ -301,4 +310,15 @@ private struct KeyWriter {
     append(UInt8(truncatingIfNeeded: count))
     for byte in utf8 { append(byte) }
   }
+}
+
+/// Calls `body` with `bytes` where they lie, for a decoder over raw bytes that throws `PayloadError`
+/// (an array's `withUnsafeBytes` throws untyped: the outcome comes out as a result).
+func withRawBytes<T>(
+  _ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(PayloadError) -> T
+) throws(PayloadError) -> T {
+  let outcome = bytes.withUnsafeBytes { raw -> Result<T, PayloadError> in
+    do throws(PayloadError) { return .success(try body(raw)) } catch { return .failure(error) }
+  }
+  return try outcome.get()
 }
