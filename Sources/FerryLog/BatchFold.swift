@@ -15,6 +15,9 @@ final class TableOverlay {
   struct Entry {
     var key: UnsafeRawBufferPointer
     var value: UnsafeRawBufferPointer?
+    /// The bytes the arena holds for the value at its address (a shorter value written over it
+    /// leaves the rest unused); 0 for a deletion.
+    var room: Int
   }
   /// The changed keys in LMDB's order (byte-wise, a prefix first), found by binary search: new
   /// keys mostly come last (ids only grow), where insertion costs nothing. (A dictionary hashed
@@ -30,6 +33,19 @@ final class TableOverlay {
   /// The bytes of the entries' keys and values: blocks that never move, so an entry (and a
   /// buffer `scan` handed out) stays valid until ``flush(into:_:)``; reused chunk after chunk.
   @exclusivity(unchecked) private var arena = Arena()
+  /// Bytes copied into the arena since it was last reset, and the bytes the entries still use: a
+  /// row rewritten many times in a chunk (every claim and outcome of a task rewrites its row) is
+  /// written over its old value when it fits and no scan is under way, and the arena is compacted
+  /// when more than half of it (and at least 1 MiB) is left behind, so it holds about the rows
+  /// that survive, not every write.
+  @exclusivity(unchecked) private var copiedBytes = 0
+  @exclusivity(unchecked) private var liveBytes = 0
+  /// Scans under way (their bodies may hold the bytes of any entry: nothing is written over or
+  /// moved while one runs).
+  @exclusivity(unchecked) private var scans = 0
+
+  /// The memory the arena holds (for tests).
+  var arenaBytes: Int { arena.reservedBytes }
 
   var isEmpty: Bool { entries.isEmpty && !emptied }
   var changedRows: Int { entries.count }
@@ -90,14 +106,48 @@ final class TableOverlay {
   /// Sets `key` to `value` (nil: deleted); both are copied.
   func set(_ key: UnsafeRawBufferPointer, _ value: UnsafeRawBufferPointer?) {
     let (index, found) = find(key)
-    let stored = value.map { arena.copy($0) }
     if found {
-      entries[index].value = stored
-    } else if index == entries.count {
-      entries.append(Entry(key: arena.copy(key), value: stored))
-    } else {
-      entries.insert(Entry(key: arena.copy(key), value: stored), at: index)
+      let old = entries[index]
+      if let value, scans == 0, let oldValue = old.value, old.room >= value.count, let target = oldValue.baseAddress {
+        // Written over the old value: nobody holds it (lookups copy what they read).
+        if value.count > 0, let source = value.baseAddress {
+          UnsafeMutableRawPointer(mutating: target).copyMemory(from: source, byteCount: value.count)
+        }
+        entries[index].value = UnsafeRawBufferPointer(start: target, count: value.count)
+        return
+      }
+      entries[index].value = value.map { copy($0) }
+      entries[index].room = value?.count ?? 0
+      liveBytes += (value?.count ?? 0) - old.room
+      compactIfWasteful()
+      return
     }
+    let entry = Entry(key: copy(key), value: value.map { copy($0) }, room: value?.count ?? 0)
+    liveBytes += key.count + entry.room
+    if index == entries.count {
+      entries.append(entry)
+    } else {
+      entries.insert(entry, at: index)
+    }
+  }
+
+  private func copy(_ bytes: UnsafeRawBufferPointer) -> UnsafeRawBufferPointer {
+    copiedBytes += bytes.count
+    return arena.copy(bytes)
+  }
+
+  /// Copies the entries into a fresh arena when most of the old one holds values written over.
+  private func compactIfWasteful() {
+    guard scans == 0, copiedBytes - liveBytes > max(1 << 20, liveBytes) else { return }
+    var fresh = Arena()
+    for index in entries.indices {
+      entries[index].key = fresh.copy(entries[index].key)
+      if let value = entries[index].value { entries[index].value = fresh.copy(value) }
+      entries[index].room = entries[index].value?.count ?? 0
+    }
+    arena = fresh
+    liveBytes = entries.reduce(0) { $0 + $1.key.count + $1.room }
+    copiedBytes = liveBytes
   }
 
   func set(_ key: [UInt8], _ value: [UInt8]?) {
@@ -109,6 +159,7 @@ final class TableOverlay {
   func removeAll() {
     // The arena is kept: a `scan` under way may still read the entries it copied.
     entries.removeAll(keepingCapacity: true)
+    liveBytes = 0
     emptied = true
   }
 
@@ -137,6 +188,8 @@ final class TableOverlay {
     entries.removeAll(keepingCapacity: true)
     emptied = false
     arena.reset()
+    copiedBytes = 0
+    liveBytes = 0
   }
 
   /// Visits the table as the overlay over `base` shows it, from the first key at or after
@@ -148,6 +201,8 @@ final class TableOverlay {
     // The keys as they are now: a change made by `body` during the walk is read by later gets,
     // not met by this walk (its bytes stay where they are until the overlay is flushed).
     let entries = self.entries
+    scans += 1
+    defer { scans -= 1 }
     var index = start.map { start in start.withUnsafeBytes { find($0).index } } ?? 0
     var seen = 0
     var going = true
@@ -212,6 +267,9 @@ final class TableOverlay {
       used += count
       return UnsafeRawBufferPointer(start: target, count: count)
     }
+
+    /// The bytes of every block.
+    var reservedBytes: Int { blocks.reduce(0) { $0 + $1.size } }
 
     /// Forgets every copy (their memory is reused).
     mutating func reset() {

@@ -295,8 +295,10 @@ public final class ProjectionTables: ProjectionTableReading {
   }
 
   /// ``put(_:key:value:)`` from bytes held elsewhere (they are copied): a fold can build a key or
-  /// a row in temporary memory instead of an array. Only during `apply`.
-  public func put(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
+  /// a row in temporary memory instead of an array. Only during `apply`. Never with bytes read
+  /// from these tables (a `scan`'s buffers): LMDB reads them after it has begun changing the page
+  /// they may lie on — hence package-only; the array form is safe for everyone.
+  package func put(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {
@@ -314,8 +316,9 @@ public final class ProjectionTables: ProjectionTableReading {
     try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try putLast(table, key: k, value: v) } }
   }
 
-  /// ``putLast(_:key:value:)`` from bytes held elsewhere (they are copied). Only during `apply`.
-  public func putLast(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
+  /// ``putLast(_:key:value:)`` from bytes held elsewhere (they are copied). Only during `apply`,
+  /// never with bytes read from these tables (see the raw `put`).
+  package func putLast(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {
@@ -357,7 +360,7 @@ public final class ProjectionTables: ProjectionTableReading {
 
   /// ``delete(_:key:)`` with the key's bytes held elsewhere. Only during `apply`.
   @discardableResult
-  public func delete(_ table: String, key: UnsafeRawBufferPointer) throws -> Bool {
+  package func delete(_ table: String, key: UnsafeRawBufferPointer) throws -> Bool {
     let (index, db, overlay) = try entry(table)
     changing(index)
     if let overlay {

@@ -120,8 +120,11 @@ public final class Transaction {
     try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try put(db, key: k, value: v, flags: flags) } }
   }
 
-  /// ``put(_:key:value:flags:)`` from bytes held elsewhere (LMDB copies them).
-  public func put(
+  /// ``put(_:key:value:flags:)`` from bytes held elsewhere (LMDB copies them). Never with bytes
+  /// this environment handed out (`withValue`, a cursor): LMDB reads them after it has begun
+  /// changing the page they may lie on (a dirty page of this transaction, say) and stores what
+  /// moved there — hence package-only.
+  package func put(
     _ db: Database, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []
   ) throws {
     try ensureOpen()
