@@ -109,18 +109,11 @@ package struct RecordHeader: Sendable {
     self.timestamp = timestamp
     self.id = id
   }
-
-  /// The fields of a logged event (its stored version is not needed by a fold).
-  package init(_ event: LoggedEvent) {
-    self.init(
-      sequence: event.sequence, type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp,
-      id: event.id)
-  }
 }
 
 extension LoggedEvent {
   /// The event a record's fields and payload make.
-  init(_ header: RecordHeader, payload: [UInt8]) {
+  package init(_ header: RecordHeader, payload: [UInt8]) {
     self.init(
       sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion, timestamp: header.timestamp,
       id: header.id, payload: payload)

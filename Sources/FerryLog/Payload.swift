@@ -62,6 +62,18 @@ public struct PayloadWriter: Sendable {
   }
 }
 
+/// Calls `body` with `bytes` where they lie, keeping `body`'s error type (an array's
+/// `withUnsafeBytes` throws untyped: the outcome comes out as a result).
+@inlinable
+package func withRawBytes<T, E: Error>(
+  _ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(E) -> T
+) throws(E) -> T {
+  let outcome = bytes.withUnsafeBytes { raw -> Result<T, E> in
+    do throws(E) { return .success(try body(raw)) } catch { return .failure(error) }
+  }
+  return try outcome.get()
+}
+
 /// Reads the fields a ``PayloadWriter`` wrote, in the same order, failing with
 /// ``PayloadError`` instead of reading past the end.
 public struct PayloadReader: Sendable {
@@ -81,17 +93,10 @@ public struct PayloadReader: Sendable {
   @inlinable
   mutating func reading<T>(_ read: (inout RawPayloadReader) throws(PayloadError) -> T) throws(PayloadError) -> T {
     let start = offset
-    // (The array's `withUnsafeBytes` throws untyped: the outcome comes out as a result.)
-    let outcome = bytes.withUnsafeBytes { buffer -> Result<(T, Int), PayloadError> in
+    let (value, end) = try withRawBytes(bytes) { buffer throws(PayloadError) in
       var reader = RawPayloadReader(buffer, offset: start)
-      do throws(PayloadError) {
-        let value = try read(&reader)
-        return .success((value, reader.offset))
-      } catch {
-        return .failure(error)
-      }
+      return (try read(&reader), reader.offset)
     }
-    let (value, end) = try outcome.get()
     offset = end
     return value
   }

@@ -348,16 +348,10 @@ struct StoreCore: Sendable {
 
   /// Decodes the record at `sequence` and upcasts it through the catalog.
   func decode(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws -> LoggedEvent {
-    guard let catalog else { return try EventRecord.decode(bytes, sequence: sequence) }
-    // The record's type is looked up by its bytes: its name is the catalog's own string (nothing
-    // made, nothing hashed), and the upcast starts from the entry found.
-    var found: EventCatalog.EventType?
-    let event = try EventRecord.decode(bytes, sequence: sequence) { typeBytes in
-      guard let known = catalog.type(named: typeBytes) else { return nil }
-      found = known.type
-      return (known.type.name, known.isValidName)
+    switch try decodeForReplay(bytes, sequence: sequence) {
+    case .inPlace(let header, let payload): return LoggedEvent(header, payload: Array(payload))
+    case .event(let event): return event
     }
-    return try catalog.upcast(event, type: found)
   }
 
   /// A record as a replay folds it: in place when it needs no upcasting, else as an event.
@@ -366,9 +360,10 @@ struct StoreCore: Sendable {
     case event(LoggedEvent)
   }
 
-  /// ``decode(_:sequence:)`` for a replay into projections that all fold in place
-  /// (``InPlaceFolding``): the payload stays where it lies unless the catalog upcasts it. The same
-  /// checks as `decode`, which a record that is not in place goes through.
+  /// Decodes the record at `sequence` for a replay into projections that all fold in place
+  /// (``InPlaceFolding``): the payload stays where it lies unless the catalog upcasts it. The
+  /// record's type is looked up by its bytes: its name is the catalog's own string (nothing made,
+  /// nothing hashed), and the upcast starts from the entry found.
   func decodeForReplay(_ bytes: UnsafeRawBufferPointer, sequence: UInt64) throws -> ReplayRecord {
     guard let catalog else {
       let (header, payload) = try EventRecord.decodeInPlace(bytes, sequence: sequence) { _ in nil }

@@ -100,11 +100,7 @@ struct CacheAgesProjection: InPlaceFolding {
   /// A replay's fold: the other side's events pass without their payload copied.
   func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws {
     guard Self.folds(header.type) else { return }
-    try apply(
-      LoggedEvent(
-        sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion,
-        timestamp: header.timestamp, id: header.id, payload: Array(payload)),
-      to: tables)
+    try apply(LoggedEvent(header, payload: Array(payload)), to: tables)
   }
 
   /// Whether an event of `type` changes the cache's tables: every cache type starts with "c" (one

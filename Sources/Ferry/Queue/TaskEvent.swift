@@ -221,16 +221,9 @@ package enum TaskEvent: Equatable, Sendable {
   }
 
   private static func decode(_ event: LoggedEvent, keepingPayload: Bool) throws(FerryError) -> TaskEvent? {
-    // (The array's `withUnsafeBytes` throws untyped: the outcome comes out as a result.)
-    let outcome = event.payload.withUnsafeBytes { payload -> Result<TaskEvent?, FerryError> in
-      do throws(FerryError) {
-        return .success(
-          try decode(type: event.type, sequence: event.sequence, payload: payload, keepingPayload: keepingPayload))
-      } catch {
-        return .failure(error)
-      }
+    try withRawBytes(event.payload) { payload throws(FerryError) in
+      try decode(type: event.type, sequence: event.sequence, payload: payload, keepingPayload: keepingPayload)
     }
-    return try outcome.get()
   }
 
   private static func decode(

@@ -68,20 +68,18 @@ struct TaskRow: Equatable {
       + 4 + 1 + FieldWriter.size(deadline)
   }
 
-  /// The stored row: written once at its exact size (a fold writes a row on every change).
-  var bytes: [UInt8] {
+  /// The stored row, as an array.
+  var bytes: [UInt8] { withBytes { Array($0) } }
+
+  /// Calls `body` with the stored row written once at its exact size in temporary memory: what a
+  /// fold hands the tables (which copy it) on every change of a task, without an array made and
+  /// freed per change.
+  func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
     let size = self.size
-    if let exact = FieldWriter.encode(size: size, { write(to: &$0) }) { return exact }
+    if let result = try FieldWriter.withEncoded(size: size, { write(to: &$0) }, use: body) { return result }
     var writer = PayloadWriter(capacity: size)
     write(to: &writer)
-    return writer.bytes
-  }
-
-  /// Calls `body` with the stored row written in temporary memory: what a fold hands the tables
-  /// (which copy it), without an array made and freed per change.
-  func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-    if let result = try FieldWriter.withEncoded(size: size, { write(to: &$0) }, use: body) { return result }
-    return try bytes.withUnsafeBytes(body)
+    return try writer.bytes.withUnsafeBytes(body)
   }
 
   /// The row's fields in their stored order (`Specs/task-events.md` §3.1).
@@ -312,13 +310,3 @@ private struct KeyWriter {
   }
 }
 
-/// Calls `body` with `bytes` where they lie, for a decoder over raw bytes that throws `PayloadError`
-/// (an array's `withUnsafeBytes` throws untyped: the outcome comes out as a result).
-func withRawBytes<T>(
-  _ bytes: [UInt8], _ body: (UnsafeRawBufferPointer) throws(PayloadError) -> T
-) throws(PayloadError) -> T {
-  let outcome = bytes.withUnsafeBytes { raw -> Result<T, PayloadError> in
-    do throws(PayloadError) { return .success(try body(raw)) } catch { return .failure(error) }
-  }
-  return try outcome.get()
-}

@@ -34,12 +34,7 @@ struct FieldWriter: FieldSink {
     // Written in temporary memory, then copied into the array: an array made at its size
     // (`repeating:count:`, `unsafeUninitializedCapacity:`) looked its storage type up at run time
     // on every call, which cost more than the copy.
-    withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer -> [UInt8]? in
-      var writer = FieldWriter(base: buffer.baseAddress, capacity: size)
-      body(&writer)
-      guard !writer.overflowed, writer.count == size else { return nil }
-      return Array(UnsafeRawBufferPointer(buffer))
-    }
+    withEncoded(size: size, body) { Array($0) }
   }
 
   /// Calls `use` with the bytes `body` writes, in temporary memory (no array), when they are
