@@ -12,7 +12,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
   print(
     """
     usage: ferry-bench [--quick] [--json] [--runs N]
-           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] | --profile-adds N [segment]
+           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] | --profile-adds N [segment] [callers=K]
     (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
     counts from Tools/cost.sh)
     """)
@@ -60,13 +60,15 @@ if let index = arguments.firstIndex(of: "--profile-rebuild"),
   exit(0)
 }
 
-// `--profile-adds N [segment]`: N sequential adds by one caller, with the write-ahead segment when
+// `--profile-adds N [segment] [callers=K]`: N sequential adds by one caller, with the write-ahead segment when
 // asked (for strace, perf or callgrind).
 if let index = arguments.firstIndex(of: "--profile-adds"),
   arguments.index(after: index) < arguments.endIndex,
   let count = Int(arguments[arguments.index(after: index)])
 {
   let segment = arguments.contains("segment")
+  // `callers=K`: K callers adding at once (one by default).
+  let callers = arguments.compactMap { $0.hasPrefix("callers=") ? Int($0.dropFirst(8)) : nil }.first.map { max(1, $0) } ?? 1
   let finished = DispatchSemaphore(value: 0)
   Task.detached {
     let path = scratchPath("profile")
@@ -74,16 +76,29 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
       var configuration = FerryStore.Configuration()
       configuration.writeAheadSegment = segment
       let store = try await FerryStore.open(at: path, configuration: configuration)
+      let before = store.log.statistics.commits
       let rate =
         Double(count)
-        / (try await seconds { for _ in 0..<count { try await store.queue.add(tag: "t", payload: Item(name: "milk")) } })
-      let before = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+        / (try await seconds {
+          try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<callers {
+              group.addTask {
+                for _ in 0..<(count / callers) { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+              }
+            }
+            try await group.waitForAll()
+          }
+        })
+      let commits = store.log.statistics.commits - before
+      let sizeBefore = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       store.close()
       let after = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       print(
         String(
-          format: "%d adds at %.0f/s%@; data file %.1f MiB (%.1f MiB after close)", count, rate,
-          segment ? " (write-ahead segment)" : "", Double(before) / 1_048_576, Double(after) / 1_048_576))
+          format: "%d adds by %d caller(s) at %.0f/s%@, %.1f a commit; data file %.1f MiB (%.1f MiB after close)",
+          count / callers * callers, callers, rate, segment ? " (write-ahead segment)" : "",
+          Double(count / callers * callers) / Double(max(1, commits)), Double(sizeBefore) / 1_048_576,
+          Double(after) / 1_048_576))
     } catch {
       print("profile failed: \(error)")
     }
@@ -106,7 +121,9 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
   Task.detached {
     let path = scratchPath("profile")
     do {
-      let queue = try await TaskQueue.open(at: path)
+      var storeConfiguration = FerryStore.Configuration()
+      storeConfiguration.writeAheadSegment = arguments.contains("segment")
+      let queue = try await TaskQueue.open(at: path, configuration: storeConfiguration)
       let events = (0..<count).map { i in
         NewEvent(
           type: "task.added", schemaVersion: 2,
