@@ -1,6 +1,7 @@
 import Ferry
 import FerryLog
 import Foundation
+import TestSupport
 import Testing
 
 /// `ferry compact --copy` dies (SIGKILL) right after it renamed the compacted copy over
@@ -27,12 +28,12 @@ import Testing
         "ferry-test-worker", ["compact-copy", fixture.path],
         environment: ["FERRY_CRASH_POINT": "compact.swapped", "FERRY_CRASH_SIGNAL": "STOP"])
       defer { compactor.kill() }
-      _ = try await eventually { isStopped(compactor.pid) || !compactor.process.isRunning }
+      _ = try await pollUntil { isStopped(compactor.pid) || !compactor.process.isRunning }
       try #require(isStopped(compactor.pid), "the compactor did not reach the swap: \(compactor.output)")
       let input = Pipe()
       let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
       defer { app.kill() }
-      _ = try await eventually { isWaitingForALock(app.pid) || !app.process.isRunning }
+      _ = try await pollUntil { isWaitingForALock(app.pid) || !app.process.isRunning }
       try #require(isWaitingForALock(app.pid), "the app's open did not wait: \(app.output)")
       compactor.kill()
       let opened = try? await app.waitForLine(startingWith: "open ")
@@ -45,22 +46,6 @@ import Testing
       #expect(try store.log.verify().isHealthy)
     }
   }
-}
-
-/// Polls `condition` every 2 ms for up to a minute.
-private func eventually(_ condition: () -> Bool) async throws -> Bool {
-  let start = ContinuousClock.now
-  while !condition() {
-    if ContinuousClock.now - start > .seconds(60) { return false }
-    try await Task.sleep(for: .milliseconds(2))
-  }
-  return true
-}
-
-/// Whether the process is stopped (by a signal), as `/proc` says.
-private func isStopped(_ pid: Int32) -> Bool {
-  guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }
-  return status.split(separator: "\n").contains { $0.hasPrefix("State:") && $0.contains("T") }
 }
 
 /// Whether the process waits for a file lock, as `/proc/locks` says.
