@@ -50,22 +50,44 @@ import Testing
 
   /// An operator command on a store with a segment, run alone, keeps the segment (an open alone
   /// that does not ask for it would turn it off) and does what it says.
-  @Test(arguments: ["pause", "resume", "cancel"]) func anOperatorCommandKeepsTheSegment(_ command: String) async throws {
+  @Test(arguments: ["pause", "resume", "cancel", "revive", "resolve", "forget"])
+  func anOperatorCommandKeepsTheSegment(_ command: String) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     var ids: [UInt64] = []
+    var doomed: UInt64 = 0
     do {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       for n in 0..<20 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
+      // A dead task (for revive), a recorded error (for resolve), a cache age (for forget).
+      doomed = try await store.queue.add(tag: "doomed", payload: ["n": 0])
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "doomed") { _ in .failed("refused", retryable: false) }
+      _ = try await runner.run(.task(doomed))
+      try #require(try store.queue.task(doomed)?.status == .dead)
+      _ = try await store.queue.recordError(ids[1], message: "fix it")
+      try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false))
       store.close()
     }
-    let child = try Child("ferry", [command, fixture.path] + (command == "cancel" ? [String(ids[0])] : []))
+    let target: [String] =
+      switch command {
+      case "cancel": [String(ids[0])]
+      case "revive": [String(doomed)]
+      case "resolve": [String(ids[1])]
+      case "forget": ["notes"]
+      default: []
+      }
+    let child = try Child("ferry", [command, fixture.path] + target)
     #expect(try await child.wait() == 0)
     #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "ferry \(command) turned the segment off")
     let store = try await fixture.openStore { $0.writeAheadSegment = true }
     defer { store.close() }
     #expect(try store.queue.isPaused() == (command == "pause"))
-    #expect(try store.queue.pendingTasks().count == (command == "cancel" ? 19 : 20))
+    #expect(try store.queue.pendingTasks().filter { $0.tag == "t" }.count == (command == "cancel" ? 19 : 20))
+    #expect((try store.queue.task(doomed)?.status == .dead) == (command != "revive"))
+    #expect(try store.queue.errors().map(\.taskId) == (command == "resolve" ? [] : [ids[1]]))
+    #expect((try store.ledger.record("notes") == nil) == (command == "forget"))
+    #expect(try store.log.verify().isHealthy)
   }
 
 }
