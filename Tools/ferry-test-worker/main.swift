@@ -552,6 +552,53 @@ case "attack-run-without-fds":
     done.signal()
   }
   done.wait()
+case "fd-cycles":
+  // (DescriptorTests) COUNT times: opens the store (with the write-ahead segment when asked),
+  // adds a task, runs a pass, records a cache fetch, reads the queue, closes. Says "fds A B" with
+  // the number of open descriptors after the second cycle (A) and after the last (B): a cycle that
+  // leaks one (a segment, head-mark, liveness-token or lock file left open) shows as B > A.
+  guard (4...5).contains(arguments.count), let count = Int(arguments[3]), count >= 2,
+    arguments.count == 4 || arguments[4] == "segment"
+  else { fail("fd-cycles DIR COUNT [segment]") }
+  let openDescriptors: @Sendable () -> Int = {
+    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      // One cycle in a closure of its own, so that its objects are gone when it returns (a runner
+      // or store that outlived its cycle would hold descriptors until then, at one count only).
+      let runCycle: @Sendable (Int) async throws -> Void = { cycle in
+        var configuration = FerryStore.Configuration()
+        configuration.writeAheadSegment = arguments.count == 5
+        let store = try await FerryStore.open(at: directory, configuration: configuration)
+        let id = try await store.queue.add(tag: "t", payload: ["cycle": cycle])
+        let runner = TaskRunner(queue: store.queue)
+        runner.register(tag: "t") { _ in .succeeded }
+        guard case .succeeded = try await runner.run(.task(id)).outcome(of: id) else {
+          fail("fd-cycles: task \(id) did not succeed")
+        }
+        try await store.ledger.recordFetch(key: "k\(cycle % 3)", outcome: .success(isEmpty: false))
+        _ = try store.queue.pendingTasks()
+        store.close()
+      }
+      var afterFirst = 0
+      for cycle in 1...count {
+        try await runCycle(cycle)
+        // A closed store's last descriptors may go a moment after `close()` returns (threads ending).
+        if cycle == 2 {
+          try await Task.sleep(for: .milliseconds(200))
+          afterFirst = openDescriptors()
+        }
+      }
+      try await Task.sleep(for: .milliseconds(200))
+      say("fds \(afterFirst) \(openDescriptors())")
+    } catch {
+      fail("fd-cycles failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "attack2-open-add-close-loop":
   // (AttackTests2) For MS milliseconds: opens the store, adds one "app" task with data id
   // "app-I", says "ack ID I" once the add returned, closes, pauses 0-3 ms; again and again. Opens that fail are
