@@ -1,4 +1,5 @@
 import FerryLog
+import Foundation
 import LMDB
 
 /// The bare LMDB floor: the same records put straight into a database, no Ferry in between.
@@ -61,4 +62,26 @@ final class LMDBFloor {
   }
 
   func close() { environment.close() }
+}
+
+/// The disk's own floor for a one-flush commit: `count` frames of `size` bytes written one after
+/// another into a preallocated file, each followed by `fdatasync` — what a write-ahead segment's
+/// commit (or a SQLite WAL commit) cannot beat. Returns frames a second.
+func bareFlushes(path: String, count: Int, size: Int) throws -> Double {
+  let fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+  guard fd >= 0 else { throw POSIXError(.EIO) }
+  defer {
+    close(fd)
+    unlink(path)
+  }
+  let span = max(1, size) * count
+  guard posix_fallocate(fd, 0, off_t(span)) == 0, fsync(fd) == 0 else { throw POSIXError(.EIO) }
+  let frame = [UInt8](repeating: 0x5A, count: max(1, size))
+  let start = ContinuousClock.now
+  for index in 0..<count {
+    let wrote = frame.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(index * frame.count)) }
+    guard wrote == frame.count, fdatasync(fd) == 0 else { throw POSIXError(.EIO) }
+  }
+  let elapsed = ContinuousClock.now - start
+  return Double(count) / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
 }

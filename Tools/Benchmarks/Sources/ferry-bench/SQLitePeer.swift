@@ -7,12 +7,25 @@ import GRDB
 final class SQLitePeer: Sendable {
   let pool: DatabasePool
 
-  init(path: String) throws {
+  /// `durable: false` leaves the writer as GRDB sets up a pool (`synchronous = NORMAL`), for the
+  /// one reference line that shows what that costs and buys.
+  init(path: String, durable: Bool = true) throws {
     var configuration = Configuration()
     configuration.prepareDatabase { db in
-      try db.execute(sql: "PRAGMA synchronous = FULL")
+      try db.execute(sql: "PRAGMA synchronous = FULL")  // readers; the writer is set below
     }
     pool = try DatabasePool(path: path, configuration: configuration)
+    // GRDB turns a pool's writer to `synchronous = NORMAL` when it sets up WAL mode, after
+    // `prepareDatabase` ran: a WAL commit is then flushed only at checkpoints, not durable when it
+    // returns. Set FULL again on the writer (one flush of the WAL per commit, like Ferry's flushes)
+    // and check that it holds; the benchmark refuses to compare against anything less.
+    try pool.writeWithoutTransaction { db in
+      if durable { try db.execute(sql: "PRAGMA synchronous = FULL") }
+      let level = try Int.fetchOne(db, sql: "PRAGMA synchronous")
+      guard level == (durable ? 2 : 1) else {
+        throw DatabaseError(message: "the SQLite peer's writer runs synchronous = \(level.map(String.init) ?? "?"), not \(durable ? "FULL (2)" : "NORMAL (1)")")
+      }
+    }
     try pool.write { db in
       try db.execute(
         sql: """
