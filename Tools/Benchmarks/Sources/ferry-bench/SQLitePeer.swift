@@ -97,6 +97,23 @@ final class SQLitePeer: Sendable {
     }
   }
 
+  /// The serial loop's step at its cheapest: the outcome of one run and the look for the next
+  /// runnable task in one write transaction (one flush), as Ferry's loop logs the outcome of one
+  /// run and the claim of the next in one commit. Nil when nothing is left to run.
+  func completeAndNext(_ id: Int64) async throws -> Int64? {
+    try await pool.write { db in
+      let group = try String.fetchOne(db, sql: "SELECT groupId FROM tasks WHERE id = ?", arguments: [id])
+      try db.execute(sql: "DELETE FROM tasks WHERE id = ?", arguments: [id])
+      if let group {
+        try db.execute(
+          sql: "UPDATE tasks SET isHead = 1 WHERE id = (SELECT MIN(id) FROM tasks WHERE groupId = ?)",
+          arguments: [group])
+      }
+      return try Int64.fetchOne(
+        db, sql: "SELECT id FROM tasks WHERE status = 0 AND manual = 0 AND isHead = 1 ORDER BY id LIMIT 1")
+    }
+  }
+
   /// Records a user-fixable error: the task (and so its group) is blocked.
   func recordError(_ id: Int64, message: String) async throws {
     try await pool.write { db in

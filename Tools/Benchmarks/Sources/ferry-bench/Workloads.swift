@@ -277,7 +277,8 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
     sqlite.append(
       Double(n)
         / (try await seconds {
-          while let id = try peer.nextRunnable() { try await peer.complete(id) }
+          var next = try peer.nextRunnable()
+          while let id = next { next = try await peer.completeAndNext(id) }
         }))
     try peer.close()
     remove(sp)
