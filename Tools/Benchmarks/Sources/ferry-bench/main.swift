@@ -11,7 +11,7 @@ let arguments = CommandLine.arguments.dropFirst()
 if arguments.contains("--help") || arguments.contains("-h") {
   print(
     """
-    usage: ferry-bench [--quick] [--json] [--runs N]
+    usage: ferry-bench [--quick] [--json] [--runs N] [--only K[,K…]]
            ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] | --profile-adds N [segment] [callers=K]
     (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
     counts from Tools/cost.sh)
@@ -191,12 +191,21 @@ Task.detached {
     }
     let recordSize = try await ferryRecordSize()
     var figures: [Figure] = []
-    for workload in [
-      { try await sequentialAdds(sizes, recordSize: recordSize) },
-      { try await concurrentAdds(sizes, recordSize: recordSize) },
-      { try await runLoop(sizes) }, { try await passWithOneRunnable(sizes) }, { try await lookups(sizes) },
-      { try await dueRetryLookups(sizes) }, { try await rebuildAndOpen(sizes) },
-    ] as [@Sendable () async throws -> [Figure]] {
+    // `--only 3` (or `--only 1,3`): just those numbered workloads, for a quick look at one line.
+    let only: Set<Int>? = arguments.firstIndex(of: "--only").flatMap { index in
+      let next = arguments.index(after: index)
+      guard next < arguments.endIndex else { return nil }
+      return Set(arguments[next].split(separator: ",").compactMap { Int($0) })
+    }
+    let workloads: [(Int, @Sendable () async throws -> [Figure])] = [
+      (1, { try await sequentialAdds(sizes, recordSize: recordSize) }),
+      (2, { try await concurrentAdds(sizes, recordSize: recordSize) }),
+      (3, { try await runLoop(sizes) }), (3, { try await passWithOneRunnable(sizes) }),
+      (4, { try await lookups(sizes) }), (4, { try await dueRetryLookups(sizes) }),
+      (5, { try await rebuildAndOpen(sizes) }),
+    ]
+    for (number, workload) in workloads {
+      if let only, !only.contains(number) { continue }
       let new = try await workload()
       figures += new
       if !json {
