@@ -547,6 +547,7 @@ extension EventLog {
     let core = self.core
     let environment = self.environment
     let segment = self.segment
+    let chunk = configuration.rebuildChunkSize
     return try await withCheckedThrowingContinuation { continuation in
       let accepted = writer.submit(
         .exclusive {
@@ -557,7 +558,9 @@ extension EventLog {
               // snapshot) or left it behind since the caller last read: fold it up to the head in
               // this transaction, so that the snapshot covers it and nothing it still needs is
               // removed (a projection at another version is left alone, and gets no snapshot).
-              while try core.foldFurthestBehind(limit: .max, txn) > 0 {}
+              // In chunks, as a rebuild does: each chunk's overlay is written out before the
+              // next, so memory follows the chunk, not the whole range left behind.
+              while try core.foldFurthestBehind(limit: chunk, txn) > 0 {}
               let rows = try core.writeSnapshots(of: core.projections, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.

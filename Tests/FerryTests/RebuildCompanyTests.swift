@@ -33,6 +33,39 @@ import Testing
     try expectEachTaskSucceededOnce(queue.log, ids)
   }
 
+  /// A compaction over projections another process left far behind (its rebuild killed after the
+  /// first chunk) folds them up to the head inside its one transaction in chunks of the store's
+  /// rebuild chunk size (37 here, so about a hundred of them): the snapshot it writes reads the same
+  /// queue, verify is healthy, and a rebuild from that snapshot agrees.
+  @Test func aCompactionOverProjectionsLeftFarBehindFoldsThemInChunks() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.rebuildChunkSize = 37
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let finished = try await addJobs(queue, 1_000)
+    let runner = TaskRunner(queue: queue)
+    runner.register(tag: "job") { _ in .succeeded }
+    #expect(try await runner.run().succeeded == finished.count)
+    let pending = try await addJobs(queue, 300, tag: "later")
+    let head = try queue.log.head()
+    try await killedRebuild(fixture.path, chunk: 200)
+    // The precondition, read without catching up: the queue's projection is far behind the head.
+    let behind = try queue.log.verify().problems
+    #expect(behind.contains { "\($0)".contains(TaskQueueProjection.projectionName) }, "\(behind)")
+
+    // Straight to the log's compaction (a store's compaction reads first, which catches up).
+    let report = try await queue.log.compact(removing: { _ in false })
+    #expect(report.snapshotSequence == head)
+    #expect(report.snapshotRows > 0)
+    #expect(try queue.log.verify().isHealthy)
+    #expect(try queue.pendingTasks().map(\.id) == pending)
+    _ = try await queue.log.rebuild()
+    #expect(try queue.pendingTasks().map(\.id) == pending)
+    #expect(try queue.log.verify().isHealthy)
+  }
+
   @Test func aLiveRebuildInAnotherProcessLeavesThisProcesssRunsAndReadsWorking() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
