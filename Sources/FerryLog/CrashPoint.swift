@@ -39,21 +39,27 @@ package enum CrashPoint {
   /// `ferry compact --copy`: the compacted copy renamed over `data.mdb`, LMDB's lock file not yet
   /// set from it.
   package static let compactSwapped = "compact.swapped"
+  /// `ferry compact --copy`: the compacted copy written beside the store, before the checks that
+  /// nothing changed meanwhile and the swap.
+  package static let compactCopied = "compact.copied"
 
   private static let isArmed = Atomic<Bool>(false)
-  private static let armed = Mutex<(label: String, after: Int, signal: Int32)?>(nil)
+  private static let armed = Mutex<(label: String, after: Int, signal: Int32, goOnFile: String?)?>(nil)
   private static let hits = Atomic<Int>(0)
 
   /// Reads `FERRY_CRASH_POINT` and `FERRY_CRASH_AFTER` and arms the point they name (nothing when
   /// unset or empty); `FERRY_CRASH_SIGNAL=STOP` stops the process there (`SIGSTOP`) instead, for a
-  /// test that acts while it is stopped and then kills it. Only the crash and test workers call this.
+  /// test that acts while it is stopped and then kills it — or, with `FERRY_CRASH_GO_ON_FILE`
+  /// naming a file, lets it go on once it is continued (`SIGCONT`) and that file exists. Only the
+  /// crash and test workers call this.
   package static func armFromEnvironment() {
     guard let raw = getenv("FERRY_CRASH_POINT") else { return }
     let label = String(cString: raw)
     guard !label.isEmpty else { return }
     let after = getenv("FERRY_CRASH_AFTER").flatMap { Int(String(cString: $0)) } ?? 1
-    let signal = getenv("FERRY_CRASH_SIGNAL").map { String(cString: $0) } == "STOP" ? SIGSTOP : SIGKILL
-    armed.withLock { $0 = (label, max(1, after), signal) }
+    let stops = getenv("FERRY_CRASH_SIGNAL").map { String(cString: $0) } == "STOP"
+    let goOnFile = getenv("FERRY_CRASH_GO_ON_FILE").map { String(cString: $0) }
+    armed.withLock { $0 = (label, max(1, after), stops ? SIGSTOP : SIGKILL, stops ? goOnFile : nil) }
     isArmed.store(true, ordering: .releasing)
   }
 
@@ -65,6 +71,11 @@ package enum CrashPoint {
     let count = hits.add(1, ordering: .relaxed).newValue
     guard count >= armed.after else { return }
     kill(getpid(), armed.signal)
+    if let file = armed.goOnFile {
+      // Stopped here; once continued (however late the stop landed), on when the file exists.
+      while access(file, F_OK) != 0 { usleep(1_000) }
+      return
+    }
     // It goes no further even when the signal lands late (seen under load with SIGSTOP: a worker
     // ran on to its end and only then stopped): the thread waits here to die (or, stopped, to be
     // killed by the test).

@@ -208,6 +208,7 @@ private func copyCompacted(_ path: String) throws {
     atPath: staging, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
   defer { try? FileManager.default.removeItem(atPath: staging) }
   let copied = try writeCompactedCopy(of: path, into: staging)
+  CrashPoint.reach(CrashPoint.compactCopied)
   // From here to the rename no process may open the store: one that did would write into the
   // file about to be replaced, and what it wrote would be lost. One that wrote after the copy, or
   // was writing while it was made, committed a newer transaction than the state copied.

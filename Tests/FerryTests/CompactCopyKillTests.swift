@@ -56,3 +56,58 @@ private func isWaitingForALock(_ pid: Int32) -> Bool {
     return fields.count > 5 && fields[1] == "->" && fields[5] == "\(pid)"
   }
 }
+
+extension CompactCopyKillTests {
+  /// `ferry compact --copy` is stopped right after it made its copy (before its checks and the
+  /// swap) while an app opens the store with its write-ahead segment — turning it on again, as
+  /// `--copy` had settled and removed it — and adds `added` tasks (none: the open alone), then
+  /// closes. Resumed, the compactor must refuse to swap (exit status 7): its copy lacks what the
+  /// app did (the open that turns the segment on commits too), and the app's segment names the old
+  /// file's meta pages — either check alone refuses it (tried by disabling the other: with neither,
+  /// it swaps and this fails). Every task stays, the store verifies and keeps its segment.
+  @Test(arguments: [0, 25]) func compactCopyRefusesTheSwapWhenAnAppOpenedWithItsSegmentMidCopy(added: Int)
+    async throws
+  {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var kept: Set<UInt64> = []
+    do {
+      let store = try await fixture.openStore { $0.writeAheadSegment = true }
+      var ids: [UInt64] = []
+      for n in 0..<120 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "t") { task in task.id % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
+      _ = try await runner.run()
+      kept = Set(ids.filter { $0 % 2 == 1 })
+      store.close()
+    }
+    let goOn = fixture.path + ".go-on"
+    defer { try? FileManager.default.removeItem(atPath: goOn) }
+    let compactor = try Child(
+      "ferry-test-worker", ["compact-copy", fixture.path],
+      environment: [
+        "FERRY_CRASH_POINT": "compact.copied", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
+      ])
+    defer { compactor.kill() }
+    _ = try await pollUntil { isStopped(compactor.pid) || !compactor.process.isRunning }
+    try #require(isStopped(compactor.pid), "the compactor did not reach its copy: \(compactor.output)")
+    #expect(!FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
+
+    do {
+      let app = try await fixture.openStore { $0.writeAheadSegment = true }
+      for n in 0..<added { kept.insert(try await app.queue.add(tag: "t", payload: ["late": n])) }
+      app.close()
+    }
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
+    #expect(FileManager.default.createFile(atPath: goOn, contents: nil))
+    kill(compactor.pid, SIGCONT)
+    let said = try await compactor.waitForLine(startingWith: "")  // "compacted" or "refused S M"
+    #expect(said.hasPrefix("refused 7 "), "\(said)")
+
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    #expect(Set(try store.queue.pendingTasks().map(\.id)) == kept)
+    #expect(try store.log.verify().isHealthy)
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
+  }
+}

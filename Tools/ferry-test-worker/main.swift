@@ -421,7 +421,7 @@ case "store-segment-add":
 case "compact-copy":
   // Runs `ferry compact --copy DIR` (retention 0) in this process, crash points armed from the
   // environment (FERRY_CRASH_POINT=compact.swapped with FERRY_CRASH_SIGNAL=STOP stops it right
-  // after the copy was renamed into place); says "compacted" when it returns, "refused S M" when
+  // after the copy was renamed into place, compact.copied right after the copy was made); says "compacted" when it returns, "refused S M" when
   // it throws (its exit status S).
   CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
