@@ -645,6 +645,131 @@ case "dmg-churn":
     done.signal()
   }
   done.wait()
+case "company-run":
+  // (CompanyAttackTests) Opens the existing store (with the write-ahead segment when "segment" is
+  // given) and runs passes with CONCURRENCY workers over its "job" tasks until none is ready,
+  // running or waiting, printing "ran ID ATTEMPT" as each handler starts. A job's payload "kind"
+  // says what its handler does after sleeping a millisecond: "ok" succeeds, "fail" fails for good,
+  // "error" records an error, "flaky" fails retryably on its first attempt (retried after 5 ms)
+  // and succeeds after. Says "done" after closing.
+  guard (4...5).contains(arguments.count), let concurrency = Int(arguments[3]),
+    arguments.count == 4 || arguments[4] == "segment"
+  else { fail("company-run DIR CONCURRENCY [segment]") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var storeConfiguration = FerryStore.Configuration()
+      storeConfiguration.createIfMissing = false
+      storeConfiguration.writeAheadSegment = arguments.count == 5
+      let queue = try await TaskQueue.open(at: directory, configuration: storeConfiguration)
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = concurrency
+      let runner = TaskRunner(queue: queue, configuration: configuration)
+      runner.register(tag: "job", retry: RetryPolicy(maxAttempts: 5, initialDelay: .milliseconds(5), jitter: 0)) {
+        task in
+        say("ran \(task.id) \(task.attempt)")
+        try? await Task.sleep(for: .milliseconds(1))
+        switch try task.payload(as: [String: String].self)["kind"] {
+        case "fail": return .failed("refused", retryable: false)
+        case "error": return .recordError("fix it")
+        case "flaky" where task.attempt == 1: return .failed("try again", retryable: true)
+        default: return .succeeded
+        }
+      }
+      var idle = 0
+      while idle < 3 {
+        let report = try await runner.run()
+        let busy = try queue.pendingTasks().contains { task in
+          switch task.status {
+          case .ready, .running, .waiting: return true
+          default: return false
+          }
+        }
+        idle = report.entries.isEmpty && !busy ? idle + 1 : 0
+        if report.entries.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+      }
+      queue.close()
+      say("done")
+    } catch {
+      fail("company-run failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "company-rebuild":
+  // (CompanyAttackTests) Opens the existing store with rebuildChunkSize CHUNK (and the write-ahead
+  // segment when "segment" is given), says "open", then rebuilds every projection again and again,
+  // saying "round I" after each, until a line arrives on standard input; then closes and says
+  // "closed ROUNDS".
+  guard (4...5).contains(arguments.count), let chunk = Int(arguments[3]),
+    arguments.count == 4 || arguments[4] == "segment"
+  else { fail("company-rebuild DIR CHUNK [segment]") }
+  let stop = DispatchSemaphore(value: 0)
+  Thread.detachNewThread {
+    _ = readLine()
+    stop.signal()
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.rebuildChunkSize = chunk
+      configuration.createIfMissing = false
+      configuration.writeAheadSegment = arguments.count == 5
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      var rounds = 0
+      while stop.wait(timeout: .now()) == .timedOut {
+        _ = try await store.log.rebuild()
+        say("round \(rounds)")
+        rounds += 1
+      }
+      store.close()
+      say("closed \(rounds)")
+    } catch {
+      fail("company-rebuild failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "company-compact":
+  // (CompanyAttackTests) Opens the existing store with rebuildChunkSize CHUNK (the chunks in which
+  // a compaction folds projections left behind; the write-ahead segment when "segment" is given),
+  // says "open", then compacts it with a retention of zero again and again, saying "compacted I R"
+  // (R events removed) after each, until a line arrives on standard input; then closes and says
+  // "closed ROUNDS".
+  guard (4...5).contains(arguments.count), let chunk = Int(arguments[3]),
+    arguments.count == 4 || arguments[4] == "segment"
+  else { fail("company-compact DIR CHUNK [segment]") }
+  let stop = DispatchSemaphore(value: 0)
+  Thread.detachNewThread {
+    _ = readLine()
+    stop.signal()
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.rebuildChunkSize = chunk
+      configuration.createIfMissing = false
+      configuration.writeAheadSegment = arguments.count == 5
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      say("open")
+      var rounds = 0
+      while stop.wait(timeout: .now()) == .timedOut {
+        let report = try await store.compact(retention: .zero)
+        say("compacted \(rounds) \(report.removed)")
+        rounds += 1
+        try await Task.sleep(for: .milliseconds(5))
+      }
+      store.close()
+      say("closed \(rounds)")
+    } catch {
+      fail("company-compact failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "unpublished-commit":
   // (FerryToolsTests.CompactCopyTests) Commits one key ("k" = "v") into the database
   // "unpublished" through an environment opened with MDB_NOLOCK, which never touches lock.mdb: the

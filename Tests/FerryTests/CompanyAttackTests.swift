@@ -1,0 +1,319 @@
+import FerryLog
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// Two runner processes share a store while a third process keeps rebuilding its projections (in
+/// small chunks), or while `ferry compact --retention 0` compacts it in place again and again (with
+/// and without the write-ahead segment, one runner SIGKILLed part-way): every task runs once —
+/// a killed runner's task at most once more, after its owner is seen dead — nothing acknowledged
+/// is lost, group order holds, and verify stays healthy.
+@Suite(.timeLimit(.minutes(3))) struct CompanyAttackTests {
+  /// What each job does (the `company-run` worker's handlers): "ok" succeeds, "fail" fails for
+  /// good, "error" records an error, "flaky" fails retryably once and then succeeds.
+  static func kind(_ i: Int) -> String {
+    switch i % 10 {
+    case 3: return "fail"
+    case 7: return "error"
+    case 5: return "flaky"
+    default: return "ok"
+    }
+  }
+
+  /// The jobs added and what must become of them.
+  struct Plan {
+    var ids: [TaskID] = []
+    var kinds: [TaskID: String] = [:]
+    var groups: [String: [TaskID]] = [:]
+    /// Tasks that must run (their expected number of runs: flaky twice, the rest once).
+    var runs: [TaskID: Int] = [:]
+    /// Tasks that must stay queued at the end: dead, blocked, or behind such a head in their group.
+    var queued: Set<TaskID> = []
+
+    func expectedRuns(_ id: TaskID) -> Int { runs[id] ?? 0 }
+  }
+
+  /// Adds `count` jobs from eight concurrent lanes (commits group), a third of them in ten groups;
+  /// works out from the kinds which must run and which must stay queued.
+  func addJobs(_ queue: TaskQueue, _ count: Int) async throws -> Plan {
+    let added = try await withThrowingTaskGroup(of: [(Int, TaskID)].self) { group in
+      for lane in 0..<8 {
+        group.addTask {
+          var ids: [(Int, TaskID)] = []
+          for i in stride(from: lane, to: count, by: 8) {
+            let id = try await queue.add(
+              tag: "job", payload: ["kind": Self.kind(i), "n": "\(i)"], groupId: i % 3 == 0 ? "g\(i % 30)" : nil)
+            ids.append((i, id))
+          }
+          return ids
+        }
+      }
+      var all: [(Int, TaskID)] = []
+      for try await ids in group { all += ids }
+      return all
+    }
+    var plan = Plan()
+    for (i, id) in added {
+      plan.ids.append(id)
+      plan.kinds[id] = Self.kind(i)
+      if i % 3 == 0 { plan.groups["g\(i % 30)", default: []].append(id) }
+    }
+    plan.ids.sort()
+    let grouped = Set(plan.groups.values.joined())
+    func settle(_ id: TaskID) -> Bool {  // whether the task runs on to an outcome that lets its group go on
+      let kind = plan.kinds[id]!
+      plan.runs[id] = kind == "flaky" ? 2 : 1
+      if kind == "fail" || kind == "error" {
+        plan.queued.insert(id)
+        return false
+      }
+      return true
+    }
+    for id in plan.ids where !grouped.contains(id) { _ = settle(id) }
+    for (_, members) in plan.groups {
+      var open = true
+      for id in members.sorted() {
+        if open { open = settle(id) } else { plan.queued.insert(id) }
+      }
+    }
+    return plan
+  }
+
+  /// The "ran ID ATTEMPT" lines of each runner process: every handler call, by task.
+  static func handlerRuns(_ runners: [Child]) -> [TaskID: [(runner: Int, attempt: UInt32)]] {
+    var runs: [TaskID: [(runner: Int, attempt: UInt32)]] = [:]
+    for (index, child) in runners.enumerated() {
+      for line in child.output where line.hasPrefix("ran ") {
+        let parts = line.split(separator: " ")
+        guard parts.count == 3, let id = UInt64(parts[1]), let attempt = UInt32(parts[2]) else { continue }
+        runs[id, default: []].append((index, attempt))
+      }
+    }
+    return runs
+  }
+
+  /// Checks the runs the handlers saw against the plan (exactly the expected runs, and at most one
+  /// more for a task the killed runner had started), the queue left against the plan, the runs the
+  /// log still holds against `RunLedger`, and verify, before and after a rebuild.
+  func expectPlanKept(
+    _ plan: Plan, _ queue: TaskQueue, runners: [Child], killed: Int? = nil, wholeLog: Bool,
+    sourceLocation: SourceLocation = #_sourceLocation
+  ) async throws {
+    let runs = Self.handlerRuns(runners)
+    var extra: [String] = []
+    for id in plan.ids {
+      let seen = runs[id] ?? []
+      let attempts = seen.map(\.attempt)
+      if Set(attempts).count != attempts.count { extra.append("task \(id): one attempt handled twice \(seen)") }
+      let byKilled = seen.filter { $0.runner == killed }.count
+      let allowed = plan.expectedRuns(id) + (byKilled > 0 ? 1 : 0)
+      if seen.count > allowed { extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) times: \(seen)") }
+      if seen.count < plan.expectedRuns(id) {
+        extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) of \(plan.expectedRuns(id)) times: \(seen)")
+      }
+    }
+    #expect(extra.isEmpty, "\(extra.count) tasks: \(extra.prefix(8))", sourceLocation: sourceLocation)
+
+    let pending = try queue.pendingTasks()
+    let pendingIds = Set(pending.map(\.id))
+    let missing = plan.queued.subtracting(pendingIds).sorted()
+    let unexpected = pendingIds.subtracting(plan.queued).sorted()
+    #expect(
+      pendingIds == plan.queued, "missing \(missing.prefix(8)), extra \(unexpected.prefix(8))",
+      sourceLocation: sourceLocation)
+    for task in pending {
+      switch plan.kinds[task.id] {
+      case "fail" where plan.runs[task.id] != nil:
+        #expect(task.status == .dead, "task \(task.id): \(task.status)", sourceLocation: sourceLocation)
+      case "error" where plan.runs[task.id] != nil:
+        #expect(task.status == .blockedByError, "task \(task.id): \(task.status)", sourceLocation: sourceLocation)
+      default:
+        guard case .waitingForGroup = task.status else {
+          Issue.record("task \(task.id) should wait behind its group's head: \(task.status)", sourceLocation: sourceLocation)
+          continue
+        }
+      }
+    }
+
+    let deadPrefix = killed.map { ownerPrefix(runners[$0].pid) }
+    let ledger = try RunLedger(queue.log) { owner in deadPrefix.map { owner.hasPrefix($0) } ?? false }
+    // A compacted log holds only what is still queued (finished tasks' histories go whole).
+    let inLog = wholeLog ? plan.ids : plan.ids.filter { ledger.tasks[$0] != nil }
+    // `expectEachTaskRanOnce` allows one finish a task; a flaky task has two runs, each ended once.
+    #expect(ledger.violations.isEmpty, "\(ledger.violations.prefix(5))", sourceLocation: sourceLocation)
+    var wrongRuns: [String] = []
+    for id in inLog {
+      let runs = ledger.tasks[id] ?? RunLedger.Runs()
+      if runs.starts.count != runs.finishes + runs.interruptions.count || runs.interruptions.count > 1
+        || runs.finishes != plan.expectedRuns(id)
+      {
+        wrongRuns.append("task \(id) (\(plan.kinds[id]!), \(plan.expectedRuns(id)) runs expected): \(runs)")
+      }
+    }
+    #expect(wrongRuns.isEmpty, "\(wrongRuns.count) tasks: \(wrongRuns.prefix(8))", sourceLocation: sourceLocation)
+    if wholeLog {
+      let succeeded = plan.ids.filter { plan.runs[$0] != nil && !plan.queued.contains($0) }
+      let wrong = succeeded.filter { ledger.tasks[$0]?.successes != 1 }
+      #expect(wrong.isEmpty, "not succeeded once: \(wrong.prefix(8))", sourceLocation: sourceLocation)
+      // Group order: within a group, successes in task-id order.
+      var order: [TaskID] = []
+      try queue.log.forEachEvent { event in
+        if event.type == "task.runSucceeded", case .runSucceeded(let id) = try TaskEvent(event) { order.append(id) }
+      }
+      for (group, members) in plan.groups {
+        let set = Set(members)
+        let seen = order.filter { set.contains($0) }
+        #expect(seen == seen.sorted(), "group \(group) succeeded out of order: \(seen)", sourceLocation: sourceLocation)
+      }
+    }
+    let report = try queue.log.verify()
+    #expect(report.isHealthy, "\(report.problems.prefix(5))", sourceLocation: sourceLocation)
+    _ = try await queue.log.rebuild()
+    #expect(Set(try queue.pendingTasks().map(\.id)) == pendingIds, sourceLocation: sourceLocation)
+    #expect(try queue.log.verify().isHealthy, sourceLocation: sourceLocation)
+  }
+
+  /// Waits for a child to exit within `limit`; kills it and fails otherwise. Returns its status.
+  func finish(_ child: Child, _ name: String, within limit: Duration = .seconds(90)) async throws -> Int32 {
+    let exited = try await exits(child, within: limit)
+    if !exited {
+      child.kill()
+      Issue.record("\(name) did not finish in time; its last lines: \(child.output.suffix(5))")
+    }
+    return try await child.wait()
+  }
+
+  @Test(arguments: [false, true])
+  func twoRunnerProcessesBesideARebuildLoopRunEachTaskOnce(segment: Bool) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.rebuildChunkSize = 40
+    configuration.writeAheadSegment = segment
+    let flag = segment ? ["segment"] : []
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let plan = try await addJobs(queue, 1_000)
+
+    let input = Pipe()
+    let rebuilder = try Child(
+      "ferry-test-worker", ["company-rebuild", fixture.path, "40"] + flag, stdin: input.fileHandleForReading)
+    _ = try await rebuilder.waitForLine(startingWith: "open")
+    _ = try await rebuilder.waitForLine(startingWith: "round 0")
+    let runners = [
+      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
+      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
+    ]
+    // This process reads the queue meanwhile, as an app would.
+    var reads = 0
+    while runners.contains(where: { $0.process.isRunning }) {
+      _ = try queue.pendingTasks()
+      reads += 1
+      try await Task.sleep(for: .milliseconds(20))
+    }
+    for (index, runner) in runners.enumerated() {
+      #expect(try await finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+    }
+    say("stop", to: input)
+    let closed = try await rebuilder.waitForLine(startingWith: "closed")
+    #expect(try await finish(rebuilder, "the rebuilder") == 0)
+    let rounds = Int(closed.split(separator: " ").last ?? "") ?? 0
+    #expect(rounds >= 3, "the projections were rebuilt only \(rounds) times")
+    // Both processes ran tasks.
+    let runs = Self.handlerRuns(runners)
+    #expect(Set(runs.values.joined().map(\.runner)) == [0, 1])
+    print("rebuild rounds (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(rounds); reads here: \(reads)")
+    try await expectPlanKept(plan, queue, runners: runners, wholeLog: true)
+  }
+
+  /// The rebuild loop and a compaction loop at once, in two more processes: every compaction
+  /// meets projections the rebuild reset (to the last snapshot) and folds them up to the head in
+  /// chunks of 7 events inside its one transaction before it snapshots and removes; one runner is
+  /// SIGKILLed part-way.
+  @Test func twoRunnerProcessesBesideARebuildLoopAndAChunkedCompactionLoop() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let plan = try await addJobs(queue, 1_000)
+
+    let rebuildInput = Pipe()
+    let rebuilder = try Child(
+      "ferry-test-worker", ["company-rebuild", fixture.path, "40"], stdin: rebuildInput.fileHandleForReading)
+    let compactInput = Pipe()
+    let compactor = try Child(
+      "ferry-test-worker", ["company-compact", fixture.path, "7"], stdin: compactInput.fileHandleForReading)
+    _ = try await rebuilder.waitForLine(startingWith: "round 0")
+    _ = try await compactor.waitForLine(startingWith: "compacted 0")
+    let runners = [
+      try Child("ferry-test-worker", ["company-run", fixture.path, "1"]),
+      try Child("ferry-test-worker", ["company-run", fixture.path, "3"]),
+    ]
+    let reached = try await pollUntil { runners[1].output.filter { $0.hasPrefix("ran ") }.count >= 200 }
+    try #require(reached, "the second runner never reached 200 runs: \(runners[1].output.suffix(3))")
+    runners[1].kill()
+    #expect(try await finish(runners[0], "the survivor") == 0, "\(runners[0].output.suffix(3))")
+    say("stop", to: rebuildInput)
+    say("stop", to: compactInput)
+    let rebuilt = try await rebuilder.waitForLine(startingWith: "closed")
+    let compacted = try await compactor.waitForLine(startingWith: "closed")
+    #expect(try await finish(rebuilder, "the rebuilder") == 0, "\(rebuilder.output.suffix(3))")
+    #expect(try await finish(compactor, "the compactor") == 0, "\(compactor.output.suffix(3))")
+    let rounds = (Int(rebuilt.split(separator: " ").last ?? "") ?? 0, Int(compacted.split(separator: " ").last ?? "") ?? 0)
+    #expect(rounds.0 >= 3 && rounds.1 >= 3, "rebuilds, compactions: \(rounds)")
+    let removed = compactor.output.compactMap { $0.hasPrefix("compacted ") ? Int($0.split(separator: " ")[2]) : nil }
+    #expect(removed.reduce(0, +) > 0)
+    print("rebuilds, compactions while two processes ran \(plan.ids.count) tasks: \(rounds)")
+    // A last compaction with nothing else running.
+    let last = try Child("ferry", ["compact", fixture.path, "--retention", "0"])
+    #expect(try await last.wait() == 0)
+    try await expectPlanKept(plan, queue, runners: runners, killed: 1, wholeLog: false)
+  }
+
+  @Test(arguments: [false, true])
+  func twoRunnerProcessesBesideACompactionLoopOneKilledRunEachTaskOnce(segment: Bool) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let plan = try await addJobs(queue, 1_000)
+
+    let flag = segment ? ["segment"] : []
+    let runners = [
+      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
+      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
+    ]
+    let compactions = Task { () -> [Int32] in
+      var statuses: [Int32] = []
+      while runners[0].process.isRunning {
+        let compact = try Child("ferry", ["compact", fixture.path, "--retention", "0"])
+        statuses.append(try await compact.wait())
+        try await Task.sleep(for: .milliseconds(10))
+      }
+      return statuses
+    }
+    // The second runner is SIGKILLed once it has started 150 runs (some of its 3 in flight).
+    let reached = try await pollUntil { runners[1].output.filter { $0.hasPrefix("ran ") }.count >= 150 }
+    try #require(reached, "the second runner never reached 150 runs: \(runners[1].output.suffix(3))")
+    runners[1].kill()
+    #expect(try await finish(runners[0], "the survivor") == 0, "\(runners[0].output.suffix(3))")
+    let statuses = try await compactions.value
+    #expect(statuses.count >= 3 && statuses.allSatisfy { $0 == 0 }, "ferry compact exited \(statuses)")
+    // A last compaction with nothing running: whatever finished goes.
+    let last = try Child("ferry", ["compact", fixture.path, "--retention", "0"])
+    #expect(try await last.wait() == 0)
+    #expect(try queue.log.compactionState() != nil)
+    let runs = Self.handlerRuns(runners)
+    let byKilled = runs.filter { $0.value.contains { $0.runner == 1 } }
+    let again = byKilled.filter { $0.value.contains { $0.runner == 0 } }
+    print(
+      "in-place compactions (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(statuses.count);"
+        + " the killed runner ran \(byKilled.count) tasks, \(again.count) of them ran again in the survivor")
+    try await expectPlanKept(plan, queue, runners: runners, killed: 1, wholeLog: false)
+  }
+}
