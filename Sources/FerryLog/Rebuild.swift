@@ -562,6 +562,9 @@ extension EventLog {
               // next, so memory follows the chunk, not the whole range left behind.
               while try core.foldFurthestBehind(limit: chunk, txn) > 0 {}
               let rows = try core.writeSnapshots(of: core.projections, txn)
+              // A projection left without one at this head (stored at another version) loses the
+              // older one it had: the events removed below may be ones it needs past it.
+              try core.dropSnapshots(olderThan: head, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []

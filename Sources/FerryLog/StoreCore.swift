@@ -290,7 +290,11 @@ struct StoreCore: Sendable {
     let head = try head(txn)
     var rows: UInt64 = 0
     for target in targets where !target.snapshotDatabases.isEmpty {
-      guard try state(of: target.name, txn)?.position == head else { continue }
+      // Only a projection of this code's version at the head: the rows of one stored at another
+      // version (by another process) must not go under this version's label.
+      guard let state = try state(of: target.name, txn), state.version == target.projection.version,
+        state.position == head
+      else { continue }
       try Self.copyRows(from: target.databases, to: target.snapshotDatabases, txn)
       let check = try Self.checksum(target.snapshotDatabases.map { ($0.key, $0.value) }, txn)
       try txn.put(
@@ -302,6 +306,18 @@ struct StoreCore: Sendable {
       rows += check.rows
     }
     return rows
+  }
+
+  /// Removes the snapshots older than `head` (those of projections ``writeSnapshots(of:_:)`` did
+  /// not snapshot at it: stored at another version, or without a state): a compaction at `head`
+  /// may remove events past them that they would still need, so a rebuild starting from one could
+  /// bring back what those events ended. Without a snapshot, a rebuild replays what the log holds.
+  func dropSnapshots(olderThan head: UInt64, _ txn: Transaction) throws {
+    for target in projections where !target.snapshotDatabases.isEmpty {
+      guard let snapshot = try snapshot(of: target.name, txn), snapshot.sequence < head else { continue }
+      _ = try txn.delete(meta, key: MetaKey.snapshot(target.name))
+      for database in target.snapshotDatabases.values { try txn.empty(database) }
+    }
   }
 
   /// Restores a projection from its snapshot when the snapshot is of its version and its rows

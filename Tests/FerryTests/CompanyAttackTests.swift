@@ -316,4 +316,81 @@ import Testing
         + " the killed runner ran \(byKilled.count) tasks, \(again.count) of them ran again in the survivor")
     try await expectPlanKept(plan, queue, runners: runners, killed: 1, wholeLog: false)
   }
+
+  /// Another version of the app shares the store (an app and its extension mid-update): it
+  /// stores the "registry" projection at version 2 (its own row layout) while this process, at
+  /// version 1, compacts. `Specs/compaction.md`: a projection stored at another version gets no
+  /// snapshot — and the snapshot it had, taken at an older point, no longer describes a state the
+  /// remaining log leads from: the compaction removes events past it that it would need (here the
+  /// unset of "a" with its set). Reopened at version 1, the projection is rebuilt from what the log
+  /// holds: b, c and d — not version 2's rows under version 1's label, and not "a" come back.
+  ///
+  /// (The other version's first open is killed part-way through its rebuild — before it could
+  /// write a snapshot of its own over version 1's — and its second open only catches up.)
+  @Test func aCompactionBesideAnotherVersionOfAProjectionLeavesItNoSnapshotToRestore() async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-company-version-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let configuration = EventLog.Configuration(projections: [Registry()])
+    var log = try EventLog.open(at: path, configuration: configuration)
+    for key in ["a", "b", "c"] { _ = try await log.append(NewEvent(type: "set", payload: Array(key.utf8))) }
+    // A snapshot of version 1 at 3 (nothing removed: every key is still set).
+    #expect(try await log.compact(removing: Registry.removable()).removed == 0)
+    let killed = try Child(
+      "ferry-test-worker", ["attack-registry", path, "2", "-"], environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    try #require(try await exits(killed, within: .seconds(60)))
+    try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
+    let other = try Child("ferry-test-worker", ["attack-registry", path, "2", "-a,+d"])
+    #expect(try await other.waitForLine(startingWith: "head ") == "head 5")
+    _ = try await other.waitForLine(startingWith: "closed")
+    // The projection is stored at version 2, at the head: this process compacts beside it.
+    let report = try await log.compact(removing: Registry.removable())
+    #expect(report.removed == 2)  // "a"'s set and unset: a key no longer set needs none of its events
+    log.close()
+    log = try EventLog.open(at: path, configuration: configuration)
+    defer { log.close() }
+    let keys = try log.read { try Registry.keys(in: $0.tables(of: "registry")) }
+    #expect(keys == ["b", "c", "d"], "rebuilt at open: \(keys)")
+    let problems = try log.verify().problems
+    #expect(problems.isEmpty, "\(problems)")
+  }
+}
+
+/// The keys "set" and not "unset" since (the same projection as the test worker's
+/// `WorkerRegistry`): version 1 stores each key as it is, any other version under "vN:".
+struct Registry: Projection {
+  let name = "registry"
+  var version: UInt32 = 1
+  let tables = ["entries"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let key = (version == 1 ? [] : Array("v\(version):".utf8)) + event.payload
+    switch event.type {
+    case "set": try tables.put("entries", key: key, value: [1])
+    case "unset": _ = try tables.delete("entries", key: key)
+    default: break
+    }
+  }
+
+  static func keys(in tables: some ProjectionTableReading) throws -> [String] {
+    var keys: [String] = []
+    try tables.scan("entries", from: nil) { key, _ in
+      keys.append(String(decoding: key, as: UTF8.self))
+      return true
+    }
+    return keys
+  }
+
+  /// Its retention policy (events met newest first): a key whose newest event is an unset needs
+  /// none of its events; a key still set needs them all.
+  static func removable() -> @Sendable (LoggedEvent) -> Bool {
+    let gone = Mutex<[String: Bool]>([:])
+    return { event in
+      let key = String(decoding: event.payload, as: UTF8.self)
+      return gone.withLock { decided in
+        if let removable = decided[key] { return removable }
+        decided[key] = event.type == "unset"
+        return event.type == "unset"
+      }
+    }
+  }
 }

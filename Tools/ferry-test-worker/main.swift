@@ -770,6 +770,32 @@ case "company-compact":
     done.signal()
   }
   done.wait()
+case "attack-registry":
+  // (CompanyAttackTests) Opens the log with the "registry" projection at VERSION (a changed
+  // version is rebuilt at open, in chunks of one event), appends OPS one by one ("+KEY" a "set" of
+  // KEY, "-KEY" an "unset"; comma-separated, "-" for none), says "head H", closes and says
+  // "closed". Crash points are armed from the environment (FERRY_CRASH_POINT=rebuild.chunk kills
+  // it after the first chunk of that rebuild).
+  guard arguments.count == 5, let version = UInt32(arguments[3]) else { fail("attack-registry DIR VERSION OPS") }
+  CrashPoint.armFromEnvironment()
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = EventLog.Configuration(projections: [WorkerRegistry(version: version)])
+      configuration.rebuildChunkSize = 1
+      let log = try EventLog.open(at: directory, configuration: configuration)
+      for op in arguments[4].split(separator: ",") where op != "-" {
+        _ = try await log.append(NewEvent(type: op.hasPrefix("-") ? "unset" : "set", payload: Array(op.dropFirst().utf8)))
+      }
+      say("head \(try log.head())")
+      log.close()
+      say("closed")
+    } catch {
+      fail("attack-registry failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "unpublished-commit":
   // (FerryToolsTests.CompactCopyTests) Commits one key ("k" = "v") into the database
   // "unpublished" through an environment opened with MDB_NOLOCK, which never touches lock.mdb: the
@@ -812,5 +838,23 @@ struct WorkerPayloads: Projection {
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     try tables.put("bySequence", key: event.sequence.bigEndianBytes, value: event.payload)
+  }
+}
+
+/// The keys "set" and not "unset" since (the same projection as CompanyAttackTests' `Registry`):
+/// version 1 stores each key as it is, any other version under "vN:" — another version of an app
+/// laying out its rows differently.
+struct WorkerRegistry: Projection {
+  let name = "registry"
+  let version: UInt32
+  let tables = ["entries"]
+
+  func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+    let key = (version == 1 ? [] : Array("v\(version):".utf8)) + event.payload
+    switch event.type {
+    case "set": try tables.put("entries", key: key, value: [1])
+    case "unset": _ = try tables.delete("entries", key: key)
+    default: break
+    }
   }
 }
