@@ -317,6 +317,58 @@ import Testing
     try await expectPlanKept(plan, queue, runners: runners, killed: 1, wholeLog: false)
   }
 
+  /// A run's outcome logged after its task was cancelled (the outcome is logged, the task does not
+  /// come back) lands between the compaction's read of the queued tasks and its transaction: it is
+  /// newer than the plan's head, so it stays — and the rest of the task's history must stay with
+  /// it (`Specs/compaction.md`: all or none, never an outcome without its run). Another process
+  /// holds LMDB's writer lock meanwhile, so the finish and the compaction queue up behind it in
+  /// that order, after the compaction read the queue.
+  @Test func anOutcomeLoggedBetweenACompactionsReadAndItsTransactionKeepsItsRun() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let queue = store.queue
+    let runner = TaskRunner(queue: queue)
+    let started = Gate()
+    let release = Gate()
+    runner.register(tag: "slow") { _ in
+      started.open()
+      await release.wait()
+      return .succeeded
+    }
+    let id = try await queue.add(tag: "slow", payload: ["n": 1])
+    let run = Task { try await runner.run(.task(id)) }
+    await started.wait()
+    try await queue.cancel(id)  // while it runs: it leaves the queue, its outcome is still logged
+    try await Task.sleep(for: .milliseconds(5))  // the cancel is before the cutoff (now, retention 0)
+
+    let input = Pipe()
+    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    _ = try await locker.waitForLine(startingWith: "locked")
+    release.open()  // the finish command waits for the writer lock
+    try await Task.sleep(for: .milliseconds(100))
+    let compaction = Task { try await store.compact(retention: .zero) }  // reads the queue now
+    try await Task.sleep(for: .milliseconds(100))
+    say("go", to: input)
+    _ = try await locker.waitForLine(startingWith: "released")
+    _ = try await run.value
+    _ = try await compaction.value
+
+    let history = try queue.log.events(after: 0, limit: 100).filter { TaskEvent.typeSet.contains($0.type) }
+    let types = history.map(\.type)
+    let ledger = try RunLedger(queue.log)
+    #expect(ledger.violations.isEmpty, "\(ledger.violations); the log holds \(types)")
+    #expect(types == ["task.added", "task.runStarted", "task.cancelled", "task.runSucceeded"], "\(types)")
+    #expect(try queue.log.verify().isHealthy)
+    // The next compaction, with nothing in between, takes the whole history.
+    try await Task.sleep(for: .milliseconds(5))
+    _ = try await store.compact(retention: .zero)
+    let left = try queue.log.events(after: 0, limit: 100).filter { TaskEvent.typeSet.contains($0.type) }
+    #expect(left.isEmpty, "\(left.map(\.type))")
+    #expect(try queue.log.verify().isHealthy)
+  }
+
   /// Another version of the app shares the store (an app and its extension mid-update): it
   /// stores the "registry" projection at version 2 (its own row layout) while this process, at
   /// version 1, compacts. `Specs/compaction.md`: a projection stored at another version gets no

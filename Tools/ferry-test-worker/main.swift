@@ -796,6 +796,21 @@ case "attack-registry":
     done.signal()
   }
   done.wait()
+case "hold-write-lock":
+  // (CompanyAttackTests) Opens the store's LMDB environment and begins a write transaction, which
+  // holds LMDB's writer lock (every other process's commit waits), says "locked", and on a line on
+  // standard input aborts it, closes and says "released".
+  var env: OpaquePointer?
+  guard mdb_env_create(&env) == MDB_SUCCESS, let env else { fail("mdb_env_create failed") }
+  guard mdb_env_set_maxdbs(env, 64) == MDB_SUCCESS, mdb_env_open(env, directory, UInt32(MDB_NOTLS), 0o600) == MDB_SUCCESS
+  else { fail("opening \(directory) failed") }
+  var txn: OpaquePointer?
+  guard mdb_txn_begin(env, nil, 0, &txn) == MDB_SUCCESS, let txn else { fail("beginning a write transaction failed") }
+  say("locked")
+  _ = readLine()
+  mdb_txn_abort(txn)
+  mdb_env_close(env)
+  say("released")
 case "unpublished-commit":
   // (FerryToolsTests.CompactCopyTests) Commits one key ("k" = "v") into the database
   // "unpublished" through an environment opened with MDB_NOLOCK, which never touches lock.mdb: the

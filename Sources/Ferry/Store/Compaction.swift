@@ -102,8 +102,30 @@ struct RetentionPlan: Sendable {
     self.head = head
   }
 
+  /// An event logged after the queued tasks were read stays, and so does the rest of its task's
+  /// history: a run's outcome logged late (its task cancelled or cleared while it ran, so not
+  /// queued when read) must not lose the run it ends — all of a history or none of it.
+  private mutating func keepHistory(of event: LoggedEvent) {
+    guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
+    let task: TaskID
+    switch decoded {
+    case .added: task = event.sequence
+    case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _), .runInterrupted(let id),
+      .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
+      .payloadUpdated(let id, _), .expired(let id):
+      task = id
+    case .cleared, .paused, .resumed: return
+    }
+    guard task <= head else { return }
+    finishedTaskDecision[task] = false
+    lowestKeptTask = min(lowestKeptTask ?? task, task)
+  }
+
   mutating func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
-    guard event.sequence <= head else { return false }
+    guard event.sequence <= head else {
+      keepHistory(of: event)
+      return false
+    }
     // An event is judged as old as the oldest event logged at or after it: the sequence is the
     // true order, timestamps written by two processes need not rise with it. Judged by its own
     // timestamp, a replaced task could be newer than the add that replaced it (that add's task
