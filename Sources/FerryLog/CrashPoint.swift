@@ -70,6 +70,9 @@ package enum CrashPoint {
     guard let armed = armed.withLock({ $0 }), armed.label == label else { return }
     let count = hits.add(1, ordering: .relaxed).newValue
     guard count >= armed.after else { return }
+    // A point that goes on fires once: reached again (the next chunk of a rebuild), it must not
+    // stop the process again, where nobody would continue it.
+    if armed.goOnFile != nil { isArmed.store(false, ordering: .releasing) }
     kill(getpid(), armed.signal)
     if let file = armed.goOnFile {
       // Stopped here; once continued (however late the stop landed), on when the file exists.

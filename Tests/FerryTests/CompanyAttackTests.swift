@@ -369,6 +369,39 @@ import Testing
     #expect(try queue.log.verify().isHealthy)
   }
 
+  /// `FERRY_CRASH_GO_ON_FILE` lets a point stopped at (`FERRY_CRASH_SIGNAL=STOP`) go on once it is
+  /// continued and the file exists — once: a point reached again (the next chunk of a rebuild) must
+  /// not stop the worker again, where nobody continues it.
+  @Test func aCrashPointThatGoesOnStopsTheWorkerOnce() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    do {
+      let queue = try await TaskQueue.open(at: fixture.path)
+      for n in 0..<100 { try await queue.add(tag: "job", payload: ["n": n]) }
+      queue.close()
+    }
+    let goOn = fixture.path + ".go-on"
+    defer { try? FileManager.default.removeItem(atPath: goOn) }
+    let input = Pipe()
+    let rebuilder = try Child(
+      "ferry-test-worker", ["store-rebuild", fixture.path, "10"], stdin: input.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn])
+    defer { rebuilder.kill() }
+    _ = try await rebuilder.waitForLine(startingWith: "open")
+    say("go", to: input)
+    _ = try await pollUntil { isStopped(rebuilder.pid) || !rebuilder.process.isRunning }
+    try #require(isStopped(rebuilder.pid), "the rebuild did not stop at its first chunk: \(rebuilder.output)")
+    #expect(FileManager.default.createFile(atPath: goOn, contents: nil))
+    kill(rebuilder.pid, SIGCONT)
+    let deadline = ContinuousClock.now + .seconds(20)
+    while !rebuilder.output.contains("rebuilt") && ContinuousClock.now < deadline {
+      try await Task.sleep(for: .milliseconds(10))
+    }
+    #expect(rebuilder.output.contains("rebuilt"), "stopped again: \(isStopped(rebuilder.pid)); \(rebuilder.output)")
+    say("close", to: input)
+    if rebuilder.output.contains("rebuilt") { _ = try await rebuilder.waitForLine(startingWith: "closed") }
+  }
+
   /// Another version of the app shares the store (an app and its extension mid-update): it
   /// stores the "registry" projection at version 2 (its own row layout) while this process, at
   /// version 1, compacts. `Specs/compaction.md`: a projection stored at another version gets no
