@@ -111,7 +111,10 @@ import Testing
       let byKilled = seen.filter { $0.runner == killed }.count
       let allowed = plan.expectedRuns(id) + (byKilled > 0 ? 1 : 0)
       if seen.count > allowed { extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) times: \(seen)") }
-      if seen.count < plan.expectedRuns(id) {
+      // A run the killed runner claimed and died in before its handler said so is not seen; the
+      // attempt numbers show it (a flaky task then succeeds at attempt 2 with one handler call).
+      let claimed = killed == nil ? seen.count : max(seen.count, Int(attempts.max() ?? 0))
+      if claimed < plan.expectedRuns(id) {
         extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) of \(plan.expectedRuns(id)) times: \(seen)")
       }
     }
@@ -207,11 +210,17 @@ import Testing
       try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
       try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
     ]
-    // This process reads the queue meanwhile, as an app would.
+    // This process reads the queue meanwhile, as an app would. A rebuild loop can outrun a read's
+    // catch-up (a few rounds, then projectionNotCurrent: EventLog.read); counted, not failed.
     var reads = 0
+    var notCurrent = 0
     while runners.contains(where: { $0.process.isRunning }) {
-      _ = try queue.pendingTasks()
-      reads += 1
+      do {
+        _ = try queue.pendingTasks()
+        reads += 1
+      } catch where isNotCurrent(error) {
+        notCurrent += 1
+      }
       try await Task.sleep(for: .milliseconds(20))
     }
     for (index, runner) in runners.enumerated() {
@@ -225,7 +234,10 @@ import Testing
     // Both processes ran tasks.
     let runs = Self.handlerRuns(runners)
     #expect(Set(runs.values.joined().map(\.runner)) == [0, 1])
-    print("rebuild rounds (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(rounds); reads here: \(reads)")
+    let retries = runners.map { $0.output.filter { $0.hasPrefix("notCurrent") }.count }
+    print(
+      "rebuild rounds (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(rounds); reads here: "
+        + "\(reads), \(notCurrent) projectionNotCurrent; the runners' passes and reads retried after it: \(retries)")
     try await expectPlanKept(plan, queue, runners: runners, wholeLog: true)
   }
 

@@ -676,13 +676,29 @@ case "company-run":
         default: return .succeeded
         }
       }
+      // A pass's dead-owner check and the queue read below read the projections outside the
+      // writer: another process resetting them again and again (a rebuild loop) can outrun this
+      // process's catch-up, and the read then throws projectionNotCurrent (EventLog.read: three
+      // catch-ups of at most a second each). As an app would, try again; say "notCurrent WHERE".
+      func retried<R>(_ label: String, _ body: () async throws -> R) async throws -> R {
+        while true {
+          do {
+            return try await body()
+          } catch FerryLogError.projectionNotCurrent {
+            say("notCurrent \(label)")
+            try await Task.sleep(for: .milliseconds(5))
+          }
+        }
+      }
       var idle = 0
       while idle < 3 {
-        let report = try await runner.run()
-        let busy = try queue.pendingTasks().contains { task in
-          switch task.status {
-          case .ready, .running, .waiting: return true
-          default: return false
+        let report = try await retried("run") { try await runner.run() }
+        let busy = try await retried("read") {
+          try queue.pendingTasks().contains { task in
+            switch task.status {
+            case .ready, .running, .waiting: return true
+            default: return false
+            }
           }
         }
         idle = report.entries.isEmpty && !busy ? idle + 1 : 0
@@ -691,6 +707,7 @@ case "company-run":
       queue.close()
       say("done")
     } catch {
+      say("failed \(error)")
       fail("company-run failed: \(error)")
     }
     done.signal()
@@ -727,6 +744,7 @@ case "company-rebuild":
       store.close()
       say("closed \(rounds)")
     } catch {
+      say("failed \(error)")
       fail("company-rebuild failed: \(error)")
     }
     done.signal()
@@ -765,6 +783,7 @@ case "company-compact":
       store.close()
       say("closed \(rounds)")
     } catch {
+      say("failed \(error)")
       fail("company-compact failed: \(error)")
     }
     done.signal()
