@@ -70,9 +70,12 @@ package enum CrashPoint {
     guard let armed = armed.withLock({ $0 }), armed.label == label else { return }
     let count = hits.add(1, ordering: .relaxed).newValue
     guard count >= armed.after else { return }
-    // A point that goes on fires once: reached again (the next chunk of a rebuild), it must not
-    // stop the process again, where nobody would continue it.
-    if armed.goOnFile != nil { isArmed.store(false, ordering: .releasing) }
+    // A point that goes on fires once: reached again (the next chunk of a rebuild, or another
+    // thread at the same moment), it must not stop the process again, where nobody continues it.
+    if armed.goOnFile != nil {
+      guard isArmed.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
+      else { return }
+    }
     kill(getpid(), armed.signal)
     if let file = armed.goOnFile {
       // Stopped here; once continued (however late the stop landed), on when the file exists.
