@@ -234,10 +234,12 @@ import Testing
     // Both processes ran tasks.
     let runs = Self.handlerRuns(runners)
     #expect(Set(runs.values.joined().map(\.runner)) == [0, 1])
-    let retries = runners.map { $0.output.filter { $0.hasPrefix("notCurrent") }.count }
+    let retries = runners.map { runner in
+      ["run", "read"].map { label in runner.output.filter { $0 == "notCurrent \(label)" }.count }
+    }
     print(
       "rebuild rounds (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(rounds); reads here: "
-        + "\(reads), \(notCurrent) projectionNotCurrent; the runners' passes and reads retried after it: \(retries)")
+        + "\(reads), \(notCurrent) projectionNotCurrent; the runners' [passes, reads] retried after it: \(retries)")
     try await expectPlanKept(plan, queue, runners: runners, wholeLog: true)
   }
 
