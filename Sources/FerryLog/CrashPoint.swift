@@ -73,8 +73,8 @@ package enum CrashPoint {
     // A point that goes on fires once: reached again (the next chunk of a rebuild, or another
     // thread at the same moment), it must not stop the process again, where nobody continues it.
     if armed.goOnFile != nil {
-      guard isArmed.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing).exchanged
-      else { return }
+      let fired = isArmed.compareExchange(expected: true, desired: false, ordering: .acquiringAndReleasing)
+      guard fired.exchanged else { return }
     }
     kill(getpid(), armed.signal)
     if let file = armed.goOnFile {

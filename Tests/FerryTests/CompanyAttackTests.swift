@@ -45,7 +45,8 @@ import Testing
           var ids: [(Int, TaskID)] = []
           for i in stride(from: lane, to: count, by: 8) {
             let id = try await queue.add(
-              tag: "job", payload: ["kind": Self.kind(i), "n": "\(i)"], groupId: i % 3 == 0 ? "g\(i % 30)" : nil)
+              tag: "job", payload: ["kind": Self.kind(i), "n": "\(i)"],
+              groupId: i % 3 == 0 ? "g\(i % 30)" : nil)
             ids.append((i, id))
           }
           return ids
@@ -64,7 +65,7 @@ import Testing
     plan.ids.sort()
     let grouped = Set(plan.groups.values.joined())
     func settle(_ id: TaskID) -> Bool {  // whether the task runs on to an outcome that lets its group go on
-      let kind = plan.kinds[id]!
+      let kind = plan.kinds[id] ?? "?"
       plan.runs[id] = kind == "flaky" ? 2 : 1
       if kind == "fail" || kind == "error" {
         plan.queued.insert(id)
@@ -107,15 +108,21 @@ import Testing
     for id in plan.ids {
       let seen = runs[id] ?? []
       let attempts = seen.map(\.attempt)
-      if Set(attempts).count != attempts.count { extra.append("task \(id): one attempt handled twice \(seen)") }
+      if Set(attempts).count != attempts.count {
+        extra.append("task \(id): one attempt handled twice \(seen)")
+      }
       let byKilled = seen.filter { $0.runner == killed }.count
       let allowed = plan.expectedRuns(id) + (byKilled > 0 ? 1 : 0)
-      if seen.count > allowed { extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) times: \(seen)") }
+      if seen.count > allowed {
+        extra.append("task \(id) (\(plan.kinds[id] ?? "?")) ran \(seen.count) times: \(seen)")
+      }
       // A run the killed runner claimed and died in before its handler said so is not seen; the
       // attempt numbers show it (a flaky task then succeeds at attempt 2 with one handler call).
       let claimed = killed == nil ? seen.count : max(seen.count, Int(attempts.max() ?? 0))
       if claimed < plan.expectedRuns(id) {
-        extra.append("task \(id) (\(plan.kinds[id]!)) ran \(seen.count) of \(plan.expectedRuns(id)) times: \(seen)")
+        extra.append(
+          "task \(id) (\(plan.kinds[id] ?? "?")) ran \(seen.count) of \(plan.expectedRuns(id)) times: \(seen)"
+        )
       }
     }
     #expect(extra.isEmpty, "\(extra.count) tasks: \(extra.prefix(8))", sourceLocation: sourceLocation)
@@ -132,10 +139,13 @@ import Testing
       case "fail" where plan.runs[task.id] != nil:
         #expect(task.status == .dead, "task \(task.id): \(task.status)", sourceLocation: sourceLocation)
       case "error" where plan.runs[task.id] != nil:
-        #expect(task.status == .blockedByError, "task \(task.id): \(task.status)", sourceLocation: sourceLocation)
+        #expect(
+          task.status == .blockedByError, "task \(task.id): \(task.status)", sourceLocation: sourceLocation)
       default:
         guard case .waitingForGroup = task.status else {
-          Issue.record("task \(task.id) should wait behind its group's head: \(task.status)", sourceLocation: sourceLocation)
+          Issue.record(
+            "task \(task.id) should wait behind its group's head: \(task.status)",
+            sourceLocation: sourceLocation)
           continue
         }
       }
@@ -153,10 +163,12 @@ import Testing
       if runs.starts.count != runs.finishes + runs.interruptions.count || runs.interruptions.count > 1
         || runs.finishes != plan.expectedRuns(id)
       {
-        wrongRuns.append("task \(id) (\(plan.kinds[id]!), \(plan.expectedRuns(id)) runs expected): \(runs)")
+        wrongRuns.append(
+          "task \(id) (\(plan.kinds[id] ?? "?"), \(plan.expectedRuns(id)) runs expected): \(runs)")
       }
     }
-    #expect(wrongRuns.isEmpty, "\(wrongRuns.count) tasks: \(wrongRuns.prefix(8))", sourceLocation: sourceLocation)
+    #expect(
+      wrongRuns.isEmpty, "\(wrongRuns.count) tasks: \(wrongRuns.prefix(8))", sourceLocation: sourceLocation)
     if wholeLog {
       let succeeded = plan.ids.filter { plan.runs[$0] != nil && !plan.queued.contains($0) }
       let wrong = succeeded.filter { ledger.tasks[$0]?.successes != 1 }
@@ -164,12 +176,16 @@ import Testing
       // Group order: within a group, successes in task-id order.
       var order: [TaskID] = []
       try queue.log.forEachEvent { event in
-        if event.type == "task.runSucceeded", case .runSucceeded(let id) = try TaskEvent(event) { order.append(id) }
+        if event.type == "task.runSucceeded", case .runSucceeded(let id) = try TaskEvent(event) {
+          order.append(id)
+        }
       }
       for (group, members) in plan.groups {
         let set = Set(members)
         let seen = order.filter { set.contains($0) }
-        #expect(seen == seen.sorted(), "group \(group) succeeded out of order: \(seen)", sourceLocation: sourceLocation)
+        #expect(
+          seen == seen.sorted(), "group \(group) succeeded out of order: \(seen)",
+          sourceLocation: sourceLocation)
       }
     }
     let report = try queue.log.verify()
@@ -218,7 +234,7 @@ import Testing
       do {
         _ = try queue.pendingTasks()
         reads += 1
-      } catch where isNotCurrent(error) {
+      } catch  where isNotCurrent(error) {
         notCurrent += 1
       }
       try await Task.sleep(for: .milliseconds(20))
@@ -239,7 +255,8 @@ import Testing
     }
     print(
       "rebuild rounds (segment \(segment)) while two processes ran \(plan.ids.count) tasks: \(rounds); reads here: "
-        + "\(reads), \(notCurrent) projectionNotCurrent; the runners' [passes, reads] retried after it: \(retries)")
+        + "\(reads), \(notCurrent) projectionNotCurrent; the runners' [passes, reads] retried after it: \(retries)"
+    )
     try await expectPlanKept(plan, queue, runners: runners, wholeLog: true)
   }
 
@@ -276,9 +293,13 @@ import Testing
     let compacted = try await compactor.waitForLine(startingWith: "closed")
     #expect(try await finish(rebuilder, "the rebuilder") == 0, "\(rebuilder.output.suffix(3))")
     #expect(try await finish(compactor, "the compactor") == 0, "\(compactor.output.suffix(3))")
-    let rounds = (Int(rebuilt.split(separator: " ").last ?? "") ?? 0, Int(compacted.split(separator: " ").last ?? "") ?? 0)
+    let rounds = (
+      Int(rebuilt.split(separator: " ").last ?? "") ?? 0, Int(compacted.split(separator: " ").last ?? "") ?? 0
+    )
     #expect(rounds.0 >= 3 && rounds.1 >= 3, "rebuilds, compactions: \(rounds)")
-    let removed = compactor.output.compactMap { $0.hasPrefix("compacted ") ? Int($0.split(separator: " ")[2]) : nil }
+    let removed = compactor.output.compactMap {
+      $0.hasPrefix("compacted ") ? Int($0.split(separator: " ")[2]) : nil
+    }
     #expect(removed.reduce(0, +) > 0)
     print("rebuilds, compactions while two processes ran \(plan.ids.count) tasks: \(rounds)")
     // A last compaction with nothing else running.
@@ -358,7 +379,8 @@ import Testing
     try await Task.sleep(for: .milliseconds(5))  // the cancel is before the cutoff (now, retention 0)
 
     let input = Pipe()
-    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    let locker = try Child(
+      "ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
     _ = try await locker.waitForLine(startingWith: "locked")
     release.open()  // the finish command waits for the writer lock
     try await Task.sleep(for: .milliseconds(100))
@@ -399,7 +421,9 @@ import Testing
     let input = Pipe()
     let rebuilder = try Child(
       "ferry-test-worker", ["store-rebuild", fixture.path, "10"], stdin: input.fileHandleForReading,
-      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn])
+      environment: [
+        "FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
+      ])
     defer { rebuilder.kill() }
     _ = try await rebuilder.waitForLine(startingWith: "open")
     say("go", to: input)
@@ -411,7 +435,8 @@ import Testing
     while !rebuilder.output.contains("rebuilt") && ContinuousClock.now < deadline {
       try await Task.sleep(for: .milliseconds(10))
     }
-    #expect(rebuilder.output.contains("rebuilt"), "stopped again: \(isStopped(rebuilder.pid)); \(rebuilder.output)")
+    #expect(
+      rebuilder.output.contains("rebuilt"), "stopped again: \(isStopped(rebuilder.pid)); \(rebuilder.output)")
     say("close", to: input)
     if rebuilder.output.contains("rebuilt") { _ = try await rebuilder.waitForLine(startingWith: "closed") }
   }
@@ -427,7 +452,8 @@ import Testing
   /// (The other version's first open is killed part-way through its rebuild — before it could
   /// write a snapshot of its own over version 1's — and its second open only catches up.)
   @Test func aCompactionBesideAnotherVersionOfAProjectionLeavesItNoSnapshotToRestore() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-company-version-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-company-version-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let configuration = EventLog.Configuration(projections: [Registry()])
     var log = try EventLog.open(at: path, configuration: configuration)
@@ -435,7 +461,8 @@ import Testing
     // A snapshot of version 1 at 3 (nothing removed: every key is still set).
     #expect(try await log.compact(removing: Registry.removable()).removed == 0)
     let killed = try Child(
-      "ferry-test-worker", ["attack-registry", path, "2", "-"], environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
     try #require(try await exits(killed, within: .seconds(60)))
     try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
     let other = try Child("ferry-test-worker", ["attack-registry", path, "2", "-a,+d"])

@@ -665,8 +665,8 @@ case "company-run":
       var configuration = TaskRunner.Configuration()
       configuration.maxConcurrentTasks = concurrency
       let runner = TaskRunner(queue: queue, configuration: configuration)
-      runner.register(tag: "job", retry: RetryPolicy(maxAttempts: 5, initialDelay: .milliseconds(5), jitter: 0)) {
-        task in
+      let retry = RetryPolicy(maxAttempts: 5, initialDelay: .milliseconds(5), jitter: 0)
+      runner.register(tag: "job", retry: retry) { task in
         say("ran \(task.id) \(task.attempt)")
         try? await Task.sleep(for: .milliseconds(1))
         switch try task.payload(as: [String: String].self)["kind"] {
@@ -795,7 +795,9 @@ case "attack-registry":
   // KEY, "-KEY" an "unset"; comma-separated, "-" for none), says "head H", closes and says
   // "closed". Crash points are armed from the environment (FERRY_CRASH_POINT=rebuild.chunk kills
   // it after the first chunk of that rebuild).
-  guard arguments.count == 5, let version = UInt32(arguments[3]) else { fail("attack-registry DIR VERSION OPS") }
+  guard arguments.count == 5, let version = UInt32(arguments[3]) else {
+    fail("attack-registry DIR VERSION OPS")
+  }
   CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
@@ -804,7 +806,8 @@ case "attack-registry":
       configuration.rebuildChunkSize = 1
       let log = try EventLog.open(at: directory, configuration: configuration)
       for op in arguments[4].split(separator: ",") where op != "-" {
-        _ = try await log.append(NewEvent(type: op.hasPrefix("-") ? "unset" : "set", payload: Array(op.dropFirst().utf8)))
+        let type = op.hasPrefix("-") ? "unset" : "set"
+        _ = try await log.append(NewEvent(type: type, payload: Array(op.dropFirst().utf8)))
       }
       say("head \(try log.head())")
       log.close()
@@ -821,10 +824,13 @@ case "hold-write-lock":
   // standard input aborts it, closes and says "released".
   var env: OpaquePointer?
   guard mdb_env_create(&env) == MDB_SUCCESS, let env else { fail("mdb_env_create failed") }
-  guard mdb_env_set_maxdbs(env, 64) == MDB_SUCCESS, mdb_env_open(env, directory, UInt32(MDB_NOTLS), 0o600) == MDB_SUCCESS
+  guard mdb_env_set_maxdbs(env, 64) == MDB_SUCCESS,
+    mdb_env_open(env, directory, UInt32(MDB_NOTLS), 0o600) == MDB_SUCCESS
   else { fail("opening \(directory) failed") }
   var txn: OpaquePointer?
-  guard mdb_txn_begin(env, nil, 0, &txn) == MDB_SUCCESS, let txn else { fail("beginning a write transaction failed") }
+  guard mdb_txn_begin(env, nil, 0, &txn) == MDB_SUCCESS, let txn else {
+    fail("beginning a write transaction failed")
+  }
   say("locked")
   _ = readLine()
   mdb_txn_abort(txn)

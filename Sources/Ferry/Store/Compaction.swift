@@ -110,9 +110,9 @@ struct RetentionPlan: Sendable {
     let task: TaskID
     switch decoded {
     case .added: task = event.sequence
-    case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _), .runInterrupted(let id),
-      .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
-      .payloadUpdated(let id, _), .expired(let id):
+    case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
+      .runInterrupted(let id), .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id),
+      .revived(let id), .payloadUpdated(let id, _), .expired(let id):
       task = id
     case .cleared, .paused, .resumed: return
     }
