@@ -308,6 +308,53 @@ import Testing
     try await expectPlanKept(plan, queue, runners: runners, killed: 1, wholeLog: false)
   }
 
+  /// Compactions killed inside their transaction (crash point `compaction`: snapshot written,
+  /// events removed, not committed — SIGKILL while holding LMDB's writer lock), one after another
+  /// in fresh processes, while two runner processes run; with and without the write-ahead segment.
+  @Test(arguments: [false, true])
+  func twoRunnerProcessesBesideCompactionsKilledInTheirTransaction(segment: Bool) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let plan = try await addJobs(queue, 1_000)
+    let flag = segment ? ["segment"] : []
+    let runners = [
+      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
+      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
+    ]
+    var killed = 0
+    var survived = 0
+    while runners.contains(where: { $0.process.isRunning }) {
+      let input = Pipe()
+      let compactor = try Child(
+        "ferry-test-worker", ["company-compact", fixture.path, "7"] + flag, stdin: input.fileHandleForReading,
+        environment: ["FERRY_CRASH_POINT": "compaction", "FERRY_CRASH_AFTER": "\(1 + killed % 3)"])
+      let exited = try await exits(compactor, within: .seconds(30))
+      if !exited {
+        compactor.kill()
+        Issue.record("a compactor neither died nor finished: \(compactor.output.suffix(3))")
+        break
+      }
+      if compactor.process.terminationReason == .uncaughtSignal {
+        killed += 1
+      } else {
+        survived += 1
+        Issue.record("a compactor exited: \(compactor.output.suffix(3))")
+      }
+    }
+    for (index, runner) in runners.enumerated() {
+      #expect(try await finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+    }
+    #expect(killed >= 3, "compactions killed in their transaction: \(killed)")
+    let compacted = try Child("ferry", ["compact", fixture.path, "--retention", "0"])
+    #expect(try await compacted.wait() == 0)
+    print("compactions killed in their transaction (segment \(segment)) while two processes ran: \(killed)")
+    try await expectPlanKept(plan, queue, runners: runners, wholeLog: false)
+  }
+
   @Test(arguments: [false, true])
   func twoRunnerProcessesBesideACompactionLoopOneKilledRunEachTaskOnce(segment: Bool) async throws {
     let fixture = QueueFixture()

@@ -755,10 +755,12 @@ case "company-compact":
   // a compaction folds projections left behind; the write-ahead segment when "segment" is given),
   // says "open", then compacts it with a retention of zero again and again, saying "compacted I R"
   // (R events removed) after each, until a line arrives on standard input; then closes and says
-  // "closed ROUNDS".
+  // "closed ROUNDS". Crash points are armed from the environment (FERRY_CRASH_POINT=compaction
+  // kills it inside a compaction's transaction, snapshot written and events removed).
   guard (4...5).contains(arguments.count), let chunk = Int(arguments[3]),
     arguments.count == 4 || arguments[4] == "segment"
   else { fail("company-compact DIR CHUNK [segment]") }
+  CrashPoint.armFromEnvironment()
   let stop = DispatchSemaphore(value: 0)
   Thread.detachNewThread {
     _ = readLine()
