@@ -355,6 +355,69 @@ import Testing
     try await expectPlanKept(plan, queue, runners: runners, wholeLog: false)
   }
 
+  /// Rebuilds killed between their chunks (crash point `rebuild.chunk` after 1-5 chunks of 40: the
+  /// projections left reset and part-folded), one process after another, while two runner
+  /// processes run; with and without the write-ahead segment.
+  @Test(arguments: [false, true])
+  func twoRunnerProcessesBesideRebuildsKilledPartWay(segment: Bool) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let plan = try await addJobs(queue, 1_000)
+    let flag = segment ? ["segment"] : []
+    let runners = [
+      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
+      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
+    ]
+    var killed = 0
+    var rebuilt = 0
+    while runners.contains(where: { $0.process.isRunning }) {
+      let input = Pipe()
+      let rebuilder = try Child(
+        "ferry-test-worker", ["store-rebuild", fixture.path, "40"] + flag, stdin: input.fileHandleForReading,
+        environment: [
+          "FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_AFTER": "\(1 + (killed + rebuilt) % 5)",
+        ])
+      // Its open may die first: it folds in chunks what the last one left behind, if no runner
+      // caught the projections up meanwhile, and meets the crash point there.
+      _ = try await pollUntil { rebuilder.output.contains("open") || !rebuilder.process.isRunning }
+      say("go", to: input)
+      let deadline = ContinuousClock.now + .seconds(30)
+      while rebuilder.process.isRunning && !rebuilder.output.contains("rebuilt")
+        && ContinuousClock.now < deadline
+      {
+        try await Task.sleep(for: .milliseconds(2))
+      }
+      if rebuilder.output.contains("rebuilt") {
+        rebuilt += 1  // fewer chunks than the crash point's count: it finished
+        say("close", to: input)
+      }
+      let exited = try await exits(rebuilder, within: .seconds(30))
+      if !exited {
+        rebuilder.kill()
+        Issue.record("a rebuilder neither died nor finished: \(rebuilder.output.suffix(3))")
+        break
+      }
+      if rebuilder.process.terminationReason == .uncaughtSignal {
+        killed += 1
+      } else if rebuilder.process.terminationStatus != 0 {
+        Issue.record(
+          "a rebuilder failed (status \(rebuilder.process.terminationStatus)): \(rebuilder.output)")
+      }
+    }
+    for (index, runner) in runners.enumerated() {
+      #expect(try await finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+    }
+    #expect(killed >= 3, "rebuilds killed part-way: \(killed), finished: \(rebuilt)")
+    print(
+      "rebuilds killed part-way (segment \(segment)) while two processes ran: \(killed), finished: \(rebuilt)"
+    )
+    try await expectPlanKept(plan, queue, runners: runners, wholeLog: true)
+  }
+
   @Test(arguments: [false, true])
   func twoRunnerProcessesBesideACompactionLoopOneKilledRunEachTaskOnce(segment: Bool) async throws {
     let fixture = QueueFixture()
