@@ -66,6 +66,35 @@ import Testing
     #expect(try queue.log.verify().isHealthy)
   }
 
+  /// A pass starts by looking for dead owners' runs. Its projection is behind (another process's
+  /// rebuild was killed after its first chunk) and a third process holds LMDB's writer lock for
+  /// 1.5 s, longer than a read waits for its catch-up (1 s): the pass must wait for the writer and
+  /// run every task once, not fail with `projectionNotCurrent` (it did while that look was a read
+  /// outside the writer's transaction).
+  @Test func aPassWhoseProjectionIsBehindWaitsForABusyWriterInsteadOfFailing() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let ids = try await addJobs(queue, 600)
+    try await killedRebuild(fixture.path, chunk: 100)
+    let input = Pipe()
+    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    defer { locker.kill() }
+    _ = try await locker.waitForLine(startingWith: "locked")
+    let release = Task {
+      try await Task.sleep(for: .milliseconds(1_500))
+      say("go", to: input)
+    }
+    let runner = TaskRunner(queue: queue)
+    runner.register(tag: "job") { _ in .succeeded }
+    let report = try await runner.run()
+    _ = try await release.value
+    #expect(report.entries.count == ids.count)
+    try expectEachTaskSucceededOnce(queue.log, ids)
+    #expect(try queue.log.verify().isHealthy)
+  }
+
   @Test func aLiveRebuildInAnotherProcessLeavesThisProcesssRunsAndReadsWorking() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

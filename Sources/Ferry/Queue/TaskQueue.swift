@@ -163,7 +163,10 @@ public final class TaskQueue: Sendable {
   /// that no claim names any more (the files closed or killed processes left): reads the claims once.
   func recover(sweepingTokens: Bool) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
-    let claims = try queueTables { queue in try QueueCommand.claims(queue) }
+    // Read in the writer's transaction, as a claim is decided: there the projection is at the
+    // head whatever another process does (a read outside it catches up a few rounds and then gives
+    // up, which a rebuild looping in another process could make it do at every pass's start).
+    let claims = try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
     let mine = ownerId
     var verdicts: [String: RunOwner.Liveness] = [:]
     for (_, claim) in claims where claim.owner != mine && verdicts[claim.owner] == nil {
