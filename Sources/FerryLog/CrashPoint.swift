@@ -42,6 +42,8 @@ package enum CrashPoint {
   /// `ferry compact --copy`: the compacted copy written beside the store, before the checks that
   /// nothing changed meanwhile and the swap.
   package static let compactCopied = "compact.copied"
+  /// A runner owner's liveness token file created under its staging name, not yet locked.
+  package static let ownerTokenStaged = "owner.tokenStaged"
 
   private static let isArmed = Atomic<Bool>(false)
   private static let armed = Mutex<(label: String, after: Int, signal: Int32, goOnFile: String?)?>(nil)

@@ -578,3 +578,38 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     #expect(value == "saved" && !isTooOld)
   }
 }
+
+extension OwnershipTests {
+  /// A runner process is stopped while it makes its liveness token — the file created under its
+  /// staging name, not yet locked — and this process opens the store, whose open sweeps the owners'
+  /// directory and takes that unlocked file for a killed process's leftover. Let go, the runner
+  /// must still claim and run its task (before, its token's rename failed and its pass threw).
+  @Test func anOpenThatSweepsAnotherProcesssTokenBeingMadeLeavesThatProcessRunning() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    try await TaskQueue.open(at: fixture.path).close()
+    let goOn = fixture.path + ".go-on"
+    defer { try? FileManager.default.removeItem(atPath: goOn) }
+    let runner = try Child(
+      "ferry-test-worker", ["run-and-hang", fixture.path],
+      environment: [
+        "FERRY_CRASH_POINT": "owner.tokenStaged", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
+      ])
+    defer { runner.kill() }
+    _ = try await pollUntil { isStopped(runner.pid) || !runner.process.isRunning }
+    try #require(isStopped(runner.pid), "the runner did not reach its token: \(runner.output)")
+    let owners = fixture.path + "/owners"
+    let staged = { (try? FileManager.default.contentsOfDirectory(atPath: owners))?.filter { $0.hasSuffix(".new") } ?? [] }
+    try #require(staged().count == 1)
+
+    let store = try await FerryStore.open(at: fixture.path)  // sweeps the owners' directory
+    defer { store.close() }
+    #expect(staged().isEmpty, "the open's sweep left the unlocked staging file")
+    #expect(FileManager.default.createFile(atPath: goOn, contents: nil))
+    kill(runner.pid, SIGCONT)
+    let said = try await runner.waitForLine(startingWith: "")
+    #expect(said.hasPrefix("running "), "\(said)")
+    // Its run stands: the task is running, owned by a live process, and this process leaves it alone.
+    #expect(try await store.queue.interruptRunsOfDeadOwners().isEmpty)
+  }
+}

@@ -94,7 +94,9 @@ case "add-tasks":
   done.wait()
 case "run-and-hang":
   // Adds one task and runs it with a handler that never returns, after saying "running ID".
-  // The parent kills this process there: a run started and never finished.
+  // The parent kills this process there: a run started and never finished. Crash points are
+  // armed from the environment.
+  CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {

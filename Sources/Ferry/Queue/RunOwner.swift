@@ -3,6 +3,7 @@
 #elseif canImport(Darwin)
   import Darwin
 #endif
+import FerryLog
 import Foundation
 import Synchronization
 
@@ -45,22 +46,29 @@ final class RunOwner: Sendable {
 
   /// Creates the token file locked: locked under a temporary name, then renamed, so a file under
   /// an owner's name is always locked while its owner lives (a checker can never take the lock in
-  /// between and call it dead).
+  /// between and call it dead). Another process's open may sweep the staging file away between its
+  /// creation and its lock (to that sweep it is a killed process's leftover): then it tries again
+  /// with a new one, a few times.
   private static func createLockedToken(at path: String, id: String, directory: String) throws -> Int32 {
     let staging = directory + "/." + id + ".new"
-    unlink(staging)
-    let fd = open(staging, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-    guard fd >= 0 else {
-      throw FerryError.invalidArgument(
-        "cannot create the liveness token \(staging): \(String(cString: strerror(errno)))")
-    }
-    guard flock(fd, LOCK_EX | LOCK_NB) == 0, rename(staging, path) == 0 else {
-      let reason = String(cString: strerror(errno))
+    var attempt = 0
+    while true {
+      attempt += 1
       unlink(staging)
+      let fd = open(staging, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+      guard fd >= 0 else {
+        throw FerryError.invalidArgument(
+          "cannot create the liveness token \(staging): \(String(cString: strerror(errno)))")
+      }
+      CrashPoint.reach(CrashPoint.ownerTokenStaged)
+      if flock(fd, LOCK_EX | LOCK_NB) == 0 && rename(staging, path) == 0 { return fd }
+      let reason = String(cString: strerror(errno))
       close(fd)
-      throw FerryError.invalidArgument("cannot set up the liveness token \(path): \(reason)")
+      guard attempt < 5 else {
+        unlink(staging)
+        throw FerryError.invalidArgument("cannot set up the liveness token \(path): \(reason)")
+      }
     }
-    return fd
   }
 
   /// Makes sure the token file is still there under its name (someone may have deleted it, or the
