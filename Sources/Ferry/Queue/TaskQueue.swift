@@ -161,12 +161,19 @@ public final class TaskQueue: Sendable {
 
   /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
   /// that no claim names any more (the files closed or killed processes left): reads the claims once.
-  func recover(sweepingTokens: Bool) async throws -> [TaskID] {
+  ///
+  /// With `inWriter` (a runner's look, at every pass's start and now and then) the claims are read
+  /// in the writer's transaction, as a claim is decided: there the projection is at the head
+  /// whatever another process does, and a runner needs the writer anyway. A read outside it gives
+  /// up with `projectionNotCurrent` when the projection is behind and the writer busy for over a
+  /// second (another process holding LMDB's writer lock, or rebuilding in a loop). An open reads
+  /// them as any read does.
+  func recover(sweepingTokens: Bool, inWriter: Bool = true) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
-    // Read in the writer's transaction, as a claim is decided: there the projection is at the
-    // head whatever another process does (a read outside it catches up a few rounds and then gives
-    // up, which a rebuild looping in another process could make it do at every pass's start).
-    let claims = try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
+    let claims =
+      inWriter
+      ? try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
+      : try queueTables { queue in try QueueCommand.claims(queue) }
     let mine = ownerId
     var verdicts: [String: RunOwner.Liveness] = [:]
     for (_, claim) in claims where claim.owner != mine && verdicts[claim.owner] == nil {

@@ -148,7 +148,7 @@ public final class FerryStore: Sendable {
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
       // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
       // (another process is in a handler right now) are left alone.
-      store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true))
+      store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true, inWriter: false))
       if let automatic { store.startAutomaticCompaction(automatic) }
       store.startObserving(gaugeInterval: configuration.gaugeInterval)
       return store
