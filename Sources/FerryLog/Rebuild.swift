@@ -565,6 +565,17 @@ extension EventLog {
               // A projection left without one at this head (stored at another version) loses the
               // older one it had: the events removed below may be ones it needs past it.
               try core.dropSnapshots(olderThan: head, txn)
+              // A projection stored at another version and behind the head (its rebuild there
+              // killed part-way) is folded by its own version from its position on: removing events
+              // past it would go unseen there (an unset gone, its key set for ever). Nothing goes.
+              var othersBehind = false
+              for target in core.projections {
+                if let state = try core.state(of: target.name, txn), state.version != target.projection.version,
+                  state.position < head
+                {
+                  othersBehind = true
+                }
+              }
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []
@@ -577,7 +588,7 @@ extension EventLog {
                       sequence: 0, reason: "a key of the log has \(key.count) bytes, not 8")
                   }
                   let event = try value.withUnsafeBytes { try core.decode($0, sequence: sequence) }
-                  if isRemovable(event) { doomed.append((sequence, value.count)) }
+                  if isRemovable(event) && !othersBehind { doomed.append((sequence, value.count)) }
                   read += 1
                   if read % 10_000 == 0 { progress(read, head) }
                   entry = try cursor.previous()

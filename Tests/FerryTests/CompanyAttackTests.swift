@@ -589,6 +589,35 @@ import Testing
     let problems = try log.verify().problems
     #expect(problems.isEmpty, "\(problems)")
   }
+
+  /// A projection stored at another version and behind the head (its rebuild at that version was
+  /// killed part-way) must not lose, to a compaction by this version, events past its position:
+  /// its own version's next open goes on folding from there with what the log then holds.
+  @Test func aCompactionBesideAnotherVersionOfAProjectionBehindTheHeadKeepsWhatItHasNotFolded() async throws {
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-company-behind-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: [Registry()]))
+    for (type, key) in [("set", "a"), ("unset", "a"), ("set", "b")] {
+      _ = try await log.append(NewEvent(type: type, payload: Array(key.utf8)))
+    }
+    // Version 2's rebuild (chunks of one event) is killed after its first chunk: stored at
+    // version 2, at 1 ("a" set), while this process has the store open.
+    let killed = try Child(
+      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    try #require(try await exits(killed, within: .seconds(60)))
+    try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
+    // This version compacts beside it: "a"'s set and unset need nothing any more, by its policy.
+    _ = try await log.compact(removing: Registry.removable())
+    log.close()
+    // Version 2 again: its projection goes on from 1 with what the log holds.
+    let again = try EventLog.open(
+      at: path, configuration: EventLog.Configuration(projections: [Registry(version: 2)]))
+    defer { again.close() }
+    let keys = try again.read { try Registry.keys(in: $0.tables(of: "registry")) }
+    #expect(keys == ["v2:b"], "at version 2 after the compaction: \(keys)")
+  }
 }
 
 /// The keys "set" and not "unset" since (the same projection as the test worker's
