@@ -205,6 +205,29 @@ import Testing
     return try await child.wait()
   }
 
+  /// A queue on the store at `path` (with the write-ahead segment when `segment`) and the plan's
+  /// 1,000 tasks added to it.
+  func plannedQueue(_ path: String, segment: Bool) async throws -> (TaskQueue, Plan) {
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let queue = try await TaskQueue.open(at: path, configuration: configuration)
+    do {
+      return (queue, try await addJobs(queue, 1_000))
+    } catch {
+      queue.close()
+      throw error
+    }
+  }
+
+  /// The two runner processes of these tests: one lane and three.
+  func twoRunners(_ path: String, segment: Bool) throws -> [Child] {
+    let flag = segment ? ["segment"] : []
+    return [
+      try Child("ferry-test-worker", ["company-run", path, "1"] + flag),
+      try Child("ferry-test-worker", ["company-run", path, "3"] + flag),
+    ]
+  }
+
   @Test(arguments: [false, true])
   func twoRunnerProcessesBesideARebuildLoopRunEachTaskOnce(segment: Bool) async throws {
     let fixture = QueueFixture()
@@ -222,10 +245,7 @@ import Testing
       "ferry-test-worker", ["company-rebuild", fixture.path, "40"] + flag, stdin: input.fileHandleForReading)
     _ = try await rebuilder.waitForLine(startingWith: "open")
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
-    let runners = [
-      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
-      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
-    ]
+    let runners = try twoRunners(fixture.path, segment: segment)
     // This process reads the queue meanwhile, as an app would. A rebuild loop can outrun a read's
     // catch-up (a few rounds, then projectionNotCurrent: EventLog.read); counted, not failed.
     var reads = 0
@@ -279,10 +299,7 @@ import Testing
       "ferry-test-worker", ["company-compact", fixture.path, "7"], stdin: compactInput.fileHandleForReading)
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
     _ = try await compactor.waitForLine(startingWith: "compacted 0")
-    let runners = [
-      try Child("ferry-test-worker", ["company-run", fixture.path, "1"]),
-      try Child("ferry-test-worker", ["company-run", fixture.path, "3"]),
-    ]
+    let runners = try twoRunners(fixture.path, segment: false)
     let reached = try await pollUntil { runners[1].output.filter { $0.hasPrefix("ran ") }.count >= 200 }
     try #require(reached, "the second runner never reached 200 runs: \(runners[1].output.suffix(3))")
     runners[1].kill()
@@ -315,16 +332,10 @@ import Testing
   func twoRunnerProcessesBesideCompactionsKilledInTheirTransaction(segment: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    let (queue, plan) = try await plannedQueue(fixture.path, segment: segment)
     defer { queue.close() }
-    let plan = try await addJobs(queue, 1_000)
     let flag = segment ? ["segment"] : []
-    let runners = [
-      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
-      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
-    ]
+    let runners = try twoRunners(fixture.path, segment: segment)
     var killed = 0
     var survived = 0
     while runners.contains(where: { $0.process.isRunning }) {
@@ -362,16 +373,10 @@ import Testing
   func twoRunnerProcessesBesideRebuildsKilledPartWay(segment: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    let (queue, plan) = try await plannedQueue(fixture.path, segment: segment)
     defer { queue.close() }
-    let plan = try await addJobs(queue, 1_000)
     let flag = segment ? ["segment"] : []
-    let runners = [
-      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
-      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
-    ]
+    let runners = try twoRunners(fixture.path, segment: segment)
     var killed = 0
     var rebuilt = 0
     while runners.contains(where: { $0.process.isRunning }) {
@@ -422,17 +427,10 @@ import Testing
   func twoRunnerProcessesBesideACompactionLoopOneKilledRunEachTaskOnce(segment: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    let (queue, plan) = try await plannedQueue(fixture.path, segment: segment)
     defer { queue.close() }
-    let plan = try await addJobs(queue, 1_000)
 
-    let flag = segment ? ["segment"] : []
-    let runners = [
-      try Child("ferry-test-worker", ["company-run", fixture.path, "1"] + flag),
-      try Child("ferry-test-worker", ["company-run", fixture.path, "3"] + flag),
-    ]
+    let runners = try twoRunners(fixture.path, segment: segment)
     let compactions = Task { () -> [Int32] in
       var statuses: [Int32] = []
       while runners[0].process.isRunning {
