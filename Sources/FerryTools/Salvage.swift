@@ -339,6 +339,16 @@ struct LiveTree: Sendable {
     /// The store was never compacted.
     case never
     case at(through: UInt64, removed: UInt64)
+
+    /// The sequence at or below which gaps are the compaction's (0 when never compacted; nil when
+    /// not known).
+    var floor: UInt64? {
+      switch self {
+      case .unknown: return nil
+      case .never: return 0
+      case .at(let through, _): return through
+      }
+    }
   }
 
   /// Why the tree could not be opened at all (nil when it was).
@@ -730,8 +740,16 @@ struct SalvagePlan: Sendable {
     // A tree read in full, with nothing failed, knows the log's end; with the head mark (which
     // keeps what lost commits took away) it bounds what was ever acknowledged. Records past both
     // were written by a commit that never completed.
+    // A whole tree only: one that holds every sequence from its compaction point to its head. A
+    // tree LMDB reads without an error can still be a fragment — a damaged root that parses as a
+    // page (another page's copy, bytes that pass for a branch) — and its head then says nothing of
+    // how far the log went: the records the raw scan finds past it are the log's, not a failed
+    // commit's.
     var cap = UInt64.max
-    if tree.finished, tree.failed.count == 0, tree.crashed.count == 0, tree.bad.isEmpty, let head = tree.head {
+    if tree.finished, tree.failed.count == 0, tree.crashed.count == 0, tree.bad.isEmpty, let head = tree.head,
+      let floor = tree.compaction.floor,
+      tree.events.keys.lazy.filter({ $0 > floor }).count == Int(head - min(head, floor))
+    {
       cap = max(head, acknowledged ?? 0)
     }
     self.unacknowledged = scan.records.keys.filter { $0 > cap }.count

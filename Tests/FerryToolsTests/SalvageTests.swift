@@ -271,6 +271,43 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     )
   }
 
+  /// (c2) A damaged root that LMDB reads without an error: the events tree's root branch page
+  /// overwritten with a copy of one of its own leaves, so the tree reads as that one leaf — a
+  /// fragment of the log whose last key is not the log's end. (Seen once with seeded garbage over
+  /// the root that happened to pass for a branch page: salvage took the fragment's last key for the
+  /// end of what was acknowledged and left out the 300 records past it as "unacknowledged", its
+  /// report complete.) Every record is recovered from the raw scan.
+  @Test func aRootDamagedIntoAWellFormedFragmentLosesNothing() async throws {
+    let base = try SalvagePlace()
+    defer { base.remove() }
+    try await buildTaskStore(at: base.source, tasks: 500)
+    let original = try Original(base.source)
+    let place = try SalvagePlace()
+    defer { place.remove() }
+    try place.copySource(from: base.source)
+
+    let tree = try eventsTree(place.data)
+    #expect(tree.branches.first == tree.root, "the events tree's root is a branch page")
+    try #require(tree.leaves.count >= 3)
+    let leaf = tree.leaves[tree.leaves.count / 2]
+    let bytes = try Data(contentsOf: URL(fileURLWithPath: place.data))
+    let copy = [UInt8](bytes[(Int(leaf) * tree.pageSize)..<((Int(leaf) + 1) * tree.pageSize)])
+    try overwrite(place.data, at: Int(tree.root) * tree.pageSize, with: copy)
+
+    let (status, report, stderr) = try salvageJSON(place)
+    #expect(status == 0, "\(stderr)")
+    let salvaged = try #require(report)
+    #expect(salvaged.complete)
+    #expect(salvaged.unacknowledged == 0)
+    #expect(salvaged.recovered == Int(original.head) && salvaged.lost == 0, "\(salvaged)")
+    #expect(try ferry(["export", place.target]).stdout == original.export)
+    #expect(try queuedTasks(place.target) == original.queue)
+    #expect(try ferry(["verify", place.target]).status == 0)
+    print(
+      "salvage with the root replaced by a leaf: recovered \(salvaged.recovered) of \(original.head), "
+        + "\(salvaged.recoveredFromTree) from the tree; live tree: \(salvaged.liveTree)")
+  }
+
   /// (c) Damage LMDB cannot read past — the events tree's root branch page overwritten, meta page 0
   /// zeroed, both meta pages zeroed (no page size on record) — loses nothing: the raw scan finds
   /// every record, and the salvaged log is the original.
@@ -300,7 +337,10 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(status == 0, "\(stderr)")
     let salvaged = try #require(report)
     #expect(salvaged.complete)
-    #expect(!salvaged.liveTreeRead)
+    // Seeded garbage over the root can pass for a branch page whose children are real pages: LMDB
+    // then reads a fragment of the log without an error (seen once; `aRootDamagedIntoAWellFormed
+    // FragmentLosesNothing` makes that case certain). Either way nothing may be lost.
+    if damage != "root branch page" { #expect(!salvaged.liveTreeRead) }
     #expect(salvaged.recovered == Int(original.head) && salvaged.lost == 0)
     #expect(salvaged.recoveredFromScan > 0)
     switch damage {
