@@ -162,18 +162,19 @@ public final class TaskQueue: Sendable {
   /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
   /// that no claim names any more (the files closed or killed processes left): reads the claims once.
   ///
-  /// With `inWriter` (a runner's look, at every pass's start and now and then) the claims are read
-  /// in the writer's transaction, as a claim is decided: there the projection is at the head
-  /// whatever another process does, and a runner needs the writer anyway. A read outside it gives
-  /// up with `projectionNotCurrent` when the projection is behind and the writer busy for over a
-  /// second (another process holding LMDB's writer lock, or rebuilding in a loop). An open reads
-  /// them as any read does.
+  /// The claims are read as any read is. With `inWriter` (a runner's look, at every pass's start
+  /// and now and then), when that read gives up because the projection stays behind — the writer
+  /// busy for over a second: another process holding LMDB's writer lock, or rebuilding in a loop —
+  /// they are read in the writer's transaction instead, where the projection is at the head,
+  /// waiting for it (a runner needs the writer anyway). An open throws as the read did.
   func recover(sweepingTokens: Bool, inWriter: Bool = true) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
-    let claims =
-      inWriter
-      ? try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
-      : try queueTables { queue in try QueueCommand.claims(queue) }
+    let claims: [(TaskID, TaskRow.Claim)]
+    do {
+      claims = try queueTables { queue in try QueueCommand.claims(queue) }
+    } catch FerryLogError.projectionNotCurrent where inWriter {
+      claims = try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
+    }
     let mine = ownerId
     var verdicts: [String: RunOwner.Liveness] = [:]
     for (_, claim) in claims where claim.owner != mine && verdicts[claim.owner] == nil {
