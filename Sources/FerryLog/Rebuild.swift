@@ -577,15 +577,24 @@ extension EventLog {
               // A projection left without one at this head (stored at another version) loses the
               // older one it had: the events removed below may be ones it needs past it.
               try core.dropSnapshots(olderThan: head, txn)
-              // A projection stored at another version and behind the head (its rebuild there
-              // killed part-way) is folded by its own version from its position on: removing events
-              // past it would go unseen there (an unset gone, its key set for ever). Nothing goes.
+              // A projection stored at another version — or one this process does not configure
+              // at all (another version of the app added it) — and behind the head is folded by its
+              // own code from its position on: removing events past it would go unseen there (an
+              // unset gone, its key set for ever). Nothing goes. Every stored state is looked at.
+              let configured = Dictionary(
+                core.projections.map { ($0.name, $0.projection.version) }, uniquingKeysWith: { first, _ in first })
               var othersBehind = false
-              for target in core.projections {
-                if let state = try core.state(of: target.name, txn), state.version != target.projection.version,
-                  state.position < head
-                {
-                  othersBehind = true
+              let statePrefix = MetaKey.projection("")
+              try txn.withCursor(core.meta) { cursor in
+                try cursor.scan(from: statePrefix) { key, value in
+                  guard key.starts(with: statePrefix) else { return false }
+                  let name = String(decoding: key.dropFirst(statePrefix.count), as: UTF8.self)
+                  if let state = ProjectionState(bytes: Array(value)), state.position < head,
+                    configured[name] != state.version
+                  {
+                    othersBehind = true
+                  }
+                  return true
                 }
               }
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the

@@ -318,6 +318,23 @@ struct StoreCore: Sendable {
       _ = try txn.delete(meta, key: MetaKey.snapshot(target.name))
       for database in target.snapshotDatabases.values { try txn.empty(database) }
     }
+    // A projection this code does not configure (another version of the app added it) loses its
+    // snapshot record too — without it, its own code rebuilds from what the log holds; its tables
+    // are not known here and stay (unused).
+    let configured = Set(projections.map(\.name))
+    let prefix = MetaKey.snapshot("")
+    var stale: [[UInt8]] = []
+    try txn.withCursor(meta) { cursor in
+      try cursor.scan(from: prefix) { key, value in
+        guard key.starts(with: prefix) else { return false }
+        let name = String(decoding: key.dropFirst(prefix.count), as: UTF8.self)
+        if !configured.contains(name), let snapshot = SnapshotState(bytes: Array(value)), snapshot.sequence < head {
+          stale.append(Array(key))
+        }
+        return true
+      }
+    }
+    for key in stale { _ = try txn.delete(meta, key: key) }
   }
 
   /// Restores a projection from its snapshot when the snapshot is of its version and its rows

@@ -616,6 +616,62 @@ import Testing
     let keys = try again.read { try Registry.keys(in: $0.tables(of: "registry")) }
     #expect(keys == ["v2:b"], "at version 2 after the compaction: \(keys)")
   }
+
+  /// The same with a projection this process does not configure at all (another version of the
+  /// app added it): a compaction looks at every projection state the store holds, not only its
+  /// own projections', and removes nothing while one is behind.
+  @Test func aCompactionBesideAProjectionItDoesNotConfigureBehindTheHeadRemovesNothing() async throws {
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-company-unknown-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let log = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: []))
+    for (type, key) in [("set", "a"), ("unset", "a"), ("set", "b")] {
+      _ = try await log.append(NewEvent(type: type, payload: Array(key.utf8)))
+    }
+    let killed = try Child(
+      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
+    try #require(try await exits(killed, within: .seconds(60)))
+    try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
+    let report = try await log.compact(removing: Registry.removable())
+    #expect(report.removed == 0)
+    log.close()
+    let again = try EventLog.open(
+      at: path, configuration: EventLog.Configuration(projections: [Registry(version: 2)]))
+    defer { again.close() }
+    let keys = try again.read { try Registry.keys(in: $0.tables(of: "registry")) }
+    #expect(keys == ["v2:b"], "at version 2 after the compaction: \(keys)")
+  }
+
+  /// A projection this process does not configure, at the head, with a snapshot from an older
+  /// compaction: the compaction removes what its policy allows and drops that snapshot's record,
+  /// so the projection's own code rebuilds from what the log holds — not from the old snapshot
+  /// plus a log whose events past it were removed (which brought a removed key back).
+  @Test func aCompactionDropsTheOlderSnapshotOfAProjectionItDoesNotConfigure() async throws {
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-company-snapshot-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    do {
+      let log = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: [Registry()]))
+      defer { log.close() }
+      _ = try await log.append(NewEvent(type: "set", payload: Array("a".utf8)))
+      _ = try await log.compact(removing: { _ in false })  // a snapshot of the registry at 1: {a}
+      for (type, key) in [("unset", "a"), ("set", "b")] {
+        _ = try await log.append(NewEvent(type: type, payload: Array(key.utf8)))
+      }
+    }
+    do {
+      let log = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: []))
+      defer { log.close() }
+      let report = try await log.compact(removing: Registry.removable())
+      #expect(report.removed == 2, "a's set and unset")
+    }
+    let log = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: [Registry()]))
+    defer { log.close() }
+    _ = try await log.rebuild()
+    let keys = try log.read { try Registry.keys(in: $0.tables(of: "registry")) }
+    #expect(keys == ["b"], "rebuilt after the compaction: \(keys)")
+  }
 }
 
 /// The keys "set" and not "unset" since (the same projection as the test worker's
