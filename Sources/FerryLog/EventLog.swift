@@ -400,6 +400,11 @@ public final class EventLog: Sendable {
           stale[projection.name] = "its tables do not exist in this store"
         }
       }
+    } else if !isNew, storedFormat >= storeFormatVersion, names.allSatisfy(existing.contains) {
+      // Nothing to create or upgrade: the handles come from a read transaction, so that an open
+      // does not wait for another process that holds LMDB's writer lock (an app extension
+      // suspended mid-commit, a long compaction).
+      try environment.openDatabases(names, create: false)
     } else {
       let clock = configuration.clock
       var createdHere = false

@@ -128,6 +128,18 @@ extension EventLog {
   static func prepareProjections(
     _ core: StoreCore, environment: Environment, chunk: Int, reset: Set<String>
   ) throws -> Int {
+    // Most opens find every projection at its version and at the head: then nothing is written,
+    // and the open does not wait for another process that holds LMDB's writer lock.
+    let settled = try reset.isEmpty && environment.read { txn -> Bool in
+      let head = try core.head(txn)
+      for target in core.projections {
+        guard let state = try core.state(of: target.name, txn), state.version == target.projection.version,
+          state.position >= head
+        else { return false }
+      }
+      return true
+    }
+    if settled { return 0 }
     // Projections rebuilt from what a compacted log still holds (no usable snapshot): once they
     // reach the head, their state there becomes their snapshot, so that verify, time travel and
     // later rebuilds start from it rather than from events that are gone.

@@ -95,6 +95,42 @@ import Testing
     #expect(try queue.log.verify().isHealthy)
   }
 
+  /// An open while another process holds LMDB's writer lock (an app extension suspended
+  /// mid-commit, a long compaction) does not wait for it when there is nothing to create, upgrade,
+  /// rebuild or fold: the open returns, and reads work, while the lock is still held. (Every
+  /// read-write open waited for the lock: it opened its database handles and looked at its
+  /// projections in write transactions.) The first add waits for the lock and goes in after it.
+  @Test func anOpenDoesNotWaitForAnotherProcesssWriterLock() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let ids = try await {
+      let queue = try await TaskQueue.open(at: fixture.path)
+      defer { queue.close() }
+      return try await addJobs(queue, 50)
+    }()
+    let input = Pipe()
+    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    defer { locker.kill() }
+    _ = try await locker.waitForLine(startingWith: "locked")
+    let released = Mutex(false)
+    let release = Task {
+      try await Task.sleep(for: .seconds(20))
+      released.withLock { $0 = true }
+      say("go", to: input)
+    }
+    defer { release.cancel() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    #expect(!released.withLock { $0 }, "the open waited for the other process's writer lock")
+    #expect(try store.queue.pendingTasks().map(\.id) == ids)
+    #expect(!released.withLock { $0 }, "the read waited for the other process's writer lock")
+    release.cancel()
+    say("go", to: input)
+    _ = try await locker.waitForLine(startingWith: "released")
+    let added = try await store.queue.add(tag: "job", payload: ["n": "late"])
+    #expect(try store.queue.pendingTasks().map(\.id) == ids + [added])
+  }
+
   @Test func aLiveRebuildInAnotherProcessLeavesThisProcesssRunsAndReadsWorking() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
