@@ -581,22 +581,7 @@ extension EventLog {
               // at all (another version of the app added it) — and behind the head is folded by its
               // own code from its position on: removing events past it would go unseen there (an
               // unset gone, its key set for ever). Nothing goes. Every stored state is looked at.
-              let configured = Dictionary(
-                core.projections.map { ($0.name, $0.projection.version) }, uniquingKeysWith: { first, _ in first })
-              var othersBehind = false
-              let statePrefix = MetaKey.projection("")
-              try txn.withCursor(core.meta) { cursor in
-                try cursor.scan(from: statePrefix) { key, value in
-                  guard key.starts(with: statePrefix) else { return false }
-                  let name = String(decoding: key.dropFirst(statePrefix.count), as: UTF8.self)
-                  if let state = ProjectionState(bytes: Array(value)), state.position < head,
-                    configured[name] != state.version
-                  {
-                    othersBehind = true
-                  }
-                  return true
-                }
-              }
+              let othersBehind = try core.hasProjectionOfOtherCodeBehind(head, txn)
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []

@@ -322,19 +322,36 @@ struct StoreCore: Sendable {
     // snapshot record too — without it, its own code rebuilds from what the log holds; its tables
     // are not known here and stay (unused).
     let configured = Set(projections.map(\.name))
-    let prefix = MetaKey.snapshot("")
-    var stale: [[UInt8]] = []
+    let stale = try metaEntries(named: MetaKey.snapshot(""), txn).filter { name, value in
+      guard !configured.contains(name), let snapshot = SnapshotState(bytes: value) else { return false }
+      return snapshot.sequence < head
+    }
+    for (name, _) in stale { _ = try txn.delete(meta, key: MetaKey.snapshot(name)) }
+  }
+
+  /// Whether a projection stored in the store — at another version than this code's, or not
+  /// configured here at all — is behind `head`: its own code folds on from its position, so events
+  /// past it must not be removed.
+  func hasProjectionOfOtherCodeBehind(_ head: UInt64, _ txn: Transaction) throws -> Bool {
+    let configured = Dictionary(
+      projections.map { ($0.name, $0.projection.version) }, uniquingKeysWith: { first, _ in first })
+    return try metaEntries(named: MetaKey.projection(""), txn).contains { name, value in
+      guard let state = ProjectionState(bytes: value) else { return false }
+      return state.position < head && configured[name] != state.version
+    }
+  }
+
+  /// The `meta` rows whose keys start with `prefix`, as (the rest of the key, the value).
+  private func metaEntries(named prefix: [UInt8], _ txn: Transaction) throws -> [(String, [UInt8])] {
+    var entries: [(String, [UInt8])] = []
     try txn.withCursor(meta) { cursor in
       try cursor.scan(from: prefix) { key, value in
         guard key.starts(with: prefix) else { return false }
-        let name = String(decoding: key.dropFirst(prefix.count), as: UTF8.self)
-        if !configured.contains(name), let snapshot = SnapshotState(bytes: Array(value)), snapshot.sequence < head {
-          stale.append(Array(key))
-        }
+        entries.append((String(decoding: key.dropFirst(prefix.count), as: UTF8.self), Array(value)))
         return true
       }
     }
-    for key in stale { _ = try txn.delete(meta, key: key) }
+    return entries
   }
 
   /// Restores a projection from its snapshot when the snapshot is of its version and its rows
