@@ -6,6 +6,8 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
   private struct State {
     var next = 0
     var subscribers: [Int: (key: Key?, continuation: AsyncStream<Element>.Continuation)] = [:]
+    /// Set by `finish`: a stream asked for later ends at once (after what `first` gives).
+    var isFinished = false
   }
   private let state = Mutex(State())
   private let buffer: Int
@@ -23,14 +25,20 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
 
   /// A stream of the values for `key` (everything when nil), starting with what `first` gives.
   /// `first` runs while publishing waits, so no value falls between it and the subscription (one
-  /// may be seen twice: in `first`'s state and as a value).
+  /// may be seen twice: in `first`'s state and as a value). After `finish`, the stream ends at once.
   func stream(for key: Key?, first: () throws -> Element?) rethrows -> AsyncStream<Element> {
     let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(buffer))
-    let token = try state.withLock { s in
+    let token = try state.withLock { s -> Int? in
       if let value = try first() { continuation.yield(value) }
+      if s.isFinished { return nil }
       s.next += 1
       s.subscribers[s.next] = (key, continuation)
       return s.next
+    }
+    guard let token else {
+      // Finished (the store closed): nothing will ever be published to it.
+      continuation.finish()
+      return stream
     }
     continuation.onTermination = { [weak self] _ in
       _ = self?.state.withLock { $0.subscribers.removeValue(forKey: token) }
@@ -41,6 +49,7 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
   /// Ends every stream.
   func finish() {
     let all = state.withLock { s in
+      s.isFinished = true
       defer { s.subscribers = [:] }
       return s.subscribers.values.map(\.continuation)
     }
