@@ -606,6 +606,26 @@ public final class EventLog: Sendable {
     }
   }
 
+  /// Whether this open of the log appended every event in `range` (false when another process
+  /// appended any of them, or this open no longer remembers).
+  public func appendedHere(allOf range: ClosedRange<UInt64>) -> Bool {
+    ownRanges.ranges.withLock { ranges in
+      var low = 0
+      var high = ranges.count
+      while low < high {
+        let middle = (low + high) / 2
+        if ranges[middle].upperBound < range.lowerBound { low = middle + 1 } else { high = middle }
+      }
+      var next = range.lowerBound
+      while low < ranges.count, ranges[low].lowerBound <= next {
+        if ranges[low].upperBound >= range.upperBound { return true }
+        next = ranges[low].upperBound + 1
+        low += 1
+      }
+      return false
+    }
+  }
+
   /// Whether ``close()`` was called.
   public var isClosed: Bool { closed.withLock { $0 } }
 

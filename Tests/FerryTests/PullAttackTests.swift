@@ -71,4 +71,75 @@ import Testing
     defer { updates.cancel() }
     #expect(try await Self.eventually { updates.isFinished }, "updates() of a closed store never ended")
   }
+
+  // MARK: Another process compacts away what the observer has not read yet
+
+  /// Another process forgets a key this process observes and compacts with a retention of zero
+  /// before this process's tail reads the forget: the forget and everything of the key are
+  /// removed. The observer must still learn that the key has no cache any more (before, it never
+  /// did: the tail found nothing to read, and the state stayed a cache the log no longer holds).
+  @Test(arguments: [false, true]) func aForgetCompactedAwayByAnotherProcessStillReachesTheObserver(
+    segment: Bool
+  ) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: fixture.path, configuration: configuration)
+    defer { store.close() }
+    try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false))
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+    let states = Collected(notes.states())
+    defer { states.cancel() }
+    try #require(try await Self.eventually { !states.values.isEmpty })
+    guard case .cache = states.values[0].content else {
+      Issue.record("the first state is not a cache: \(states.values[0])")
+      return
+    }
+    let child = try Child(
+      "ferry-test-worker", ["pull-act-compact", fixture.path, "forget:notes"] + (segment ? ["segment"] : []))
+    #expect(try await child.wait() == 0)
+    let compacted = try await child.waitForLine(startingWith: "compacted ")
+    try #require(compacted != "compacted 0", "nothing was compacted away")
+    // The log holds nothing of the key any more, and the ledger agrees.
+    var eventsOfKey = 0
+    try store.log.forEachEvent { event in
+      if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event),
+        case .fetched(let key, _, _) = decoded, key == "notes"
+      {
+        eventsOfKey += 1
+      }
+    }
+    #expect(eventsOfKey == 0)
+    #expect(try store.ledger.state(key: "notes", maxAge: .seconds(3600)) == .noCache)
+    let sawNoCache = try await Self.eventually {
+      states.values.contains { if case .noCache = $0.content { return true } else { return false } }
+    }
+    #expect(sawNoCache, "the observer never saw the key lose its cache: \(states.values.map(\.content))")
+  }
+
+  /// Another process cancels a task this process observes (`updates(for:)`) and compacts its
+  /// events away before this process's tail reads the cancel. The per-task stream must still tell
+  /// that the task is no longer queued.
+  @Test func aCancelCompactedAwayByAnotherProcessStillReachesTheTasksObserver() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let id = try await store.queue.add(tag: "sync", payload: ["n": 1])
+    let updates = Collected(try store.queue.updates(for: id))
+    defer { updates.cancel() }
+    try #require(try await Self.eventually { !updates.values.isEmpty })
+    #expect(updates.values[0] == .current(id, .ready))
+    let child = try Child("ferry-test-worker", ["pull-act-compact", fixture.path, "cancel:\(id)"])
+    #expect(try await child.wait() == 0)
+    let compacted = try await child.waitForLine(startingWith: "compacted ")
+    try #require(compacted != "compacted 0", "nothing was compacted away")
+    #expect(try store.queue.task(id) == nil)
+    let told = try await Self.eventually {
+      updates.values.dropFirst().contains { $0 == .cancelled(id) || $0 == .current(id, nil) }
+    }
+    #expect(told, "the task's observer never learned it left the queue: \(updates.values)")
+  }
 }

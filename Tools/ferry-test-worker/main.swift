@@ -869,6 +869,64 @@ case "unpublished-commit":
   guard put == MDB_SUCCESS, mdb_txn_commit(txn) == MDB_SUCCESS else { fail("the unpublished commit failed") }
   mdb_env_close(env)
   say("committed \(id)")
+case "pull-act-compact":
+  // (PullAttackTests) Opens the existing store (the write-ahead segment when "segment" is
+  // given), does ACTION — "forget:KEY" forgets a cache key, "cancel:ID" cancels a task — waits
+  // 5 ms (so the event is before a zero retention's cutoff), compacts with a retention of zero,
+  // says "compacted R" (R events removed), closes and says "closed".
+  guard (4...5).contains(arguments.count), arguments.count == 4 || arguments[4] == "segment" else {
+    fail("pull-act-compact DIR forget:KEY|cancel:ID [segment]")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.createIfMissing = false
+      configuration.writeAheadSegment = arguments.count == 5
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      let action = arguments[3]
+      if action.hasPrefix("forget:") {
+        try await store.ledger.forget(String(action.dropFirst("forget:".count)))
+      } else if action.hasPrefix("cancel:"), let id = UInt64(action.dropFirst("cancel:".count)) {
+        try await store.queue.cancel(id)
+      } else {
+        fail("unknown action \(action)")
+      }
+      try await Task.sleep(for: .milliseconds(5))
+      let report = try await store.compact(retention: .zero)
+      say("compacted \(report.removed)")
+      store.close()
+      say("closed")
+    } catch {
+      fail("pull-act-compact failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "pull-grow":
+  // (PullAttackTests) Opens the existing store and records COUNT failed fetches of keys
+  // "big-I", each with a message of 60 KiB (so the map grows), one by one, saying "ack I" after
+  // each; then closes and says "closed".
+  guard arguments.count == 4, let count = Int(arguments[3]) else { fail("pull-grow DIR COUNT") }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.createIfMissing = false
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      let message = String(repeating: "x", count: 60 * 1024)
+      for i in 0..<count {
+        try await store.ledger.recordFetch(key: "big-\(i)", outcome: .failure(message + "\(i)"))
+        say("ack \(i)")
+      }
+      store.close()
+      say("closed")
+    } catch {
+      fail("pull-grow failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 default:
   fail("unknown command \(command)")
 }

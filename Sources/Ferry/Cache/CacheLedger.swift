@@ -94,6 +94,10 @@ public final class CacheLedger: Sendable {
       case .fetched(let key, _, _), .forgotten(let key), .paging(let key, _, _):
         self.changes.publish(.changed, for: key)
       }
+    } missed: { [weak self] in
+      // Another process's events were compacted away unread (a key forgotten, say): every
+      // observed key may have changed.
+      self?.changes.publish(.mayHaveChanged, for: nil)
     }
   }
 
@@ -225,6 +229,9 @@ extension Duration {
 enum CacheNotice: Sendable, Equatable {
   /// The key's record changed (a fetch recorded, forgotten, paging set).
   case changed
+  /// Any key's record may have changed: another process's events were compacted away before
+  /// this process read them.
+  case mayHaveChanged
   /// A refresh of the key started.
   case refreshStarted
   /// A refresh of the key ended; `firstFetch` when the key had no cache before it.

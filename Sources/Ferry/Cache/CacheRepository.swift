@@ -305,6 +305,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       var lastError = lastError()
       var timer: Task<Void, Never>?
       defer { timer?.cancel() }
+      // Whether the last state yielded had a cache.
+      var yieldedCache = false
       // Automatic refresh starts only when observing starts and when the cache crosses its max
       // age: after a failed refresh it waits for the next of those (a failing server is not
       // asked again and again).
@@ -315,6 +317,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
             observed: observed)
         else { return }
         continuation.yield(current)
+        if case .noCache = current.content { yieldedCache = false } else { yieldedCache = true }
         timer?.cancel()
         timer = tooOldTimer(current)
         guard automaticRefresh && mayRefresh && !refreshing else { return }
@@ -339,6 +342,11 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           // while the refresh is under way, so this cannot repeat on its own).
           let hadCache = (try? ledger.record(key))??.lastSuccess != nil
           await emit(mayRefresh: !hadCache)
+        case .mayHaveChanged:
+          // Another process's events were compacted away unread: read the state again, and
+          // fetch when it lost its cache (forgotten there) — not because of the notice alone.
+          let hasCache = (try? ledger.record(key))??.lastSuccess != nil
+          await emit(mayRefresh: yieldedCache && !hasCache)
         case .crossedMaxAge: await emit(mayRefresh: true)
         case .refreshStarted:
           refreshing = true

@@ -203,6 +203,8 @@ public struct RunReport: Sendable, Equatable {
 /// A change to the queue, as observers see it.
 public enum TaskUpdate: Sendable, Equatable {
   /// The first element of a per-task stream: the task's status then (nil when it is not queued).
+  /// Also sent again when another process's events were compacted away before this process read
+  /// them: what happened to the task meanwhile is lost, its status now is not.
   case current(TaskID, TaskStatus?)
   /// A task was added.
   case added(TaskID)

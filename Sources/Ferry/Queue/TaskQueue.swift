@@ -132,6 +132,15 @@ public final class TaskQueue: Sendable {
       guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
       // Told to observers only: another process's changes are its own to log and count.
       for update in decoded.updates(sequence: event.sequence) { self.updateStreams.publish(update, for: update.taskId) }
+    } missed: { [weak self] in
+      // Another process's events were compacted away unread (a task cancelled and compacted,
+      // say): each observed task's stream is told its status now.
+      guard let self else { return }
+      for id in self.updateStreams.keys {
+        let status: TaskStatus?
+        do { status = try self.task(id)?.status } catch { continue }
+        self.updateStreams.publish(.current(id, status), for: id)
+      }
     }
   }
 

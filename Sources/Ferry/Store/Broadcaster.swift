@@ -23,6 +23,9 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
     for continuation in targets { continuation.yield(value) }
   }
 
+  /// The keys observed now (streams of everything not counted).
+  var keys: Set<Key> { state.withLock { Set($0.subscribers.values.compactMap(\.key)) } }
+
   /// A stream of the values for `key` (everything when nil), starting with what `first` gives.
   /// `first` runs while publishing waits, so no value falls between it and the subscription (one
   /// may be seen twice: in `first`'s state and as a value). After `finish`, the stream ends at once.
