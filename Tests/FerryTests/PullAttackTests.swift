@@ -142,4 +142,128 @@ import Testing
     }
     #expect(told, "the task's observer never learned it left the queue: \(updates.values)")
   }
+
+  // MARK: Map growth by another process
+
+  /// Another process records 120 failed fetches of 60 KiB each (the 1 MiB map doubles several
+  /// times: `MDB_MAP_RESIZED` here) while this process observes one of its keys and one of its
+  /// own, records fetches, reads ages, adds and runs tasks, and reads the log. Nothing fails,
+  /// every acknowledged event is in the log, the observers see the other process's failure and
+  /// their own refresh, and verify is healthy.
+  @Test func mapGrowthByAnotherProcessWhileThisOneObservesFetchesAndRuns() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let mine = try CacheRepository(
+      key: "mine", ledger: store.ledger, maxAge: .seconds(3600),
+      source: CacheSource(fetch: { "fresh" }, save: { _ in }, load: { "saved" }))
+    let theirs = try CacheRepository(
+      key: "big-60", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+    let mineStates = Collected(mine.states())
+    let theirStates = Collected(theirs.states())
+    defer {
+      mineStates.cancel()
+      theirStates.cancel()
+    }
+    let runner = TaskRunner(queue: store.queue)
+    runner.register(tag: "local") { _ in .succeeded }
+    let child = try Child("ferry-test-worker", ["pull-grow", fixture.path, "120"])
+    var rounds = 0
+    var added: [TaskID] = []
+    while child.process.isRunning || rounds == 0 {
+      try await store.ledger.recordFetch(key: "local-\(rounds)", outcome: .success(isEmpty: false))
+      #expect(try store.ledger.state(key: "local-\(rounds)", maxAge: .seconds(60)) != .noCache)
+      added.append(try await store.queue.add(tag: "local", payload: ["n": rounds]))
+      _ = try await runner.run()
+      _ = try store.log.events(after: 0, limit: 50)
+      rounds += 1
+    }
+    #expect(try await child.wait() == 0)
+    #expect(child.output.last == "closed", "\(child.output.suffix(3))")
+    let acked = Set(child.output.filter { $0.hasPrefix("ack ") }.map { "big-" + $0.dropFirst(4) })
+    #expect(acked.count == 120)
+    // From the log: every acknowledged failure and every local fetch, each once; every local task
+    // succeeded once.
+    var failures: [String: Int] = [:]
+    var locals: [String: Int] = [:]
+    var succeeded: [TaskID: Int] = [:]
+    try store.log.forEachEvent { event in
+      if CacheEvent.typeSet.contains(event.type), case .fetched(let key, _, let outcome) = try CacheEvent(event) {
+        if case .failure = outcome { failures[key, default: 0] += 1 } else { locals[key, default: 0] += 1 }
+      } else if TaskEvent.typeSet.contains(event.type), case .runSucceeded(let id) = try TaskEvent(event) {
+        succeeded[id, default: 0] += 1
+      }
+    }
+    #expect(Set(failures.keys) == acked && failures.values.allSatisfy { $0 == 1 })
+    #expect(locals.count >= rounds && locals.values.allSatisfy { $0 == 1 })
+    #expect(added.allSatisfy { succeeded[$0] == 1 })
+    #expect(try store.queue.pendingTasks().isEmpty)
+    // The observers: this process's refresh, a state after the other process's recorded failure.
+    #expect(
+      try await Self.eventually {
+        mineStates.values.contains { $0.justFinishedFirstFetch } && theirStates.values.count >= 2
+      }, "mine: \(mineStates.values.map(\.content)), theirs: \(theirStates.values.count)")
+    #expect(try await theirs.currentState().refreshError?.message.hasPrefix("xxx") == true)
+    #expect(try store.log.verify().isHealthy)
+  }
+
+  // MARK: refreshError and other processes
+
+  /// A refresh fails here; its observer shows the error. Then another process records a success
+  /// of the key: the observer's next state has the cache, and — as `currentState()` says — no
+  /// error any more ("kept until a success"). Before, the observer kept the stale error.
+  @Test func anotherProcesssSuccessEndsTheObserversRefreshError() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    struct Offline: Error {}
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600),
+      source: CacheSource(fetch: { () async throws -> String in throw Offline() }, save: { _ in }, load: { "saved" }),
+      automaticRefresh: false)
+    let states = Collected(notes.states())
+    defer { states.cancel() }
+    try #require(try await Self.eventually { !states.values.isEmpty })
+    guard case .failed = await notes.refresh() else {
+      Issue.record("the refresh did not fail")
+      return
+    }
+    try #require(try await Self.eventually { states.values.last?.refreshError != nil && states.values.last?.isRefreshing == false })
+    let child = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
+    #expect(try await child.wait() == 0)
+    #expect(try await notes.currentState().refreshError == nil)
+    let sawCache = try await Self.eventually {
+      if case .cache = states.values.last?.content { return true } else { return false }
+    }
+    try #require(sawCache)
+    #expect(states.values.last?.refreshError == nil, "the observer kept the error after another process's success")
+  }
+
+  /// Another process records a failed fetch of a key that has no cache: an observer that was
+  /// already observing shows the ledger's failure as `refreshError`, as a new observer and
+  /// `currentState()` do. Before, only observers started after it showed it.
+  @Test func anotherProcesssFailureShowsInAnObserverAsInANewOne() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    try await store.ledger.recordFetch(key: "big-0", outcome: .success(isEmpty: false), at: Date(timeIntervalSince1970: 1_000))
+    let notes = try CacheRepository(
+      key: "big-0", ledger: store.ledger, maxAge: .seconds(1) * 1_000_000_000, source: Self.source(), automaticRefresh: false)
+    let states = Collected(notes.states())
+    defer { states.cancel() }
+    try #require(try await Self.eventually { !states.values.isEmpty })
+    #expect(states.values[0].refreshError == nil)
+    let child = try Child("ferry-test-worker", ["pull-grow", fixture.path, "1"])
+    #expect(try await child.wait() == 0)
+    #expect(try await notes.currentState().refreshError?.stage == .recorded)
+    #expect(try await Self.eventually { states.values.count >= 2 })
+    let newObserver = Collected(notes.states())
+    defer { newObserver.cancel() }
+    try #require(try await Self.eventually { !newObserver.values.isEmpty })
+    #expect(newObserver.values[0].refreshError?.stage == .recorded)
+    #expect(states.values.last?.refreshError?.stage == .recorded, "the observer's state disagrees with a new observer's")
+  }
 }

@@ -341,11 +341,15 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           // A key forgotten while observed has no cache: fetch it (a failed fetch is recorded
           // while the refresh is under way, so this cannot repeat on its own).
           let hadCache = (try? ledger.record(key))??.lastSuccess != nil
+          // A fetch recorded by another process (or another caller) may end the error or be one:
+          // read it as a new observer would, unless a refresh under way will settle it.
+          if !refreshing { lastError = self.lastError() }
           await emit(mayRefresh: !hadCache)
         case .mayHaveChanged:
           // Another process's events were compacted away unread: read the state again, and
           // fetch when it lost its cache (forgotten there) — not because of the notice alone.
           let hasCache = (try? ledger.record(key))??.lastSuccess != nil
+          if !refreshing { lastError = self.lastError() }
           await emit(mayRefresh: yieldedCache && !hasCache)
         case .crossedMaxAge: await emit(mayRefresh: true)
         case .refreshStarted:
