@@ -266,4 +266,99 @@ import Testing
     #expect(newObserver.values[0].refreshError?.stage == .recorded)
     #expect(states.values.last?.refreshError?.stage == .recorded, "the observer's state disagrees with a new observer's")
   }
+
+  // MARK: Another process's rebuild, stopped and killed part-way
+
+  /// 300 keys fetched a moment ago; another process rebuilds every projection in chunks of 7 and
+  /// is stopped after its first chunk (the cache ages reset, partly refolded), then SIGKILLed.
+  /// Meanwhile and after, this process reads every key's age, the keys older than nothing, and
+  /// refreshes keys: every key has its cache, and no refresh fetches (a read that saw the reset
+  /// projection would take a fresh cache for none and fetch again).
+  @Test func cacheReadsAndRefreshesDuringAnotherProcesssRebuildSeeEveryCache() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let keys = (0..<300).map { "key-\($0)" }
+    try await withThrowingTaskGroup(of: Void.self) { group in
+      for lane in 0..<4 {
+        group.addTask {
+          for key in keys[(lane * 75)..<((lane + 1) * 75)] {
+            try await store.ledger.recordFetch(key: key, outcome: .success(isEmpty: false))
+          }
+        }
+      }
+      try await group.waitForAll()
+    }
+    let fetches = Mutex(0)
+    func repository(_ key: String) throws -> CacheRepository<String> {
+      try CacheRepository(
+        key: key, ledger: store.ledger, maxAge: .seconds(3600),
+        source: CacheSource(
+          fetch: {
+            fetches.withLock { $0 += 1 }
+            return "fresh"
+          }, save: { _ in }, load: { "saved" }))
+    }
+    let goOn = fixture.path + ".go-on"
+    defer { try? FileManager.default.removeItem(atPath: goOn) }
+    let input = Pipe()
+    let rebuilder = try Child(
+      "ferry-test-worker", ["store-rebuild", fixture.path, "7"], stdin: input.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn])
+    defer { rebuilder.kill() }
+    _ = try await rebuilder.waitForLine(startingWith: "open")
+    say("go", to: input)
+    _ = try await pollUntil { isStopped(rebuilder.pid) || !rebuilder.process.isRunning }
+    try #require(isStopped(rebuilder.pid), "the rebuild did not stop at its first chunk: \(rebuilder.output)")
+    func check(_ moment: String) async throws {
+      for key in keys {
+        #expect(try store.ledger.state(key: key, maxAge: .seconds(3600)) != .noCache, "\(moment): \(key)")
+      }
+      #expect(try store.ledger.keys(olderThan: .seconds(3600)).isEmpty, "\(moment)")
+      for key in keys.prefix(20) {
+        #expect(await (try repository(key)).refresh() == .skipped(.notTooOld), "\(moment): \(key)")
+        #expect(await (try repository(key)).refreshIfNoCache() == .successful, "\(moment): \(key)")
+      }
+    }
+    try await check("while the rebuild is stopped")
+    rebuilder.kill()
+    _ = try await pollUntil { !rebuilder.process.isRunning }
+    try await check("after the rebuilder was killed")
+    #expect(fetches.withLock { $0 } == 0)
+    #expect(try store.log.verify().isHealthy)
+  }
+
+  /// This process waits until the queue is idle; another process runs its last task and compacts
+  /// the task's events away before this process's tail reads them. The wait must still end (before,
+  /// it waited for a change it could never see: a hang).
+  @Test func waitUntilIdleEndsWhenAnotherProcessRunsTheLastTaskAndCompactsItAway() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let id = try await store.queue.add(tag: "elsewhere", payload: ["n": 1])
+    #expect(try !store.queue.isIdle())
+    let idle = Collected(AsyncStream<Bool> { continuation in
+      let task = Task {
+        do {
+          try await store.queue.waitUntilIdle()
+          continuation.yield(true)
+        } catch {
+          continuation.yield(false)
+        }
+        continuation.finish()
+      }
+      continuation.onTermination = { _ in task.cancel() }
+    })
+    defer { idle.cancel() }
+    let child = try Child("ferry-test-worker", ["pull-act-compact", fixture.path, "run:elsewhere"])
+    #expect(try await child.wait() == 0)
+    #expect(child.output.contains("ran 1"), "\(child.output)")
+    try #require(child.output.contains { $0.hasPrefix("compacted ") && $0 != "compacted 0" }, "\(child.output)")
+    #expect(try store.queue.task(id) == nil)
+    #expect(try store.queue.isIdle())
+    #expect(try await Self.eventually { idle.isFinished }, "waitUntilIdle() never ended")
+    #expect(idle.values == [true])
+  }
 }

@@ -871,11 +871,12 @@ case "unpublished-commit":
   say("committed \(id)")
 case "pull-act-compact":
   // (PullAttackTests) Opens the existing store (the write-ahead segment when "segment" is
-  // given), does ACTION — "forget:KEY" forgets a cache key, "cancel:ID" cancels a task — waits
+  // given), does ACTION — "forget:KEY" forgets a cache key, "cancel:ID" cancels a task, "run:TAG"
+  // runs one pass with a handler of TAG that succeeds (saying "ran N") — waits
   // 5 ms (so the event is before a zero retention's cutoff), compacts with a retention of zero,
   // says "compacted R" (R events removed), closes and says "closed".
   guard (4...5).contains(arguments.count), arguments.count == 4 || arguments[4] == "segment" else {
-    fail("pull-act-compact DIR forget:KEY|cancel:ID [segment]")
+    fail("pull-act-compact DIR forget:KEY|cancel:ID|run:TAG [segment]")
   }
   let done = DispatchSemaphore(value: 0)
   Task.detached {
@@ -889,6 +890,11 @@ case "pull-act-compact":
         try await store.ledger.forget(String(action.dropFirst("forget:".count)))
       } else if action.hasPrefix("cancel:"), let id = UInt64(action.dropFirst("cancel:".count)) {
         try await store.queue.cancel(id)
+      } else if action.hasPrefix("run:") {
+        let runner = TaskRunner(queue: store.queue)
+        runner.register(tag: String(action.dropFirst("run:".count))) { _ in .succeeded }
+        let report = try await runner.run()
+        say("ran \(report.entries.count)")
       } else {
         fail("unknown action \(action)")
       }

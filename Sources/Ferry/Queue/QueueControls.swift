@@ -96,9 +96,21 @@ extension TaskQueue {
   /// when the queue is closed meanwhile.
   public func waitUntilIdle() async throws {
     // Subscribed before the first look, so that no change falls between the look and the wait.
+    // Also woken when the foreign tail finds another process's events compacted away unread
+    // (the last task run there and compacted: no update of it will ever come).
+    let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     let changes = updates()
+    let holes = compactedUnread.stream(for: nil) { nil }
+    let feeds = [
+      Task {
+        for await _ in changes { wake.yield() }
+        wake.finish()
+      },
+      Task { for await _ in holes { wake.yield() } },
+    ]
+    defer { for feed in feeds { feed.cancel() } }
     if try isIdle() { return }
-    for await _ in changes {
+    for await _ in wakes {
       if try isIdle() { return }
     }
     try Task.checkCancellation()

@@ -26,6 +26,8 @@ public final class TaskQueue: Sendable {
   public let log: EventLog
   let clock: @Sendable () -> Int64
   let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
+  /// Told when the foreign tail finds another process's events compacted away before it read them.
+  let compactedUnread = Broadcaster<Void, Int>(buffer: 1)
   /// Runs found at open whose owner was gone (a crash), now logged as interrupted.
   public var interruptedAtOpen: [TaskID] { interruptedOnOpen.withLock { $0 } }
   private let interruptedOnOpen = Mutex<[TaskID]>([])
@@ -72,6 +74,7 @@ public final class TaskQueue: Sendable {
     foreignTail.stop()
     log.close()
     updateStreams.finish()
+    compactedUnread.finish()
     // The token is given up (unlocked, the file kept for the next open's sweep), so that runs
     // this queue can no longer finish are taken over — but only once no handler of it still runs.
     let token = owner.withLock { owner -> RunOwner? in
@@ -136,6 +139,7 @@ public final class TaskQueue: Sendable {
       // Another process's events were compacted away unread (a task cancelled and compacted,
       // say): each observed task's stream is told its status now.
       guard let self else { return }
+      self.compactedUnread.publish((), for: nil)
       for id in self.updateStreams.keys {
         let status: TaskStatus?
         do { status = try self.task(id)?.status } catch { continue }
