@@ -361,4 +361,28 @@ import Testing
     #expect(try await Self.eventually { idle.isFinished }, "waitUntilIdle() never ended")
     #expect(idle.values == [true])
   }
+
+  /// 200 observers of one key (and 50 streams nobody reads) while another process records a
+  /// fetch of it: every observer sees the cache, and one tail serves them all.
+  @Test func manyObserversAllSeeAnotherProcesssFetch() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+    let observers = (0..<200).map { _ in Collected(notes.states()) }
+    let unread = (0..<50).map { _ in notes.states() }
+    defer {
+      for observer in observers { observer.cancel() }
+      _ = unread
+    }
+    try #require(try await Self.eventually { observers.allSatisfy { !$0.values.isEmpty } })
+    let child = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
+    #expect(try await child.wait() == 0)
+    let all = try await Self.eventually {
+      observers.allSatisfy { $0.values.contains { if case .cache = $0.content { return true } else { return false } } }
+    }
+    #expect(all, "\(observers.filter { $0.values.count < 2 }.count) observers saw nothing")
+  }
 }
