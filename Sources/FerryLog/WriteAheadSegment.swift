@@ -197,6 +197,10 @@ enum WriteAheadSegment {
     switch code {
     case ENOSPC: return .diskFull(path: directory)
     case EDQUOT: return .quotaExceeded(path: directory)
+    // A directory or file this process may not write (a read-only mount, modes, an immutable
+    // attribute) is a refusal, not a failing device: the store is intact and unavailable here.
+    case EACCES, EPERM, EROFS:
+      return .permissionDenied(path: directory, detail: "\(doing): \(String(cString: strerror(code)))")
     default: return .ioError(path: directory, detail: "\(doing): \(String(cString: strerror(code)))")
     }
   }
