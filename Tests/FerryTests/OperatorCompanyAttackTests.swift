@@ -104,4 +104,63 @@ import Testing
     let report = try queue.log.verify()
     #expect(report.isHealthy, "\(report.problems.prefix(5))")
   }
+
+  /// The operator commands' own process killed (SIGKILL) inside its commit — everything written,
+  /// not committed; with the segment, its frame flushed and LMDB not committed; or just after the
+  /// commit — again and again while two runner processes work the queue: the runners never wait
+  /// for a dead writer, no run is taken or run twice, and the log stays healthy.
+  @Test(arguments: [
+    (false, "append.beforeCommit"), (false, "append.afterCommit"), (true, "append.beforeCommit"),
+    (true, "segment.frameFlushed"), (true, "append.afterCommit"),
+  ])
+  func operatorCommandsKilledInTheirCommitBesideTwoRunnerProcesses(segment: Bool, point: String) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let company = CompanyAttackTests()
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
+    defer { queue.close() }
+    let plan = try await company.addJobs(queue, 3_000)
+    let runners = try company.twoRunners(fixture.path, segment: segment)
+    var kills = 0
+    var other: [String] = []
+    var round = 0
+    while runners.contains(where: { $0.process.isRunning }) {
+      let action: [String] =
+        switch round % 3 {
+        case 0: ["pause"]
+        case 1: ["resume"]
+        default: ["cancel-group", "g\(round % 30)"]
+        }
+      round += 1
+      let command = try Child(
+        "ferry-test-worker", ["operate", fixture.path] + action, environment: ["FERRY_CRASH_POINT": point])
+      let status = try await command.wait()
+      if command.process.terminationReason == .uncaughtSignal && status == SIGKILL {
+        kills += 1
+      } else if !(command.output.last ?? "").hasPrefix("status ") {
+        other.append("\(action): \(command.output.suffix(2))")
+      }
+    }
+    for (index, runner) in runners.enumerated() {
+      #expect(try await company.finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+    }
+    print("operator commands killed at \(point) (segment \(segment)) beside two runners: \(kills) of \(round)")
+    #expect(kills > 0)
+    #expect(other.isEmpty, "\(other.prefix(4))")
+    for (id, seen) in CompanyAttackTests.handlerRuns(runners) {
+      let attempts = seen.map(\.attempt)
+      #expect(Set(attempts).count == attempts.count, "task \(id): one attempt handled twice \(seen)")
+    }
+    let ledger = try RunLedger(queue.log)
+    #expect(ledger.violations.isEmpty, "\(ledger.violations.prefix(5))")
+    for id in plan.ids {
+      let runs = ledger.tasks[id] ?? RunLedger.Runs()
+      #expect(runs.starts.count == runs.finishes + runs.interruptions.count, "task \(id): \(runs)")
+      #expect(runs.interruptions.isEmpty, "task \(id): \(runs)")
+    }
+    let report = try queue.log.verify()
+    #expect(report.isHealthy, "\(report.problems.prefix(5))")
+  }
 }

@@ -869,6 +869,32 @@ case "unpublished-commit":
   guard put == MDB_SUCCESS, mdb_txn_commit(txn) == MDB_SUCCESS else { fail("the unpublished commit failed") }
   mdb_env_close(env)
   say("committed \(id)")
+case "operate":
+  // (OperatorCompanyAttackTests) Runs the `ferry` operator command ACTION (cancel-group GROUP,
+  // cancel ID, pause, resume) on the store in this process, crash points armed from the
+  // environment (FERRY_CRASH_POINT=append.beforeCommit or segment.frameFlushed, say); says "status
+  // S" when it returns, "refused S M" when it throws.
+  guard arguments.count >= 4 else { fail("operate DIR ACTION [ARGUMENT]") }
+  CrashPoint.armFromEnvironment()
+  let action: OperatorAction
+  switch arguments[3] {
+  case "cancel-group" where arguments.count == 5: action = .cancelGroup(arguments[4])
+  case "cancel" where arguments.count == 5: action = .cancel([UInt64(arguments[4]) ?? 0])
+  case "pause": action = .pause
+  case "resume": action = .resume
+  default: fail("operate DIR cancel-group GROUP | cancel ID | pause | resume")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do throws(ToolError) {
+      let status = try await operate(path: directory, action, json: false, output: Output(line: { _ in }))
+      say("status \(status.rawValue)")
+    } catch {
+      say("refused \(error.status.rawValue) \(error.message)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "pull-act-compact":
   // (PullAttackTests) Opens the existing store (the write-ahead segment when "segment" is
   // given), does ACTION — "forget:KEY" forgets a cache key, "cancel:ID" cancels a task, "run:TAG"
