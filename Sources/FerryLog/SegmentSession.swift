@@ -331,7 +331,9 @@ final class StoreOpenLock: Sendable {
       let code = errno
       // Every read-write open makes the file and keeps it open: a read-only open that finds none
       // shares the store with nobody — it is alone (and so checks for a segment to replay).
-      if readOnly && code == ENOENT { return StoreOpenLock(fd: -1, key: key, isAlone: true) }
+      if readOnly && code == ENOENT {
+        return StoreOpenLock(fd: -1, key: key, isAlone: !lmdbIsOpenElsewhere(directory))
+      }
       held.withLock { _ = $0.remove(key) }
       if readOnly { return nil }
       throw WriteAheadSegment.ioFailure(code, directory: directory, doing: "opening \(fileName)")
@@ -346,6 +348,14 @@ final class StoreOpenLock: Sendable {
     let start = ContinuousClock.now
     while true {
       if !readOnly && lock(fd, type: F_WRLCK, wait: false) {
+        // Alone by this file, but a process may have the store open under a lock file that was
+        // deleted (and this one made anew): LMDB's own lock tells. Such an open shares the store.
+        // (A store marked unsettled is settled alone as before: its segment holds commits that
+        // reading it as it is would miss.)
+        if !isMarkedUnsettled(fd) && lmdbIsOpenElsewhere(directory) {
+          _ = lock(fd, type: F_RDLCK, wait: true)
+          break
+        }
         alone = true
         break
       }
@@ -373,7 +383,7 @@ final class StoreOpenLock: Sendable {
         probe.l_whence = Int16(SEEK_SET)
         probe.l_start = 0
         probe.l_len = 0
-        alone = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK)
+        alone = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
       }
       break
     }
@@ -383,6 +393,25 @@ final class StoreOpenLock: Sendable {
     // nothing itself: it clears the mark when it shares the lock, or the mark would stay for good.
     if alone && !readOnly && isMarkedUnsettled(fd) { held.marked.store(true, ordering: .relaxed) }
     return held
+  }
+
+  /// Whether another process has the store's LMDB environment open: every LMDB open holds a shared
+  /// `fcntl` lock on the first byte of `lock.mdb` for its lifetime (`mdb_env_setup_locks`). Asked
+  /// without taking a lock (`F_GETLK`); this process has no environment on the store open here
+  /// (``held``), so closing the descriptor drops no lock of its own. Ferry's open lock alone can be
+  /// fooled — `ferry-open.lock` deleted under a live app, a new one made by the next open — and
+  /// an open that took itself for alone then restored a checkpoint's meta pages under the live
+  /// writer (SegmentStoreCommandTests).
+  private static func lmdbIsOpenElsewhere(_ directory: String) -> Bool {
+    let fd = systemOpen(directory + "/lock.mdb", O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var probe = flock()
+    probe.l_type = Int16(F_WRLCK)
+    probe.l_whence = Int16(SEEK_SET)
+    probe.l_start = 0
+    probe.l_len = 1
+    return fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type != Int16(F_UNLCK)
   }
 
   /// Whether the file's mark says an alone open began to settle the store and has not finished.

@@ -182,3 +182,45 @@ extension SegmentStoreCommandTests {
     try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 500)
   }
 }
+
+extension SegmentStoreCommandTests {
+  /// An app holds a store with a segment and someone deletes `ferry-open.lock` (a "stale lock" to
+  /// them). Operator commands then take Ferry's open lock alone on a new file while the app still
+  /// has the store open: none may take itself for alone — restore the checkpoint's meta pages
+  /// under the live app, replay, checkpoint — which broke the app's next commit ("its newest meta
+  /// page names transaction …") and left a store only salvage could read. They follow the store as
+  /// any open beside a live one does; the app goes on adding, and nothing is lost.
+  @Test func operatorCommandsBesideALiveAppWhoseOpenLockFileWasDeletedLeaveItAlone() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let input = Pipe()
+    let app = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "300"], stdin: input.fileHandleForReading)
+    defer { withExtendedLifetime(input) { app.kill() } }
+    _ = try await app.waitForLine(startingWith: "holding")
+    #expect(unlink(fixture.path + "/ferry-open.lock") == 0)
+    let acknowledged = app.acknowledgedIds
+    #expect(acknowledged.count == 300)
+
+    let pause = try Child("ferry", ["pause", fixture.path])
+    #expect(try await pause.wait() == 0, "\(pause.output)")
+    let cancel = try Child("ferry", ["cancel", fixture.path, String(acknowledged[0])])
+    #expect(try await cancel.wait() == 0, "\(cancel.output)")
+    let stats = try Child("ferry", ["stats", fixture.path])
+    #expect(try await stats.wait() == 0, "\(stats.output)")
+    // The app closes (its checkpoint) and a second one adds more, as the first would go on.
+    say("close", to: input)
+    _ = try await app.waitForLine(startingWith: "closed")
+    let more = Pipe()
+    let second = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "20"], stdin: more.fileHandleForReading)
+    _ = try await second.waitForLine(startingWith: "holding")
+    say("close", to: more)
+    _ = try await second.waitForLine(startingWith: "closed")
+    #expect(try await second.wait() == 0)
+    try await expectEveryAcknowledgedTaskQueued(
+      fixture, Set(acknowledged.dropFirst() + second.acknowledgedIds), count: 319)
+    let store = try await fixture.openStore { $0.writeAheadSegment = true }
+    defer { store.close() }
+    #expect(try store.queue.isPaused())
+    #expect(try store.queue.task(acknowledged[0]) == nil)
+  }
+}
