@@ -76,11 +76,7 @@ import Testing
     print("operator rounds beside two runners (segment \(segment), killing \(killing)): \(rounds), statuses \(statuses)")
     #expect(odd.isEmpty, "\(odd.count) commands: \(odd.prefix(6))")
 
-    // Each attempt of a task handled once, over both runners.
-    for (id, seen) in CompanyAttackTests.handlerRuns(runners) {
-      let attempts = seen.map(\.attempt)
-      #expect(Set(attempts).count == attempts.count, "task \(id): one attempt handled twice \(seen)")
-    }
+    Self.expectEachAttemptHandledOnce(runners)
     // From what the log still holds (compaction removed finished tasks' histories): no live run was
     // interrupted, no claim overlapped another, none succeeded twice, every run ended once.
     let ledger = try RunLedger(queue.log)
@@ -149,10 +145,7 @@ import Testing
     print("operator commands killed at \(point) (segment \(segment)) beside two runners: \(kills) of \(round)")
     #expect(kills > 0)
     #expect(other.isEmpty, "\(other.prefix(4))")
-    for (id, seen) in CompanyAttackTests.handlerRuns(runners) {
-      let attempts = seen.map(\.attempt)
-      #expect(Set(attempts).count == attempts.count, "task \(id): one attempt handled twice \(seen)")
-    }
+    Self.expectEachAttemptHandledOnce(runners)
     let ledger = try RunLedger(queue.log)
     #expect(ledger.violations.isEmpty, "\(ledger.violations.prefix(5))")
     for id in plan.ids {
@@ -162,5 +155,13 @@ import Testing
     }
     let report = try queue.log.verify()
     #expect(report.isHealthy, "\(report.problems.prefix(5))")
+  }
+
+  /// Each attempt of a task handled once, over both runners (from their handlers' own lines).
+  static func expectEachAttemptHandledOnce(_ runners: [Child]) {
+    for (id, seen) in CompanyAttackTests.handlerRuns(runners) {
+      let attempts = seen.map(\.attempt)
+      #expect(Set(attempts).count == attempts.count, "task \(id): one attempt handled twice \(seen)")
+    }
   }
 }

@@ -13,14 +13,7 @@ import Testing
   /// not stop) the immutable attribute when the file system has it. False when neither worked.
   static func makeUnwritable(_ path: String) -> Bool {
     chmod(path, 0o500)
-    if geteuid() == 0 {
-      let chattr = Process()
-      chattr.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
-      chattr.arguments = ["+i", path]
-      chattr.standardError = FileHandle.nullDevice
-      try? chattr.run()
-      chattr.waitUntilExit()
-    }
+    immutable("+i", path)
     let probe = path + "/.probe"
     let fd = open(probe, O_RDWR | O_CREAT | O_EXCL, 0o600)
     guard fd >= 0 else { return true }
@@ -29,15 +22,20 @@ import Testing
     return false
   }
 
+  /// Sets (`+i`) or clears (`-i`) the immutable attribute of `path` — as root only: modes do not
+  /// stop root, and only root may change the attribute.
+  static func immutable(_ flag: String, _ path: String) {
+    guard geteuid() == 0 else { return }
+    let chattr = Process()
+    chattr.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
+    chattr.arguments = [flag, path]
+    chattr.standardError = FileHandle.nullDevice
+    try? chattr.run()
+    chattr.waitUntilExit()
+  }
+
   static func makeWritable(_ path: String) {
-    if geteuid() == 0 {
-      let chattr = Process()
-      chattr.executableURL = URL(fileURLWithPath: "/usr/bin/chattr")
-      chattr.arguments = ["-i", path]
-      chattr.standardError = FileHandle.nullDevice
-      try? chattr.run()
-      chattr.waitUntilExit()
-    }
+    immutable("-i", path)
     chmod(path, 0o700)
   }
 
