@@ -45,6 +45,56 @@ import Testing
     CacheSource(fetch: { "fresh" }, save: { _ in }, load: { "saved" })
   }
 
+  // MARK: Following other processes only while observed
+
+  /// An app that stopped observing is not woken to read the log five times a second: the tail of
+  /// other processes' changes runs while an update stream or a cache's `states()` is observed and
+  /// stops when the last one ends (before, it ran from the first observer until the store closed).
+  /// A new observer follows again and sees the other process's next change.
+  @Test func otherProcessesAreFollowedOnlyWhileSomeoneObserves() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    #expect(!store.queue.followsOtherProcesses)
+    #expect(!store.ledger.followsOtherProcesses)
+
+    let first = Collected(store.queue.updates())
+    let second = Collected(store.queue.updates())
+    #expect(store.queue.followsOtherProcesses)
+    first.cancel()
+    try await Task.sleep(for: .milliseconds(50))
+    #expect(store.queue.followsOtherProcesses, "one stream is still observed")
+    second.cancel()
+    #expect(try await Self.eventually { !store.queue.followsOtherProcesses }, "the tail outlived its observers")
+
+    // Another process adds while nobody observes; a new observer sees its next add.
+    let unobserved = try Child("ferry-test-worker", ["add-tasks", fixture.path, "1"])
+    #expect(try await unobserved.wait() == 0)
+    let again = Collected(store.queue.updates())
+    defer { again.cancel() }
+    #expect(store.queue.followsOtherProcesses)
+    let adder = try Child("ferry-test-worker", ["add-tasks", fixture.path, "1"])
+    #expect(try await adder.wait() == 0)
+    let acknowledged = try await adder.waitForLine(startingWith: "ack ")
+    let id = try #require(acknowledged.split(separator: " ").dropFirst().first.flatMap { TaskID($0) })
+    #expect(try await Self.eventually { again.values.contains(.added(id)) }, "\(again.values)")
+
+    // The cache side: a key's states() follows, and stops following when it ends.
+    let notes = try CacheRepository(
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+    let states = Collected(notes.states())
+    #expect(store.ledger.followsOtherProcesses)
+    let recorder = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
+    #expect(try await recorder.wait() == 0)
+    let seen = try await Self.eventually {
+      states.values.contains { if case .cache = $0.content { return true } else { return false } }
+    }
+    #expect(seen, "the observer never saw the other process's fetch: \(states.values)")
+    states.cancel()
+    #expect(try await Self.eventually { !store.ledger.followsOtherProcesses }, "the cache's tail outlived its observer")
+  }
+
   // MARK: Observing a closed store
 
   /// A repository observed after its store closed: the stream must end (before, it never did — the

@@ -71,7 +71,17 @@ public final class CacheLedger: Sendable {
     self.clock = clock
     self.sleep = sleep
     self.observer = CacheObserver(log: log)
+    // Other processes' fetches are followed while anyone observes a key: an app that stopped
+    // observing is not woken five times a second for nothing.
+    changes.whileObserved { [weak self] observed in
+      guard let self else { return }
+      if observed { self.observeOtherProcesses() } else { self.foreignTail.stop() }
+    }
   }
+
+  /// Whether this ledger reads the log for other processes' fetches now (while any key is
+  /// observed).
+  var followsOtherProcesses: Bool { foreignTail.isRunning }
 
   /// Logging and metrics (Observability.swift).
   let observer: CacheObserver
@@ -87,7 +97,7 @@ public final class CacheLedger: Sendable {
 
   /// Starts telling this process's observers about fetches other processes record (an app
   /// extension refreshing a cache, say).
-  func observeOtherProcesses() {
+  private func observeOtherProcesses() {
     foreignTail.start(log) { [weak self] event in
       guard let self, CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) else { return }
       switch decoded {

@@ -281,7 +281,6 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
     let notices = ledger.changes.stream(for: key) { nil }
-    ledger.observeOtherProcesses()
     // The app's cache as a stream: its values arrive as notices too, merged in order.
     let (events, eventSink) = AsyncStream<RepositoryEvent<Value>>.makeStream()
     let noticeFeed = Task {

@@ -61,6 +61,7 @@ public final class TaskQueue: Sendable {
     self.clock = clock
     self.sleep = sleep
     self.observer = QueueObserver(log: log, clock: clock)
+    followOtherProcessesWhileObserved()
   }
 
   /// Logging and metrics (Observability.swift).
@@ -120,14 +121,25 @@ public final class TaskQueue: Sendable {
   /// which are seen within a fraction of a second. Skips by other processes' runners are not
   /// logged, so they are not seen.
   public func updates() -> AsyncStream<TaskUpdate> {
-    startForeignTail()
-    return updateStreams.stream(for: nil) { nil }
+    updateStreams.stream(for: nil) { nil }
   }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
   public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
-    startForeignTail()
-    return try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+    try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+  }
+
+  /// Whether this queue reads the log for other processes' changes now: while any update stream
+  /// is observed (``updates()``, ``updates(for:)``, `waitUntilIdle()`), not after the last ends.
+  var followsOtherProcesses: Bool { foreignTail.isRunning }
+
+  /// The tail of other processes' changes runs while anyone observes: an app that stopped
+  /// observing is not woken five times a second for nothing.
+  private func followOtherProcessesWhileObserved() {
+    updateStreams.whileObserved { [weak self] observed in
+      guard let self else { return }
+      if observed { self.startForeignTail() } else { self.foreignTail.stop() }
+    }
   }
 
   private func startForeignTail() {

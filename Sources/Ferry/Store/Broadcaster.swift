@@ -8,6 +8,8 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
     var subscribers: [Int: (key: Key?, continuation: AsyncStream<Element>.Continuation)] = [:]
     /// Set by `finish`: a stream asked for later ends at once (after what `first` gives).
     var isFinished = false
+    /// Told true before a first stream subscribes and false when the last one has ended.
+    var whileObserved: (@Sendable (Bool) -> Void)?
   }
   private let state = Mutex(State())
   private let buffer: Int
@@ -26,13 +28,30 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
   /// The keys observed now (streams of everything not counted).
   var keys: Set<Key> { state.withLock { Set($0.subscribers.values.compactMap(\.key)) } }
 
+  /// Sets what to do while anyone observes: `hook(true)` runs before a stream subscribes when
+  /// there is none, `hook(false)` once the last one has ended (not at `finish`: its owner stops
+  /// what it started). Both run under the broadcaster's lock, so they alternate in order and a
+  /// value published meanwhile waits for the subscription. It must not publish.
+  func whileObserved(_ hook: @escaping @Sendable (Bool) -> Void) {
+    state.withLock { $0.whileObserved = hook }
+  }
+
   /// A stream of the values for `key` (everything when nil), starting with what `first` gives.
   /// `first` runs while publishing waits, so no value falls between it and the subscription (one
   /// may be seen twice: in `first`'s state and as a value). After `finish`, the stream ends at once.
   func stream(for key: Key?, first: () throws -> Element?) rethrows -> AsyncStream<Element> {
     let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(buffer))
     let token = try state.withLock { s -> Int? in
-      if let value = try first() { continuation.yield(value) }
+      // What starts with the first stream starts before `first` reads the state: nothing can fall
+      // between that read and what it then follows.
+      let starts = !s.isFinished && s.subscribers.isEmpty
+      if starts { s.whileObserved?(true) }
+      do {
+        if let value = try first() { continuation.yield(value) }
+      } catch {
+        if starts { s.whileObserved?(false) }
+        throw error
+      }
       if s.isFinished { return nil }
       s.next += 1
       s.subscribers[s.next] = (key, continuation)
@@ -44,7 +63,9 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
       return stream
     }
     continuation.onTermination = { [weak self] _ in
-      _ = self?.state.withLock { $0.subscribers.removeValue(forKey: token) }
+      self?.state.withLock { s in
+        if s.subscribers.removeValue(forKey: token) != nil, s.subscribers.isEmpty { s.whileObserved?(false) }
+      }
     }
     return stream
   }
@@ -53,6 +74,7 @@ final class Broadcaster<Element: Sendable, Key: Hashable & Sendable>: Sendable {
   func finish() {
     let all = state.withLock { s in
       s.isFinished = true
+      s.whileObserved = nil
       defer { s.subscribers = [:] }
       return s.subscribers.values.map(\.continuation)
     }

@@ -2,7 +2,8 @@ import FerryLog
 import Synchronization
 
 /// Reads what other processes append to a store's log while anyone in this process observes, so
-/// that observers see an app extension's changes too. Started on first use, ended at close.
+/// that observers see an app extension's changes too. Started when a first observer subscribes,
+/// stopped when the last one ends (and at close).
 final class ForeignTail: Sendable {
   /// How often the log is read for other processes' appends.
   static let pollInterval: Duration = .milliseconds(200)
@@ -53,6 +54,9 @@ final class ForeignTail: Sendable {
       }
     }
   }
+
+  /// Whether the tail is being read now (started and not stopped).
+  var isRunning: Bool { task.withLock { $0 != nil } }
 
   func stop() {
     task.withLock { task in
