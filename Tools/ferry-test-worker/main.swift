@@ -518,6 +518,43 @@ case "attack-run-one":
     done.signal()
   }
   done.wait()
+case "push-run-one":
+  // (PushCompanyAttackTests) Opens the existing store (it follows the store's mode) and runs one
+  // task by id (`run(.task(ID))`) with a handler for every tag in TAGS (comma-separated) that says
+  // "ran ID ATTEMPT" and, by RESULT, succeeds ("ok") or fails retryably after 200 ms ("retry");
+  // says "outcome OUTCOME" and exits without running anything else.
+  guard arguments.count == 6, let id = UInt64(arguments[3]) else {
+    say("failed usage")
+    fail("push-run-one DIR ID TAGS RESULT")
+  }
+  let tags = arguments[4].split(separator: ",").map(String.init)
+  let result = arguments[5]
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var storeConfiguration = FerryStore.Configuration()
+      storeConfiguration.createIfMissing = false
+      let queue = try await TaskQueue.open(at: directory, configuration: storeConfiguration)
+      var configuration = TaskRunner.Configuration()
+      configuration.random = { 0.5 }
+      let runner = TaskRunner(queue: queue, configuration: configuration)
+      let retry = RetryPolicy(initialDelay: .milliseconds(200), jitter: 0)
+      for tag in tags {
+        runner.register(tag: tag, retry: retry) { task in
+          say("ran \(task.id) \(task.attempt)")
+          return result == "retry" ? .failed("try again", retryable: true) : .succeeded
+        }
+      }
+      let report = try await runner.run(.task(id))
+      say("outcome \(String(describing: report.outcome(of: id)))")
+      queue.close()
+    } catch {
+      say("failed \(error)")
+      fail("push-run-one failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "attack-run-without-fds":
   // (AttackTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
   // gives the descriptors back and runs again (says "second OUTCOME").

@@ -766,12 +766,7 @@ public final class TaskRunner: Sendable {
       let updates = queue.updates()
       let loop = Task { [self] in
         let listener = Task {
-          for await update in updates {
-            switch update {
-            case .added, .errorResolved, .revived, .interrupted, .resumed: wakeup.signal()
-            default: break
-            }
-          }
+          for await update in updates where Self.wakesAutomaticRunning(update) { wakeup.signal() }
         }
         // Runs of another process that dies are taken over: look for dead owners now and then.
         let interval = configuration.deadOwnerCheckInterval.checkPeriod
@@ -809,6 +804,21 @@ public final class TaskRunner: Sendable {
         }
       }
       s.automatic = (loop, wakeup)
+    }
+  }
+
+  /// Whether a change may give automatic running work its last pass did not have: a task added,
+  /// resolved, revived, interrupted or the queue resumed; and a run or task that ended — a
+  /// success, cancel or expiry may make the next task of a group its head, and a retryable
+  /// failure sets a retry time the loop's timer was not set for. Those of another runner or
+  /// process matter most (a manual head run by `run(.task)`, a blocked head cancelled, an
+  /// extension's one-off run that failed); the loop's own runs cost one more pass, which finds
+  /// what its pass left.
+  static func wakesAutomaticRunning(_ update: TaskUpdate) -> Bool {
+    switch update {
+    case .added, .errorResolved, .revived, .interrupted, .resumed, .succeeded, .cancelled, .expired: return true
+    case .failed(_, _, let retryAt): return retryAt != nil
+    default: return false
     }
   }
 
