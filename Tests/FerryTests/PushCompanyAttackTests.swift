@@ -146,5 +146,88 @@ import Testing
     #expect(runs[id]?.starts == 2 && runs[id]?.succeeded == 1)
     try expectConsistent(queue)
   }
+
+  /// Two processes add with keep and replace on the same three data ids at once, while a runner
+  /// in each (the parent's running automatically) runs them. From the log: every acknowledged add
+  /// is an add of that tag and data id (kept: an earlier one); no task starts twice; every task
+  /// ends succeeded or replaced by a later add of its data id made while it was not running; a
+  /// kept id was not over before the add that kept it was asked for; the queue ends empty and
+  /// equal to a rebuild.
+  @Test(arguments: [false, true])
+  func keepAndReplaceFromTwoProcessesWithRunnersInBoth(segment: Bool) async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: path, configuration: configuration)
+    defer { store.close() }
+    let queue = store.queue
+    let automatic = runner(queue)
+    automatic.register(tag: "job") { _ in
+      try? await Task.sleep(for: .milliseconds(1))
+      return .succeeded
+    }
+    automatic.startAutomaticRunning()
+    let extra = segment ? ["segment"] : []
+    let adder = try Child("ferry-test-worker", ["push-unique", path, "150", "7"] + extra)
+    defer { if adder.process.isRunning { adder.kill() } }
+    let other = try Child("ferry-test-worker", ["company-run", path, "1"] + extra)
+    defer { if other.process.isRunning { other.kill() } }
+    // (kept or added id, policy, data id, the log's head before the add was asked for)
+    var mine: [(TaskID, UniquePolicy, String, UInt64)] = []
+    var seed: UInt64 = 11
+    for i in 0..<150 {
+      seed = seed &* 6364136223846793005 &+ 1442695040888963407
+      let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
+      let dataId = "d\(i % 3)"
+      let before = try store.log.head()
+      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, unique: policy), policy, dataId, before))
+    }
+    #expect(try await adder.waitForLine(startingWith: "done") == "done")
+    #expect(try await adder.wait() == 0)
+    try await queue.waitUntilIdle()
+    automatic.stop()
+    _ = try await other.waitForLine(startingWith: "done")
+    #expect(try await other.wait() == 0)
+
+    let events = try store.log.forEachTaskEvent()
+    var adds: [TaskID: (String?, UniquePolicy)] = [:]
+    var starts: [TaskID: Int] = [:]
+    var endedAt: [TaskID: UInt64] = [:]
+    for (record, event) in events {
+      switch event {
+      case .added(_, _, let dataId, _, _, let unique, _, _): adds[record.sequence] = (dataId, unique)
+      case .runStarted(let id, _, _, _): starts[id, default: 0] += 1
+      case .runSucceeded(let id): endedAt[id] = endedAt[id] ?? record.sequence
+      default: break
+      }
+    }
+    for (id, count) in starts { #expect(count == 1, "task \(id) started \(count) times") }
+    let theirs = adder.output.filter { $0.hasPrefix("ack ") }.map { $0.split(separator: " ") }
+    #expect(theirs.count == 150)
+    var acked = mine.map { ($0.0, $0.1, $0.2) }
+    for fields in theirs {
+      acked.append((UInt64(fields[1]) ?? 0, fields[2] == "keep" ? .keep : .replace, String(fields[3])))
+    }
+    for (id, policy, dataId) in acked {
+      #expect(adds[id]?.0 == dataId, "ack \(id) \(policy) \(dataId) is not an add of that data id")
+    }
+    // A kept id was still queued when its add was asked for (it had not succeeded before then).
+    for (id, policy, _, before) in mine where policy == .keep && id <= before {
+      if let end = endedAt[id] { #expect(end > before, "keep returned \(id), which had succeeded at \(end)") }
+    }
+    for id in adds.keys.sorted() {
+      let last = try queue.history(of: id).last?.event
+      switch last {
+      case .runSucceeded?: #expect(starts[id] == 1)
+      case .replaced(let by)?:
+        #expect(adds[by]?.0 == adds[id]?.0 && adds[by]?.1 == .replace && by > id)
+        #expect(starts[id] == nil || endedAt[id] != nil, "task \(id) was replaced, yet ran without ending")
+      default: Issue.record("task \(id)'s history ends with \(String(describing: last))")
+      }
+    }
+    #expect(try queue.pendingTasks().isEmpty)
+    try expectConsistent(queue)
+  }
 }
 

@@ -555,6 +555,37 @@ case "push-run-one":
     done.signal()
   }
   done.wait()
+case "push-unique":
+  // (PushCompanyAttackTests) Opens the existing store (with the write-ahead segment when "segment"
+  // is given) and adds COUNT "job" tasks (payload kind "ok") with data id "dN" (N = i mod 3),
+  // unique keep or replace chosen by SEED, printing "ack ID POLICY DATAID" once each add returned.
+  guard (5...6).contains(arguments.count), let count = Int(arguments[3]), var seed = UInt64(arguments[4]) else {
+    say("failed usage")
+    fail("push-unique DIR COUNT SEED [segment]")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var storeConfiguration = FerryStore.Configuration()
+      storeConfiguration.createIfMissing = false
+      storeConfiguration.writeAheadSegment = arguments.count == 6
+      let queue = try await TaskQueue.open(at: directory, configuration: storeConfiguration)
+      for i in 0..<count {
+        seed = seed &* 6364136223846793005 &+ 1442695040888963407
+        let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
+        let dataId = "d\(i % 3)"
+        let id = try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, unique: policy)
+        say("ack \(id) \(policy == .keep ? "keep" : "replace") \(dataId)")
+      }
+      queue.close()
+      say("done")
+    } catch {
+      say("failed \(error)")
+      fail("push-unique failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "attack-run-without-fds":
   // (AttackTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
   // gives the descriptors back and runs again (says "second OUTCOME").
