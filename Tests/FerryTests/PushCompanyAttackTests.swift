@@ -229,5 +229,60 @@ import Testing
     #expect(try queue.pendingTasks().isEmpty)
     try expectConsistent(queue)
   }
+
+  /// The app updates and cancels a task whose handler runs in the extension: the update is refused
+  /// while the run is under way (taskRunning) and after the cancel (noSuchTask), never applied to
+  /// a finished task; the run's success is logged once, after the cancel, and the task never runs
+  /// again — not by a pass, not by run(.task) — read from the log.
+  @Test(arguments: [false, true])
+  func updateAndCancelWhileAnotherProcessRunsTheTask(segment: Bool) async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    let gate = path + "-gate"
+    defer { try? FileManager.default.removeItem(atPath: gate) }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: path, configuration: configuration)
+    defer { store.close() }
+    let queue = store.queue
+    let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate])
+    defer { if child.process.isRunning { child.kill() } }
+    let line = try await child.waitForLine(startingWith: "running ")
+    let id = try #require(UInt64(line.split(separator: " ")[1]))
+    let stream = try queue.updates(for: id)
+    let running = await #expect(throws: FerryError.self) { try await queue.updatePayload(id, to: ["n": 2]) }
+    #expect(running.map { "\($0)" } == "\(FerryError.taskRunning(id))")
+    try await queue.cancel(id)
+    let gone = await #expect(throws: FerryError.self) { try await queue.updatePayload(id, to: ["n": 3]) }
+    #expect(gone.map { "\($0)" } == "\(FerryError.noSuchTask(id))")
+    let again = await #expect(throws: FerryError.self) { try await queue.cancel(id) }
+    #expect(again.map { "\($0)" } == "\(FerryError.noSuchTask(id))")
+    let run = runner(queue)
+    run.register(tag: "gated") { _ in .succeeded }
+    let single = await #expect(throws: FerryError.self) { try await run.run(.task(id)) }
+    #expect(single.map { "\($0)" } == "\(FerryError.noSuchTask(id))")
+    #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+    #expect(try await child.waitForLine(startingWith: "done ") == "done Optional(succeeded)")
+    #expect(try await child.wait() == 0)
+    _ = try await run.run()
+    var seen: [TaskUpdate] = []
+    for await update in stream {
+      seen.append(update)
+      if case .succeeded = update { break }
+    }
+    #expect(seen.contains(.cancelled(id)))
+    let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
+      switch event {
+      case .runStarted(id, _, _, _): return "start"
+      case .runSucceeded(id): return "succeeded"
+      case .cancelled(id): return "cancelled"
+      case .payloadUpdated(id, _): return "updated"
+      default: return nil
+      }
+    }
+    #expect(about == ["start", "cancelled", "succeeded"])
+    #expect(try queue.history(of: id).last?.event == .cancelled)
+    try expectConsistent(queue)
+  }
 }
 
