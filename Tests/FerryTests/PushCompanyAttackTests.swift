@@ -68,6 +68,39 @@ import Testing
     }
   }
 
+  /// Regression: a window waiting for a retry slept through the success of a manual head that
+  /// another runner ran (`run(.task(id))`): the group's next task, ready since, waited for the
+  /// retry's time (or the window ended "out of work" without it). Windows wake as automatic
+  /// running does.
+  @Test func aWindowRunsTheNextTaskAfterAnotherRunnerRunsTheManualHead() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let window = runner(queue)
+      window.register(tag: "t") { _ in .succeeded }
+      window.register(tag: "later", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
+        .failed("offline", retryable: true)
+      }
+      let head = try await queue.add(tag: "t", payload: ["n": 0], groupId: "g", manual: true)
+      let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
+      let later = try await queue.add(tag: "later", payload: ["n": 2])
+      // The window's first pass fails `later` (a retry in 60 s of the store's clock, which this
+      // test does not move) and cannot reach `next`: it waits for the retry.
+      let running = Task { try await window.run(for: .seconds(3600)) }
+      #expect(try await holds { try queue.task(later)?.attempts == 1 }, "the window never ran its first pass")
+      let other = runner(queue)
+      other.register(tag: "t") { _ in .succeeded }
+      #expect(try await other.run(.task(head)).outcome(of: head) == .succeeded)
+      let ran = try await holds { try queue.task(next) == nil }
+      running.cancel()
+      let report = try await running.value
+      #expect(ran, "the window never ran the group's next task: \(report)")
+      let runs = try runs(store.log)
+      #expect(runs[next]?.starts == 1 && runs[next]?.succeeded == 1)
+      #expect(runs[head]?.starts == 1)
+      try expectConsistent(queue)
+    }
+  }
+
   /// Regression: a manual head run by another runner of the process (`run(.task(id))`, the only
   /// way a manual task runs) succeeded, and the automatic runner never ran the task behind it.
   @Test func automaticRunningRunsTheNextTaskAfterAnotherRunnerRunsTheManualHead() async throws {

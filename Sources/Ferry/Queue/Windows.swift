@@ -204,13 +204,10 @@ extension TaskRunner {
       return s.nextWindow
     }
     let updates = queue.updates()
+    // What wakes automatic running wakes a window: a group's next task freed by another runner's
+    // run of its head, a retry time another process's run set.
     let listener = Task {
-      for await update in updates {
-        switch update {
-        case .added, .errorResolved, .revived, .interrupted, .resumed: handle.wakeup.signal()
-        default: break
-        }
-      }
+      for await update in updates where Self.wakesAutomaticRunning(update) { handle.wakeup.signal() }
     }
     let timer = Task { [queue] in
       await queue.sleep(deadline)
