@@ -20,6 +20,24 @@ import Testing
     return true
   }
 
+  /// A store in a directory of its own, which a child process opens too; `remove` closes the
+  /// store and deletes the directory.
+  func sharedStore(segment: Bool = false) async throws -> (store: FerryStore, path: String, remove: () -> Void) {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    do {
+      let store = try await FerryStore.open(at: path, configuration: configuration)
+      return (store, path, {
+        store.close()
+        try? FileManager.default.removeItem(atPath: path)
+      })
+    } catch {
+      try? FileManager.default.removeItem(atPath: path)
+      throw error
+    }
+  }
+
   /// Each task's run starts and outcomes, read from the log.
   func runs(_ log: EventLog) throws -> [TaskID: (starts: Int, succeeded: Int)] {
     var result: [TaskID: (starts: Int, succeeded: Int)] = [:]
@@ -126,12 +144,8 @@ import Testing
   /// automatic running sees the success through the log's tail and runs the task behind it.
   @Test(arguments: [false, true])
   func automaticRunningRunsTheNextTaskAfterAnotherProcessRunsTheHead(segment: Bool) async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let store = try await FerryStore.open(at: path, configuration: configuration)
-    defer { store.close() }
+    let (store, path, remove) = try await sharedStore(segment: segment)
+    defer { remove() }
     let queue = store.queue
     let automatic = runner(queue)
     automatic.register(tag: "t") { _ in .succeeded }
@@ -153,10 +167,8 @@ import Testing
   /// set its next wake-up before that retry time existed (it wakes at "the earliest retry time"),
   /// and slept on: the retry never ran.
   @Test func automaticRunningRetriesATaskAnotherProcessFailed() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    let store = try await FerryStore.open(at: path)
-    defer { store.close() }
+    let (store, path, remove) = try await sharedStore()
+    defer { remove() }
     let queue = store.queue
     let allowed = Mutex(false)
     let automatic = runner(queue)
@@ -188,12 +200,8 @@ import Testing
   /// equal to a rebuild.
   @Test(arguments: [false, true])
   func keepAndReplaceFromTwoProcessesWithRunnersInBoth(segment: Bool) async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
-    defer { try? FileManager.default.removeItem(atPath: path) }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let store = try await FerryStore.open(at: path, configuration: configuration)
-    defer { store.close() }
+    let (store, path, remove) = try await sharedStore(segment: segment)
+    defer { remove() }
     let queue = store.queue
     let automatic = runner(queue)
     automatic.register(tag: "job") { _ in
@@ -269,14 +277,10 @@ import Testing
   /// again — not by a pass, not by run(.task) — read from the log.
   @Test(arguments: [false, true])
   func updateAndCancelWhileAnotherProcessRunsTheTask(segment: Bool) async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
-    defer { try? FileManager.default.removeItem(atPath: path) }
+    let (store, path, remove) = try await sharedStore(segment: segment)
+    defer { remove() }
     let gate = path + "-gate"
     defer { try? FileManager.default.removeItem(atPath: gate) }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = segment
-    let store = try await FerryStore.open(at: path, configuration: configuration)
-    defer { store.close() }
     let queue = store.queue
     let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate])
     defer { if child.process.isRunning { child.kill() } }
