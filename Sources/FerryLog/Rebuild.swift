@@ -534,6 +534,23 @@ public struct CompactionReport: Sendable, Equatable {
   public var remaining: Int
   /// Rows in the snapshot, over every projection.
   public var snapshotRows: UInt64
+  /// The projections that kept this compaction from removing anything: stored at another version
+  /// than this code's, or not configured here, and behind the head (`Specs/compaction.md`). Empty
+  /// when nothing held it back. While one stays there — a projection a later version of the app
+  /// dropped, say — the log is never compacted.
+  public var heldBackBy: [String] = []
+
+  public init(
+    snapshotSequence: UInt64, removed: Int, removedBytes: Int, remaining: Int, snapshotRows: UInt64,
+    heldBackBy: [String] = []
+  ) {
+    self.snapshotSequence = snapshotSequence
+    self.removed = removed
+    self.removedBytes = removedBytes
+    self.remaining = remaining
+    self.snapshotRows = snapshotRows
+    self.heldBackBy = heldBackBy
+  }
 }
 
 extension EventLog {
@@ -581,7 +598,8 @@ extension EventLog {
               // at all (another version of the app added it) — and behind the head is folded by its
               // own code from its position on: removing events past it would go unseen there (an
               // unset gone, its key set for ever). Nothing goes. Every stored state is looked at.
-              let othersBehind = try core.hasProjectionOfOtherCodeBehind(head, txn)
+              let heldBackBy = try core.projectionsOfOtherCodeBehind(head, txn)
+              let othersBehind = !heldBackBy.isEmpty
               // Newest first: a predicate that keeps "the newest of each kind" learns it from the
               // first one it meets, so one pass over the log decides everything.
               var doomed: [(UInt64, Int)] = []
@@ -609,7 +627,7 @@ extension EventLog {
               let tail = try txn.statistics(core.events).entries
               return CompactionReport(
                 snapshotSequence: head, removed: doomed.count, removedBytes: doomed.reduce(0) { $0 + $1.1 },
-                remaining: tail, snapshotRows: rows)
+                remaining: tail, snapshotRows: rows, heldBackBy: heldBackBy)
             }
             // With a write-ahead segment the compaction's commit was not flushed: a checkpoint does.
             try segment?.checkpointNow(environment: environment, core: core)

@@ -329,15 +329,18 @@ struct StoreCore: Sendable {
     for (name, _) in stale { _ = try txn.delete(meta, key: MetaKey.snapshot(name)) }
   }
 
-  /// Whether a projection stored in the store — at another version than this code's, or not
-  /// configured here at all — is behind `head`: its own code folds on from its position, so events
-  /// past it must not be removed.
-  func hasProjectionOfOtherCodeBehind(_ head: UInt64, _ txn: Transaction) throws -> Bool {
+  /// The projections stored in the store — at another version than this code's, or not
+  /// configured here at all — that are behind `head`: their own code folds on from their
+  /// positions, so events past them must not be removed. Each as "name (version V, at P)", with
+  /// "not configured here" for one this code does not know.
+  func projectionsOfOtherCodeBehind(_ head: UInt64, _ txn: Transaction) throws -> [String] {
     let configured = Dictionary(
       projections.map { ($0.name, $0.projection.version) }, uniquingKeysWith: { first, _ in first })
-    return try metaEntries(named: MetaKey.projection(""), txn).contains { name, value in
-      guard let state = ProjectionState(bytes: value) else { return false }
-      return state.position < head && configured[name] != state.version
+    return try metaEntries(named: MetaKey.projection(""), txn).compactMap { name, value in
+      guard let state = ProjectionState(bytes: value), state.position < head, configured[name] != state.version
+      else { return nil }
+      let whose = configured[name].map { "this code has version \($0)" } ?? "not configured here"
+      return "\(name) (version \(state.version), at \(state.position); \(whose))"
     }
   }
 

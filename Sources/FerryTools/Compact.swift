@@ -27,6 +27,9 @@ package struct CompactJSON: Codable, Sendable, Equatable {
   package var dataFileBytesAfter: Int
   /// Whether a compacted copy was swapped in (`--copy`).
   package var copied: Bool
+  /// The projections of another version (or not configured here) behind the head that kept the
+  /// compaction from removing anything; empty when none did.
+  package var heldBackBy: [String]
 }
 
 /// `ferry compact`: a snapshot of both sides and the removal of what the retention policy allows,
@@ -74,13 +77,19 @@ package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = 
             snapshotSequence: UInt64(report.snapshotSequence), removed: Int(report.removed),
             removedBytes: Int(report.removedBytes), remaining: Int(report.remaining),
             snapshotRows: Int(report.snapshotRows), dataFileBytesBefore: Int(sizeBefore),
-            dataFileBytesAfter: Int(fileSize(path)), copied: copy)))
+            dataFileBytesAfter: Int(fileSize(path)), copied: copy, heldBackBy: report.heldBackBy)))
       return
     }
     output.line(
       "compacted through sequence \(report.snapshotSequence): removed \(report.removed) events "
         + "(\(report.removedBytes) bytes of records), \(report.remaining) left; snapshot of \(report.snapshotRows) rows"
     )
+    if !report.heldBackBy.isEmpty {
+      output.line(
+        "nothing was removed: a projection another version of the app keeps is behind the log, and its code "
+          + "folds the events past it: " + report.heldBackBy.joined(separator: ", ")
+          + " (an app of that version catches it up when it opens the store)")
+    }
     guard copy else {
       output.line(
         "data file: \(sizeBefore) bytes (freed pages are reused; --copy gives them back to the file system)")

@@ -635,6 +635,10 @@ import Testing
     try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
     let report = try await log.compact(removing: Registry.removable())
     #expect(report.removed == 0)
+    // The report says why: the projection it does not configure, behind the head.
+    #expect(report.heldBackBy.count == 1)
+    #expect(report.heldBackBy.first?.hasPrefix("registry (version 2, at ") == true, "\(report.heldBackBy)")
+    #expect(report.heldBackBy.first?.hasSuffix("not configured here)") == true, "\(report.heldBackBy)")
     log.close()
     let again = try EventLog.open(
       at: path, configuration: EventLog.Configuration(projections: [Registry(version: 2)]))

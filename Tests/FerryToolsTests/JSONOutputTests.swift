@@ -148,3 +148,51 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     #expect(try ferry(["log", demo.path, "--task", String(other)]).stdout.split(separator: "\n").count == 1)
   }
 }
+
+/// A projection another version of the app added (one `ferry` does not configure), left behind
+/// by appends of this version: `ferry compact` removes nothing, and says why — in its line and
+/// in `--json` — rather than reporting "removed 0" and leaving an operator to guess why the log
+/// never shrinks.
+@Suite(.timeLimit(.minutes(2)), .serialized) struct CompactHeldBackTests {
+  /// Counts every event (a stand-in for a projection a later app version added).
+  struct Tally: Projection {
+    let name = "tally"
+    let version: UInt32 = 1
+    let tables = ["count"]
+    func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
+      let now = try tables.value("count", key: [0]) { bytes in bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? 0
+      try tables.put("count", key: [0], value: withUnsafeBytes(of: (now + 1).bigEndian, Array.init))
+    }
+  }
+
+  @Test func aCompactionHeldBackByAProjectionOfAnotherVersionSaysWhich() async throws {
+    let store = DemoStore()
+    defer { store.remove() }
+    let app = try await FerryStore.open(at: store.path)
+    let first = try await app.queue.add(tag: "t", payload: ["n": 1])
+    app.close()
+    // Another version of the app opens the store with a projection of its own (folded to the head).
+    let other = try EventLog.open(at: store.path, configuration: EventLog.Configuration(projections: [Tally()]))
+    other.close()
+    // This version runs and finishes tasks: the other version's projection is left behind.
+    let again = try await FerryStore.open(at: store.path)
+    let runner = TaskRunner(queue: again.queue)
+    runner.register(tag: "t") { _ in .succeeded }
+    _ = try await again.queue.add(tag: "t", payload: ["n": 2])
+    _ = try await runner.run()
+    #expect(try again.queue.task(first) == nil)
+    again.close()
+
+    let human = try ferry(["compact", store.path, "--retention", "0"])
+    #expect(human.status == 0, "\(human.stderr)")
+    #expect(human.stdout.contains("removed 0 events"), "\(human.stdout)")
+    #expect(human.stdout.contains("nothing was removed: a projection another version of the app keeps"), "\(human.stdout)")
+    #expect(human.stdout.contains("tally (version 1, at "), "\(human.stdout)")
+    let json = try ferry(["compact", store.path, "--retention", "0", "--json"])
+    #expect(json.status == 0, "\(json.stderr)")
+    let report = try JSONDecoder().decode(CompactJSON.self, from: Data(json.stdout.utf8))
+    #expect(report.removed == 0)
+    #expect(report.heldBackBy.count == 1 && report.heldBackBy[0].hasPrefix("tally (version 1, at "), "\(report)")
+    #expect(report.heldBackBy[0].hasSuffix("not configured here)"), "\(report)")
+  }
+}

@@ -399,6 +399,14 @@ extension FerryStore {
 
   /// Logs a compaction.
   func compacted(_ report: CompactionReport) {
+    if !report.heldBackBy.isEmpty {
+      queue.observer.logger?.warning(
+        "log compaction removed nothing: projections of another version behind the head",
+        metadata: [
+          FerryLogMetadata.sequence: "\(report.snapshotSequence)",
+          "ferry.compaction.heldBackBy": "\(report.heldBackBy.joined(separator: ", "))",
+        ])
+    }
     queue.observer.logger?.info(
       "log compacted",
       metadata: [
