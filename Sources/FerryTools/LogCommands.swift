@@ -350,7 +350,14 @@ private func importEvents(
         throw ToolError(.badInput, "line \(lineNumber) is not an exported event")
       }
       guard event.seq == expected else {
-        throw ToolError(.badInput, "line \(lineNumber) has sequence \(event.seq), expected \(expected)")
+        // Sequences only skip where a compaction removed events: such an export is the log that
+        // was left, without the snapshot that stands for what went, and cannot make a store.
+        let why =
+          event.seq > expected
+          ? ": the store it was exported from was compacted (events \(expected)–\(event.seq - 1) were removed), "
+            + "and an import takes a whole log only; move a compacted store by copying its directory while it is closed"
+          : ""
+        throw ToolError(.badInput, "line \(lineNumber) has sequence \(event.seq), expected \(expected)\(why)")
       }
       batch.append(
         NewEvent(

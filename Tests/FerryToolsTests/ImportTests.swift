@@ -418,6 +418,29 @@ func contents(of directory: String) throws -> [String: Data] {
   }
 }
 
+extension ImportTests {
+  /// The export of a compacted store holds only the events left: import refuses it, and says the
+  /// store was compacted and how to move one, rather than only "sequence 37, expected 1".
+  @Test func anExportOfACompactedStoreIsRefusedWithTheReason() async throws {
+    let source = DemoStore()
+    let copy = DemoStore()
+    defer {
+      source.remove()
+      copy.remove()
+    }
+    _ = try await demoStore(in: source.path)
+    let compacted = try ferry(["compact", source.path, "--retention", "0"])
+    #expect(compacted.status == 0, "\(compacted.stderr)")
+    let exported = try ferry(["export", source.path])
+    #expect(exported.status == 0, "\(exported.stderr)")
+    let imported = try ferry(["import", copy.path], input: exported.stdout)
+    #expect(imported.status == 8, "\(imported.stdout) \(imported.stderr)")
+    #expect(imported.stderr.contains("was compacted (events 1–"), "\(imported.stderr)")
+    #expect(imported.stderr.contains("an import takes a whole log only"), "\(imported.stderr)")
+    #expect(!FileManager.default.fileExists(atPath: copy.path + "/data.mdb"))
+  }
+}
+
 /// Runs the demo into `path` (33 events) and returns the path.
 func demoStore(in path: String) async throws -> String {
   _ = try await runDemo(path: path, seed: 7, output: Output(line: { _ in }))
