@@ -138,10 +138,16 @@ case "run-tasks":
         }
         return .succeeded
       }
+      // Idle after three passes that ran nothing with no job runnable: tasks of another tag (no
+      // handler here) stay runnable for ever and must not keep this loop spinning.
       var idle = 0
       while idle < 3 {
         let report = try await runner.run()
-        idle = try report.entries.isEmpty && queue.nextRunnable() == nil ? idle + 1 : 0
+        let ranSomething = report.entries.contains { entry in
+          if case .skipped = entry.outcome { return false } else { return true }
+        }
+        let jobLeft = try queue.nextRunnable().map { $0.tag == "job" } ?? false
+        idle = ranSomething || jobLeft ? 0 : idle + 1
       }
       queue.close()
       say("done")
