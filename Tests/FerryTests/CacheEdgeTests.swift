@@ -107,7 +107,7 @@ import Testing
         let repository = try CacheRepository(
           key: "k\(i)", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
           automaticRefresh: false)
-        let notices = store.ledger.changes.stream(for: "k\(i)") { nil }
+        let notices = store.ledger.changes.stream(for: CacheKeyBytes("k\(i)")) { nil }
         let refresh = Task.detached { await repository.refresh() }
         for await notice in notices {
           if case .refreshFinished = notice { break }

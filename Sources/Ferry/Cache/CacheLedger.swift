@@ -31,17 +31,19 @@ public final class CacheLedger: Sendable {
 
   let log: EventLog
   let clock: @Sendable () -> Int64
-  /// Refreshes under way, by key: every caller and repository of a key shares one.
-  let inFlight = Mutex<[String: Task<RefreshResult, Never>]>([:])
+  /// Refreshes under way, by key: every caller and repository of a key shares one. Keys are
+  /// told apart by their bytes, as the ledger stores them (two spellings of "café" are equal
+  /// `String`s but two keys).
+  let inFlight = Mutex<[CacheKeyBytes: Task<RefreshResult, Never>]>([:])
   /// The error of each key's last refresh in this process, while it failed (with the underlying
   /// error the source threw); nil after a success.
-  private let refreshErrors = Mutex<[String: RefreshError]>([:])
+  private let refreshErrors = Mutex<[CacheKeyBytes: RefreshError]>([:])
 
   func rememberRefresh(_ result: RefreshResult, for key: String) {
     refreshErrors.withLock { errors in
       switch result {
-      case .failed(let error): errors[key] = error
-      case .successful: errors[key] = nil
+      case .failed(let error): errors[CacheKeyBytes(key)] = error
+      case .successful: errors[CacheKeyBytes(key)] = nil
       case .skipped: break
       }
     }
@@ -49,7 +51,7 @@ public final class CacheLedger: Sendable {
 
   /// The error of `key`'s last refresh in this process, if it failed and no fetch succeeded since.
   func lastRefreshError(_ key: String) -> RefreshError? {
-    guard let error = refreshErrors.withLock({ $0[key] }) else { return nil }
+    guard let error = refreshErrors.withLock({ $0[CacheKeyBytes(key)] }) else { return nil }
     // A success recorded since (by another repository or process) ends it.
     if let record = try? record(key), let success = record.lastSuccessMs, let failure = record.lastFailureMs,
       success > failure.at
@@ -60,7 +62,7 @@ public final class CacheLedger: Sendable {
   }
 
   /// Changes per key, for the repositories observing them.
-  let changes = Broadcaster<CacheNotice, String>(buffer: 64)
+  let changes = Broadcaster<CacheNotice, CacheKeyBytes>(buffer: 64)
 
   let sleep: @Sendable (Int64) async -> Void
 
@@ -102,7 +104,7 @@ public final class CacheLedger: Sendable {
       guard let self, CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) else { return }
       switch decoded {
       case .fetched(let key, _, _), .forgotten(let key), .paging(let key, _, _):
-        self.changes.publish(.changed, for: key)
+        self.changes.publish(.changed, for: CacheKeyBytes(key))
       }
     } missed: { [weak self] in
       // Another process's events were compacted away unread (a key forgotten, say): every
@@ -153,14 +155,14 @@ public final class CacheLedger: Sendable {
     if case .failure(let message) = outcome { outcome = .failure(TaskQueue.loggable(message)) }
     _ = try await log.append(CacheEvent.fetched(key: key, at: at ?? now, outcome: outcome).newEvent)
     observer.fetched(key, outcome, at: at ?? now)
-    changes.publish(.changed, for: key)
+    changes.publish(.changed, for: CacheKeyBytes(key))
   }
 
   /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
   public func forget(_ key: String) async throws {
     try Self.validate(key)
     _ = try await log.append(CacheEvent.forgotten(key: key).newEvent)
-    changes.publish(.changed, for: key)
+    changes.publish(.changed, for: CacheKeyBytes(key))
   }
 
   /// Stores the paging state of `key`: what the next page needs and whether more are available.
@@ -168,7 +170,7 @@ public final class CacheLedger: Sendable {
     try Self.validate(key)
     _ = try await log.append(
       CacheEvent.paging(key: key, next: next, morePagesAvailable: morePagesAvailable).newEvent)
-    changes.publish(.changed, for: key)
+    changes.publish(.changed, for: CacheKeyBytes(key))
   }
 
   /// How old the cache of `key` is, against `maxAge`. A clock that went backwards gives an age of
@@ -248,4 +250,13 @@ enum CacheNotice: Sendable, Equatable {
   case refreshFinished(RefreshResult, firstFetch: Bool)
   /// The key's cache just became too old (a repository's timer).
   case crossedMaxAge
+}
+
+/// A cache key as the ledger stores it: its UTF-8 bytes. What this process keeps per key
+/// (refreshes under way, their errors, observers) is keyed by it, not by `String`, whose equality
+/// is Unicode's canonical equivalence: "caf\u{E9}" and "cafe\u{301}" are equal strings but two keys
+/// in the ledger, and must not share a refresh.
+struct CacheKeyBytes: Hashable, Sendable {
+  let bytes: [UInt8]
+  init(_ key: String) { bytes = Array(key.utf8) }
 }

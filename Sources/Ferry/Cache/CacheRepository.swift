@@ -155,7 +155,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func sharedRefresh() async -> RefreshResult {
     if Task.isCancelled { return .skipped(.cancelled) }
-    let key = self.key
+    let key = CacheKeyBytes(self.key)
     let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never> in
       if let running = inFlight[key] { return running }
       let task = Task { [self] in
@@ -169,15 +169,16 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func performRefresh() async -> RefreshResult {
     let hadCache = (try? ledger.record(key))??.lastSuccess != nil
-    ledger.changes.publish(.refreshStarted, for: key)
+    let slot = CacheKeyBytes(key)
+    ledger.changes.publish(.refreshStarted, for: slot)
     let result = await fetchAndSave()
     // Leaving the registry and telling observers happen as one step: an observer or caller that
     // arrives in between would otherwise see a refresh under way whose end it never hears of.
     ledger.inFlight.withLock { inFlight in
-      inFlight[key] = nil
+      inFlight[slot] = nil
       ledger.rememberRefresh(result, for: key)
       ledger.changes.publish(
-        .refreshFinished(result, firstFetch: !hadCache && result == .successful), for: key)
+        .refreshFinished(result, firstFetch: !hadCache && result == .successful), for: slot)
     }
     return result
   }
@@ -238,7 +239,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// last refresh when it failed after the last success.
   public func currentState() async throws -> CacheState<Value> {
     try await state(
-      refreshing: ledger.inFlight.withLock { $0[key] != nil }, error: lastError(), firstFetch: false,
+      refreshing: ledger.inFlight.withLock { $0[CacheKeyBytes(key)] != nil }, error: lastError(), firstFetch: false,
       success: false)
   }
 
@@ -280,7 +281,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   public func states() -> AsyncStream<CacheState<Value>> {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
-    let notices = ledger.changes.stream(for: key) { nil }
+    let notices = ledger.changes.stream(for: CacheKeyBytes(key)) { nil }
     // The app's cache as a stream: its values arrive as notices too, merged in order.
     let (events, eventSink) = AsyncStream<RepositoryEvent<Value>>.makeStream()
     let noticeFeed = Task {
@@ -299,7 +300,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       }
       // The latest value of an observed cache (nil: nothing observed yet, so `load` is asked).
       var observed: Value??
-      var refreshing = ledger.inFlight.withLock { $0[key] != nil }
+      var refreshing = ledger.inFlight.withLock { $0[CacheKeyBytes(key)] != nil }
       // A failure after the last success is the error until a refresh succeeds.
       var lastError = lastError()
       var timer: Task<Void, Never>?
@@ -375,7 +376,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let crossing = end + 1
     return Task { [ledger, key] in
       await ledger.sleep(crossing)
-      if !Task.isCancelled { ledger.changes.publish(.crossedMaxAge, for: key) }
+      if !Task.isCancelled { ledger.changes.publish(.crossedMaxAge, for: CacheKeyBytes(key)) }
     }
   }
 }
