@@ -429,8 +429,12 @@ public final class TaskQueue: Sendable {
       case .added(let otherTag, _, let otherDataId, _, _, let unique, _, _):
         if event.sequence == id {
           about = id
-        } else if unique == .replace, !inRun, otherTag == tag, let dataId, otherDataId == dataId {
+        } else if unique == .replace, !inRun, otherTag.utf8.elementsEqual(tag.utf8), let dataId,
+          let otherDataId, otherDataId.utf8.elementsEqual(dataId.utf8)
+        {
           // A later add with `replace` took this task's place (a task in a run is not replaced).
+          // Compared by bytes, as the queue's `unique` index does: two spellings of "café" are
+          // equal `String`s but two data ids, and the replace left this task queued.
           about = id
           kind = .replaced(by: event.sequence)
         } else {
