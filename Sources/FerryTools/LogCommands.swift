@@ -510,8 +510,9 @@ struct ReplacementTracker {
     switch decoded {
     case .added(let tag, _, let dataId, _, _, let unique, _, _):
       if event.sequence == task, let dataId { identity = (tag, dataId) }
-      if event.sequence != task, unique == .replace, !running, let identity, identity.tag == tag,
-        identity.dataId == dataId
+      // By bytes, as the queue's unique index compares them (see TaskQueue.history(of:)).
+      if event.sequence != task, unique == .replace, !running, let identity,
+        identity.tag.utf8.elementsEqual(tag.utf8), let dataId, identity.dataId.utf8.elementsEqual(dataId.utf8)
       {
         self.identity = nil
         return task

@@ -94,3 +94,22 @@ func endsWithin<R: Sendable>(
     }
   }
 }
+
+extension AbuseTests {
+  /// Groups and tags are told apart by their bytes in the queue (each spelling of "café" is a
+  /// group of its own, with its own head); the reads that filter or gather by them must agree.
+  @Test func groupsAndTagsSpelledTwoWaysAreTwoInEveryRead() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let one = try await queue.add(tag: Self.composed, payload: Item(name: "a"), groupId: Self.composed)
+      let two = try await queue.add(tag: Self.decomposed, payload: Item(name: "b"), groupId: Self.decomposed)
+      #expect(try queue.head(of: Self.composed) == one)
+      #expect(try queue.head(of: Self.decomposed) == two)
+      #expect(try queue.pendingTasks(groupId: Self.composed).map(\.id) == [one])
+      #expect(try queue.pendingTasks(groupId: Self.decomposed).map(\.id) == [two])
+      #expect(try queue.pendingTasks(tag: Self.decomposed).map(\.id) == [two])
+      let groups = try store.log.read { view in try FerryStore.snapshot(of: view) }.groups
+      #expect(groups.map(\.tasks) == [[one], [two]])
+    }
+  }
+}

@@ -305,7 +305,7 @@ final class PassState: Sendable {
   func matches(_ row: TaskRow) -> Bool {
     switch filter {
     case .all, .task: return true
-    case .group(let group): return row.groupId == group
+    case .group(let group): return TaskQueue.sameBytes(row.groupId, group)
     case .collection: return collectionTags?.contains(row.tag) ?? false
     }
   }

@@ -370,8 +370,9 @@ public final class TaskQueue: Sendable {
   ) throws -> [PendingTask] {
     try queueTables { queue in
       try queue.allTasks { row in
-        (tag == nil || row.tag == tag) && (groupId == nil || row.groupId == groupId)
-          && (dataId == nil || row.dataId == dataId)
+        // By bytes, as the queue's indexes tell tags and ids apart (not by `String` equality,
+        // which takes two spellings of "café" as one).
+        Self.sameBytes(row.tag, tag) && Self.sameBytes(row.groupId, groupId) && Self.sameBytes(row.dataId, dataId)
       }
     }
   }
@@ -547,6 +548,13 @@ public final class TaskQueue: Sendable {
       cut.append(character)
     }
     return cut + "…"
+  }
+
+  /// Whether `value` has the bytes of `wanted`; true when nothing is wanted.
+  static func sameBytes(_ value: String?, _ wanted: String?) -> Bool {
+    guard let wanted else { return true }
+    guard let value else { return false }
+    return value.utf8.elementsEqual(wanted.utf8)
   }
 
   private static func validate(_ value: String, name: String, max: Int) throws {

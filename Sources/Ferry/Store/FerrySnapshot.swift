@@ -16,14 +16,17 @@ public struct FerrySnapshot: Sendable, Equatable {
 
   /// The groups with queued tasks, each with its task ids in order (the first is the head).
   public var groups: [(group: String, tasks: [TaskID])] {
-    var order: [String] = []
-    var members: [String: [TaskID]] = [:]
+    // Groups by their bytes, as the queue keeps them: two spellings of "café" are equal
+    // `String`s but two groups, each with its own head.
+    var order: [(group: String, bytes: [UInt8])] = []
+    var members: [[UInt8]: [TaskID]] = [:]
     for task in tasks {
       guard let group = task.groupId else { continue }
-      if members[group] == nil { order.append(group) }
-      members[group, default: []].append(task.id)
+      let bytes = Array(group.utf8)
+      if members[bytes] == nil { order.append((group, bytes)) }
+      members[bytes, default: []].append(task.id)
     }
-    return order.map { ($0, members[$0] ?? []) }
+    return order.map { ($0.group, members[$0.bytes] ?? []) }
   }
 
   /// Two snapshots are equal when every field is.
