@@ -113,3 +113,77 @@ extension AbuseTests {
     }
   }
 }
+
+/// Handlers that call back into their own runner: a request that would wait for the handler's own
+/// run or pass is refused with a typed error instead of hanging forever; others still run.
+@Suite(.timeLimit(.minutes(2))) struct AbuseReentryTests {
+  static func isInvalidArgument(_ result: Result<RunReport, any Error>?) -> Bool {
+    guard case .failure(let error) = result, case .invalidArgument = error as? FerryError else { return false }
+    return true
+  }
+
+  /// What each handler's reentrant call gave (nil: it had not ended within 10 s — a hang).
+  final class Seen: Sendable {
+    let results = Mutex<[String: Result<RunReport, any Error>?]>([:])
+    func put(_ name: String, _ result: Result<RunReport, any Error>?) { results.withLock { $0[name] = result } }
+    subscript(_ name: String) -> Result<RunReport, any Error>?? { results.withLock { $0[name] } }
+  }
+
+  @Test func aHandlerRunningItsOwnTaskOrItsOwnPassIsRefusedNotHung() async throws {
+    try await withStore { store, _, _ in
+      let runner = TaskRunner(queue: store.queue)
+      let seen = Seen()
+      runner.register(tag: "self") { task in
+        seen.put("self", await endsWithin(10) { try await runner.run(.task(task.id)) })
+        return .succeeded
+      }
+      runner.register(tag: "pass") { _ in
+        seen.put("pass", await endsWithin(10) { try await runner.run() })
+        return .succeeded
+      }
+      runner.register(tag: "group") { _ in
+        seen.put("group", await endsWithin(10) { try await runner.run(.group("g")) })
+        return .succeeded
+      }
+      runner.register(tag: "window") { _ in
+        let window = await endsWithin(10) { try await runner.run(for: .seconds(60)) }
+        seen.put("window", window.map { $0.map { _ in RunReport() } })
+        return .succeeded
+      }
+      var ids: [TaskID] = []
+      for tag in ["self", "pass", "group", "window"] {
+        ids.append(try await store.queue.add(tag: tag, payload: Item(name: tag), groupId: tag == "group" ? "g" : nil))
+      }
+      let report = try #require(try await endsWithin(60) { try await runner.run() }?.get())
+      #expect(report.entries.map(\.outcome) == [.succeeded, .succeeded, .succeeded, .succeeded])
+      for name in ["self", "pass", "group", "window"] {
+        #expect(Self.isInvalidArgument(seen[name] ?? nil), "\(name): \(String(describing: seen[name]))")
+      }
+      // Each ran once, read from the log.
+      for id in ids {
+        #expect(try store.queue.history(of: id).map(\.event) == [.added, .runStarted(attempt: 1), .runSucceeded])
+      }
+    }
+  }
+
+  @Test func aHandlerMayStillRunAnotherTaskOrAPassFromASingleTaskRun() async throws {
+    try await withStore { store, _, _ in
+      let runner = TaskRunner(queue: store.queue)
+      let seen = Seen()
+      let manual = try await store.queue.add(tag: "other", payload: Item(name: "m"), manual: true)
+      runner.register(tag: "other") { _ in .succeeded }
+      runner.register(tag: "first") { _ in
+        seen.put("other", await endsWithin(10) { try await runner.run(.task(manual)) })
+        seen.put("pass", await endsWithin(10) { try await runner.run() })
+        return .succeeded
+      }
+      let first = try await store.queue.add(tag: "first", payload: Item(name: "f"), manual: true)
+      let later = try await store.queue.add(tag: "other", payload: Item(name: "l"))
+      let report = try #require(try await endsWithin(60) { try await runner.run(.task(first)) }?.get())
+      #expect(report.entries.map(\.outcome) == [.succeeded])
+      #expect((try? seen["other"]??.get())?.entries.map(\.taskId) == [manual])
+      #expect((try? seen["pass"]??.get())?.entries.map(\.taskId) == [later])
+      #expect(try store.queue.pendingTasks().isEmpty)
+    }
+  }
+}

@@ -62,6 +62,30 @@ public final class TaskRunner: Sendable {
     let run: @Sendable (RunningTask) async throws -> TaskResult
   }
 
+  /// The run whose handler the current task is in: set around every handler call (and so seen
+  /// by every task the handler starts, but not by detached ones).
+  struct HandlerScope: Sendable {
+    /// The store the run is on (its directory).
+    let store: String
+    let taskId: TaskID
+    /// The pass that called the handler; nil for a single-task run.
+    let pass: ObjectIdentifier?
+  }
+
+  @TaskLocal static var handlerScope: HandlerScope?
+
+  /// Throws ``FerryError/invalidArgument(_:)`` when the caller is a handler called by this
+  /// runner's pass under way: a request that joins that pass, or waits for it to end, would wait
+  /// for the handler that waits for it — forever.
+  func refuseWaitingForOwnPass(_ what: String) throws {
+    guard let mine = Self.handlerScope?.pass else { return }
+    let waitsForItself = state.withLock { s in s.pass.map { ObjectIdentifier($0.control) == mine } ?? false }
+    if waitsForItself {
+      throw FerryError.invalidArgument(
+        "\(what) from a handler called by this runner's pass would wait for that pass, which waits for the handler")
+    }
+  }
+
   /// The pass under way.
   struct ActivePass {
     let task: Task<RunReport, any Error>
@@ -151,9 +175,14 @@ public final class TaskRunner: Sendable {
       throw FerryError.unknownCollection(name)
     }
     if case .task(let id) = filter {
+      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path {
+        // It would wait for this very run's outcome, which waits for it.
+        throw FerryError.invalidArgument("task \(id)'s own handler cannot run it: the run would wait for itself")
+      }
       guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
       return try await runSingle(id)
     }
+    try refuseWaitingForOwnPass("run(\(filter))")
     return try await pass(filter, joinRunning: true).report
   }
 
@@ -431,11 +460,11 @@ public final class TaskRunner: Sendable {
         for run in claimed {
           if width == 1 {
             // One lane: the handler runs right here, and its outcome goes with the next claim.
-            finished.append(await runClaimed(run))
+            finished.append(await runClaimed(run, control: control))
             continue
           }
           running += 1
-          handlers.addTask { [self] in ended.put(await runClaimed(run)) }
+          handlers.addTask { [self] in ended.put(await runClaimed(run, control: control)) }
         }
         if running == 0 {
           if !finished.isEmpty || !step.expired.isEmpty { continue }
@@ -554,7 +583,7 @@ public final class TaskRunner: Sendable {
   }
 
   /// Calls the handler of a claimed run and turns its result into the events that end the run.
-  private func runClaimed(_ run: ClaimedRun) async -> Finished {
+  private func runClaimed(_ run: ClaimedRun, control: PassControl? = nil) async -> Finished {
     let task = run.task
     let attempt = run.claim.attempt
     // The run was reserved before its claim committed (``TaskQueue/reserveRuns(_:)``); it ends here.
@@ -567,10 +596,11 @@ public final class TaskRunner: Sendable {
       // be logged): the handler is not called, and the run ends at once, ready again.
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
-    let result: TaskResult
-    do {
-      result = try await call(registration, run)
-    } catch {
+    let scope = HandlerScope(store: queue.log.path, taskId: task.id, pass: control.map(ObjectIdentifier.init))
+    let called: Result<TaskResult, CancellationError> = await Self.$handlerScope.withValue(scope) {
+      do throws(CancellationError) { return .success(try await call(registration, run)) } catch { return .failure(error) }
+    }
+    guard case .success(let result) = called else {
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
     switch result {

@@ -295,6 +295,7 @@ extension TaskRunner {
   private func windowPass(
     _ filter: RunFilter, until deadline: Int64, _ cut: WindowCut
   ) async throws -> (report: RunReport, cutShort: Bool) {
+    try refuseWaitingForOwnPass("a window")
     let required = try queue.log.head()
     while true {
       let attached = state.withLock {
