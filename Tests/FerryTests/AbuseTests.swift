@@ -187,3 +187,32 @@ extension AbuseTests {
     }
   }
 }
+
+extension AbuseTests {
+  /// `maxConcurrentTasks = Int.max` ("as many as you like"): a pass reserves room for that many
+  /// runs; with a run of another runner of the queue already under way it must not overflow.
+  @Test func aRunnerWithNoLimitOnParallelRunsBesideARunUnderWayDoesNotTrap() async throws {
+    try await withStore { store, _, _ in
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = .max
+      let wide = TaskRunner(queue: store.queue, configuration: configuration)
+      let other = TaskRunner(queue: store.queue, configuration: configuration)
+      let entered = Gate()
+      let release = Gate()
+      other.register(tag: "slow") { _ in
+        entered.open()
+        await release.wait()
+        return .succeeded
+      }
+      wide.register(tag: "t") { _ in .succeeded }
+      let slow = try await store.queue.add(tag: "slow", payload: Item(name: "s"), manual: true)
+      let single = Task { try await other.run(.task(slow)) }
+      await entered.wait()
+      for i in 0..<3 { try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), groupId: "g\(i)") }
+      let report = try await wide.run()
+      #expect(report.entries.map(\.outcome) == [.succeeded, .succeeded, .succeeded])
+      release.open()
+      #expect(try await single.value.entries.map(\.outcome) == [.succeeded])
+    }
+  }
+}

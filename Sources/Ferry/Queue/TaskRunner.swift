@@ -22,6 +22,7 @@ public final class TaskRunner: Sendable {
   /// How the runner runs.
   public struct Configuration: Sendable {
     /// Tasks of different groups may run at once, up to this many; one group never runs two.
+    /// Taken as 1 to ``TaskRunner/widestPass`` (so `Int.max` means "as many as that").
     public var maxConcurrentTasks = 1
     /// The retry policy of tags registered without one.
     public var defaultRetry = RetryPolicy()
@@ -73,6 +74,9 @@ public final class TaskRunner: Sendable {
   }
 
   @TaskLocal static var handlerScope: HandlerScope?
+
+  /// The most runs one pass has under way at once, whatever ``Configuration/maxConcurrentTasks`` says.
+  public static let widestPass = 1 << 16
 
   /// Throws ``FerryError/invalidArgument(_:)`` when the caller is a handler called by this
   /// runner's pass under way: a request that joins that pass, or waits for it to end, would wait
@@ -273,7 +277,10 @@ public final class TaskRunner: Sendable {
     var tags: Set<String>?
     if case .collection(let name) = filter { tags = Set(configuration.collections[name] ?? []) }
     let pass = PassState(filter: filter, collectionTags: tags)
-    try await work(pass, control: control, owner: owner, width: max(1, configuration.maxConcurrentTasks))
+    // Capped: a pass reserves room for `width` runs before each claim, and those reservations of
+    // every runner of the queue add up (`Int.max` beside a run under way overflowed).
+    let width = min(max(1, configuration.maxConcurrentTasks), Self.widestPass)
+    try await work(pass, control: control, owner: owner, width: width)
     return queue.observer.passEnded(pass.report())
   }
 
