@@ -216,3 +216,108 @@ extension AbuseTests {
     }
   }
 }
+
+/// Probes: close races and extreme values (each must end, without a trap).
+@Suite(.timeLimit(.minutes(2))) struct AbuseCloseTests {
+  @Test func closeDuringManyAddsLosesNothingAcknowledged() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    let acknowledged = Locked<[TaskID]>([])
+    let errors = Locked<[String]>([])
+    await withTaskGroup(of: Void.self) { group in
+      for i in 0..<200 {
+        group.addTask {
+          do {
+            let id = try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), dataId: "d\(i % 7)", unique: i % 3 == 0 ? .replace : .append)
+            acknowledged.withLock { $0.append(id) }
+          } catch {
+            errors.withLock { $0.append("\(type(of: error)): \(error)") }
+          }
+        }
+      }
+      // Close while adds are in flight: after some were acknowledged, before all were.
+      while acknowledged.withLock({ $0.count }) < 20 && errors.withLock({ $0.isEmpty }) { await Task.yield() }
+      store.close()
+    }
+    store.close()
+    let reopened = try await fixture.openStore()
+    defer { reopened.close() }
+    for id in acknowledged.withLock({ $0 }) {
+      #expect(try reopened.log.event(at: id)?.type == "task.added")
+    }
+    print("PROBE acked", acknowledged.withLock { $0.count }, "errors", Set(errors.withLock { $0 }))
+  }
+
+  @Test func everyCallAfterCloseEndsWithAnError() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+    let runner = TaskRunner(queue: store.queue)
+    runner.register(tag: "t") { _ in .succeeded }
+    let backend = NotesBackend()
+    let notes = try CacheRepository(key: "k", ledger: store.ledger, maxAge: .seconds(1), source: backend.source)
+    store.close()
+    store.close()
+    let queue = store.queue
+    var results: [String: String] = [:]
+    results["add"] = "\(String(describing: await endsWithin(5) { try await queue.add(tag: "t", payload: Item(name: "b")) }))"
+    results["cancel"] = "\(String(describing: await endsWithin(5) { try await queue.cancel(id) }))"
+    results["run"] = "\(String(describing: await endsWithin(5) { try await runner.run() }))"
+    results["runTask"] = "\(String(describing: await endsWithin(5) { try await runner.run(.task(id)) }))"
+    results["window"] = "\(String(describing: await endsWithin(5) { try await runner.run(for: .seconds(1)) }))"
+    results["idle"] = "\(String(describing: await endsWithin(5) { try await queue.waitUntilIdle() }))"
+    results["refresh"] = "\(String(describing: await endsWithin(5) { await notes.refresh(force: true) }))"
+    results["states"] = "\(String(describing: await endsWithin(5) { var n = 0; for await _ in notes.states() { n += 1; if n > 3 { break } }; return n }))"
+    results["updates"] = "\(String(describing: await endsWithin(5) { var n = 0; for await _ in queue.updates() { n += 1 }; return n }))"
+    results["task"] = "\(Result { try queue.task(id) })"
+    for (k, v) in results.sorted(by: { $0.key < $1.key }) { print("PROBE after close", k, v.prefix(300)) }
+    for (k, v) in results { #expect(!v.hasPrefix("nil"), "\(k) hung") }
+  }
+
+  @Test func extremePrioritiesDeadlinesAndABigPayloadRun() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let runner = TaskRunner(queue: store.queue)
+      let sizes = Locked<[Int]>([])
+      runner.register(tag: "t") { task in
+        let item = try task.payload(as: Item.self)
+        sizes.withLock { $0.append(item.name.utf8.count) }
+        return .succeeded
+      }
+      let low = try await queue.add(tag: "t", payload: Item(name: "low"), priority: TaskPriority(rawValue: .min))
+      let high = try await queue.add(tag: "t", payload: Item(name: "high"), priority: TaskPriority(rawValue: .max), deadline: .distantFuture)
+      let past = try await queue.add(tag: "t", payload: Item(name: "past"), deadline: .distantPast)
+      let big = try await queue.add(tag: "t", payload: Item(name: String(repeating: "x", count: 12 << 20)))
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "nan"), deadline: Date(timeIntervalSince1970: .nan)) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "inf"), deadline: Date(timeIntervalSince1970: .infinity)) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "-inf"), deadline: Date(timeIntervalSince1970: -.infinity)) }
+      await #expect(throws: FerryError.self) { try await runner.run(until: Date(timeIntervalSince1970: .nan)) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "", payload: Item(name: "empty")) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: String(repeating: "é", count: 101), payload: Item(name: "long")) }
+      try await queue.add(tag: "nul\0tag", payload: Item(name: "nul"), dataId: "\0", groupId: "\0\0")
+      let report = try await runner.run()
+      print("PROBE extreme report", report.entries.map { "\($0.taskId) \($0.outcome)" })
+      #expect(report.entries.first?.taskId == high)
+      #expect(report.entries.contains { $0.taskId == past && $0.outcome == .expired })
+      #expect(report.entries.contains { $0.taskId == big && $0.outcome == .succeeded })
+      #expect(report.entries.contains { $0.taskId == low && $0.outcome == .succeeded })
+      #expect(sizes.withLock { $0.max() } == 12 << 20)
+      // Over the log's 16 MiB payload limit: a typed error, nothing appended.
+      let head = try store.log.head()
+      await #expect(throws: (any Error).self) {
+        try await queue.add(tag: "t", payload: Item(name: String(repeating: "x", count: 17 << 20)))
+      }
+      #expect(try store.log.head() == head)
+      try expectConsistent(queue)
+    }
+  }
+}
+
+/// A value behind a lock, shareable by reference.
+final class Locked<Value: Sendable>: Sendable {
+  private let mutex: Mutex<Value>
+  init(_ value: Value) { mutex = Mutex(value) }
+  func withLock<R>(_ body: (inout Value) -> R) -> R { mutex.withLock { body(&$0) } }
+}

@@ -518,7 +518,9 @@ public final class TaskQueue: Sendable {
   static func milliseconds(deadline: Date) throws -> Int64 {
     let value = (deadline.timeIntervalSince1970 * 1000).rounded(.down)
     guard value.isFinite, value >= -9.2e18, value <= 9.2e18 else {
-      throw FerryError.invalidArgument("the deadline \(deadline) is not a time Ferry can store")
+      // Not `\(deadline)`: describing a Date of NaN or infinite seconds traps in Foundation.
+      throw FerryError.invalidArgument(
+        "the deadline \(deadline.timeIntervalSince1970) s since 1970 is not a time Ferry can store")
     }
     return Int64(value)
   }

@@ -168,10 +168,14 @@ extension TaskRunner {
   /// ```
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` for a collection not configured and
-  /// ``FerryError/invalidArgument(_:)`` for `.task` (run one task with ``run(_:)``); errors of
-  /// the store (closed, damaged) as a pass does.
+  /// ``FerryError/invalidArgument(_:)`` for `.task` (run one task with ``run(_:)``) and for a
+  /// deadline that is no time (NaN seconds); errors of the store (closed, damaged) as a pass does.
   public func run(until deadline: Date, _ filter: RunFilter = .all) async throws -> WindowReport {
-    try await window(until: Self.unixMilliseconds(deadline), filter)
+    // NaN saturated to the end of time: a window that never ends.
+    guard !deadline.timeIntervalSince1970.isNaN else {
+      throw FerryError.invalidArgument("a window's deadline must be a time, not NaN seconds since 1970")
+    }
+    return try await window(until: Self.unixMilliseconds(deadline), filter)
   }
 
   /// A window (``run(until:_:)``) of `budget` from now on the store's clock.
