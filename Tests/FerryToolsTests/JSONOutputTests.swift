@@ -196,3 +196,25 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     #expect(report.heldBackBy[0].hasSuffix("not configured here)"), "\(report)")
   }
 }
+
+/// `ferry log --task N` tells data ids apart by their bytes, as the queue does: an add with
+/// `replace` whose data id is another spelling of N's ("cafe\u{301}" for "caf\u{E9}") leaves N
+/// queued, and the log must not show it as N's replacement (it did while it compared `String`s).
+@Suite(.timeLimit(.minutes(2))) struct LogReplacementSpellingTests {
+  @Test func anAddWithAnotherSpellingOfTheDataIdIsNotShownAsTheReplacement() async throws {
+    let store = DemoStore()
+    defer { store.remove() }
+    let app = try await FerryStore.open(at: store.path)
+    let first = try await app.queue.add(tag: "t", payload: ["v": 1], dataId: "caf\u{E9}", unique: .replace)
+    let second = try await app.queue.add(tag: "t", payload: ["v": 2], dataId: "cafe\u{301}", unique: .replace)
+    let third = try await app.queue.add(tag: "t", payload: ["v": 3], dataId: "caf\u{E9}", unique: .replace)
+    #expect(try app.queue.task(first) == nil, "the same spelling replaces")
+    #expect(try app.queue.task(second) != nil, "another spelling is another data id")
+    app.close()
+    let lines = try ferry(["log", store.path, "--task", String(first)]).stdout.split(separator: "\n")
+    let replacing = lines.filter { $0.contains("(replaces task \(first)") }
+    #expect(replacing.count == 1 && replacing[0].contains("task \(third) added"), "\(lines)")
+    let other = try ferry(["log", store.path, "--task", String(second)]).stdout
+    #expect(!other.contains("replaces task"), "\(other)")
+  }
+}
