@@ -419,14 +419,23 @@ import Testing
     defer { if child.process.isRunning { child.kill() } }
     _ = try await child.waitForLine(startingWith: "open")
     var compactions = 0
+    // A read that another process's back-to-back rebuilds keep behind gives up with
+    // `projectionNotCurrent` (as `EventLog.read` documents; seen once in CI: "covers the log up
+    // to 1690 of 1720"): that round is counted and the loop goes on. What this test is about —
+    // no finished task coming back — is checked at the end.
+    var gaveUp = 0
     let deadline = ContinuousClock.now + .seconds(15)
     while ContinuousClock.now < deadline {
       // A snapshot with 40 tasks pending, then their runs, then a compaction removing them all.
       all += try await addJobs(store.queue, 40)
-      _ = try await store.compact(retention: .zero)
-      _ = try await runner.run()
-      _ = try await store.compact(retention: .zero)
-      compactions += 2
+      do {
+        _ = try await store.compact(retention: .zero)
+        _ = try await runner.run()
+        _ = try await store.compact(retention: .zero)
+        compactions += 2
+      } catch where isNotCurrent(error) {
+        gaveUp += 1
+      }
     }
     let rounds = child.output.filter { $0.hasPrefix("round ") }.count
     if child.process.isRunning { child.kill() }
@@ -435,7 +444,9 @@ import Testing
     #expect(pending.isEmpty, "\(pending.count) finished tasks came back: \(pending.prefix(10))")
     let report = try store.log.verify()
     #expect(report.isHealthy, "\(report.problems.prefix(5))")
-    print("compactions: \(compactions), rebuilds in the other process: \(rounds), tasks: \(all.count)")
+    print(
+      "compactions: \(compactions), rebuilds in the other process: \(rounds), tasks: \(all.count), "
+        + "rounds a read gave up in: \(gaveUp)")
   }
 
   /// Another process is stopped (SIGSTOP — a debugger, or a suspended app extension) in the
