@@ -595,15 +595,7 @@ public final class EventLog: Sendable {
 
   /// Whether this open of the log appended the event at `sequence` (as opposed to another process).
   public func appendedHere(_ sequence: UInt64) -> Bool {
-    ownRanges.ranges.withLock { ranges in
-      var low = 0
-      var high = ranges.count
-      while low < high {
-        let middle = (low + high) / 2
-        if ranges[middle].upperBound < sequence { low = middle + 1 } else { high = middle }
-      }
-      return low < ranges.count && ranges[low].contains(sequence)
-    }
+    appendedHere(allOf: sequence...sequence)
   }
 
   /// Whether this open of the log appended every event in `range` (false when another process

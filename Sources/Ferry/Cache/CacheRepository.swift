@@ -117,6 +117,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   let source: CacheSource<Value>
   let automaticRefresh: Bool
   let gate: PendingTasksGate?
+  /// `key` as this process's refreshes, their errors and observers tell keys apart: by its bytes.
+  let slot: CacheKeyBytes
 
   /// A repository of `key`. With `automaticRefresh`, observing it refreshes the cache when there is
   /// none or it is too old (now, or when it crosses its max age while observed).
@@ -129,6 +131,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     try CacheLedger.validate(maxAge: maxAge)
     try gate?.check(against: ledger)
     self.key = key
+    slot = CacheKeyBytes(key)
     self.ledger = ledger
     self.maxAge = maxAge
     self.source = source
@@ -155,7 +158,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func sharedRefresh() async -> RefreshResult {
     if Task.isCancelled { return .skipped(.cancelled) }
-    let key = CacheKeyBytes(self.key)
+    let key = slot
     let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never> in
       if let running = inFlight[key] { return running }
       let task = Task { [self] in
@@ -169,7 +172,6 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func performRefresh() async -> RefreshResult {
     let hadCache = (try? ledger.record(key))??.lastSuccess != nil
-    let slot = CacheKeyBytes(key)
     ledger.changes.publish(.refreshStarted, for: slot)
     let result = await fetchAndSave()
     // Leaving the registry and telling observers happen as one step: an observer or caller that
@@ -239,7 +241,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// last refresh when it failed after the last success.
   public func currentState() async throws -> CacheState<Value> {
     try await state(
-      refreshing: ledger.inFlight.withLock { $0[CacheKeyBytes(key)] != nil }, error: lastError(), firstFetch: false,
+      refreshing: ledger.inFlight.withLock { $0[slot] != nil }, error: lastError(), firstFetch: false,
       success: false)
   }
 
@@ -281,7 +283,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   public func states() -> AsyncStream<CacheState<Value>> {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
-    let notices = ledger.changes.stream(for: CacheKeyBytes(key)) { nil }
+    let notices = ledger.changes.stream(for: slot) { nil }
     // The app's cache as a stream: its values arrive as notices too, merged in order.
     let (events, eventSink) = AsyncStream<RepositoryEvent<Value>>.makeStream()
     let noticeFeed = Task {
@@ -300,7 +302,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       }
       // The latest value of an observed cache (nil: nothing observed yet, so `load` is asked).
       var observed: Value??
-      var refreshing = ledger.inFlight.withLock { $0[CacheKeyBytes(key)] != nil }
+      var refreshing = ledger.inFlight.withLock { $0[slot] != nil }
       // A failure after the last success is the error until a refresh succeeds.
       var lastError = lastError()
       var timer: Task<Void, Never>?
@@ -374,9 +376,9 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     let (end, overflow) = lastFetched.unixMilliseconds.addingReportingOverflow(maxAge.milliseconds)
     guard !overflow, end < .max else { return nil }  // a max age that never ends: no timer
     let crossing = end + 1
-    return Task { [ledger, key] in
+    return Task { [ledger, slot] in
       await ledger.sleep(crossing)
-      if !Task.isCancelled { ledger.changes.publish(.crossedMaxAge, for: CacheKeyBytes(key)) }
+      if !Task.isCancelled { ledger.changes.publish(.crossedMaxAge, for: slot) }
     }
   }
 }
