@@ -430,8 +430,8 @@ public final class TaskQueue: Sendable {
       case .added(let otherTag, _, let otherDataId, _, _, let unique, _, _):
         if event.sequence == id {
           about = id
-        } else if unique == .replace, !inRun, otherTag.utf8.elementsEqual(tag.utf8), let dataId,
-          let otherDataId, otherDataId.utf8.elementsEqual(dataId.utf8)
+        } else if unique == .replace, !inRun, let dataId, Self.sameBytes(otherTag, tag),
+          Self.sameBytes(otherDataId, dataId)
         {
           // A later add with `replace` took this task's place (a task in a run is not replaced).
           // Compared by bytes, as the queue's `unique` index does: two spellings of "café" are
