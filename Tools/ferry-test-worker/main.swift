@@ -475,15 +475,17 @@ case "hold-open":
   }
   done.wait()
 case "attack-run-gated":
-  // (AttackTests) Adds one "gated" task and runs it; its handler says "running ID ATTEMPT", waits
-  // until the file GATE exists, then succeeds. Says "done OUTCOME" after the pass.
-  guard arguments.count == 4 else { fail("attack-run-gated DIR GATE") }
+  // (AttackTests) Adds one "gated" task (in GROUP when given) and runs it; its handler says
+  // "running ID ATTEMPT", waits until the file GATE exists, then succeeds. Says "done OUTCOME"
+  // after the pass.
+  guard arguments.count == 4 || arguments.count == 5 else { fail("attack-run-gated DIR GATE [GROUP]") }
   let gate = arguments[3]
+  let group = arguments.count == 5 ? arguments[4] : nil
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
       let queue = try await TaskQueue.open(at: directory)
-      let id = try await queue.add(tag: "gated", payload: ["n": 1])
+      let id = try await queue.add(tag: "gated", payload: ["n": 1], groupId: group)
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "gated") { task in
         say("running \(task.id) \(task.attempt)")

@@ -69,7 +69,7 @@ enum ClaimSearch {
     switch row.status {
     case .ready: return true
     case .waiting: return (row.eligibleAt ?? .min) <= now
-    case .running, .blocked, .dead: return false
+    case .running, .blocked, .dead, .cancelled: return false
     }
   }
 
@@ -248,13 +248,14 @@ enum ClaimSearch {
     handlers: TaskRunner.HandlerInfo, checked: Bool
   ) throws -> SingleClaim {
     let queue = try QueueCommand.tables(context)
-    guard let row = try queue.row(id) else { return .gone }
+    // Cancelled while a run of it is under way: it has left the queue.
+    guard let row = try queue.row(id), row.isQueued else { return .gone }
     if let claim = row.claim { return .runningElsewhere(head: context.head, claim: claim) }
     if try expireIfDue(id, row, context, now: now) { return .expired }
     switch row.status {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)
-    case .running: return .skip(.running)
+    case .running, .cancelled: return .skip(.running)
     case .waiting where (row.eligibleAt ?? .min) > now:
       return .skip(.waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0)))
     case .ready, .waiting: break

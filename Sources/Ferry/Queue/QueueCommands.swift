@@ -25,9 +25,9 @@ enum QueueCommand {
       let queue = try tables(context)
       let existing = try queue.tasks(tag: tag, dataId: dataId)
       if unique == .keep, let first = existing.first { return .kept(first) }
-      if unique == .replace {
-        for id in existing where try queue.row(id)?.claim == nil { replaced.append(id) }
-      }
+      // Every twin is replaced, one whose run is under way too: that run ends as it will, and
+      // the task does not run again (`Specs/task-events.md` §3.2).
+      if unique == .replace { replaced = existing }
     }
     guard let id = try context.append([event.newEvent]).first else {
       throw FerryError.invalidArgument("the add appended nothing")
@@ -40,7 +40,7 @@ enum QueueCommand {
     _ id: TaskID, _ event: TaskEvent, _ context: CommandContext,
     check: (TaskRow) throws -> Void = { _ in }
   ) throws {
-    guard let row = try tables(context).row(id) else { throw FerryError.noSuchTask(id) }
+    guard let row = try tables(context).row(id), row.isQueued else { throw FerryError.noSuchTask(id) }
     try check(row)
     try context.append([event.newEvent])
   }
@@ -49,7 +49,7 @@ enum QueueCommand {
   /// it is under way (`taskRunning`: its handler has the old payload, and its outcome is about
   /// that). Ready, waiting, blocked, dead and manual tasks take it and keep their status.
   static func updatePayload(_ id: TaskID, _ payload: [UInt8], _ context: CommandContext) throws {
-    guard let row = try tables(context).row(id) else { throw FerryError.noSuchTask(id) }
+    guard let row = try tables(context).row(id), row.isQueued else { throw FerryError.noSuchTask(id) }
     if row.claim != nil { throw FerryError.taskRunning(id) }
     try context.append([TaskEvent.payloadUpdated(id, payload: payload).newEvent])
   }
@@ -89,7 +89,8 @@ enum QueueCommand {
     var cancelled: [TaskID] = []
     var running: [TaskID] = []
     for id in candidates {
-      guard let row = try queue.row(id) else { continue }
+      // A task cancelled while it runs has left the queue already (its row waits for the run).
+      guard let row = try queue.row(id), row.isQueued else { continue }
       if case .tag(let tag) = selection, row.tag != tag { continue }
       if row.claim != nil { running.append(id) } else { cancelled.append(id) }
     }
@@ -114,7 +115,8 @@ enum QueueCommand {
   }
 
   /// Logs a run's outcome if the run is still the caller's. A task that left the queue during its
-  /// run (cancelled, cleared) gets its outcome logged too, and does not come back.
+  /// run (cancelled, cleared: its row waits, cancelled, with the caller's claim) gets its outcome
+  /// logged too, and does not come back.
   static func finish(
     _ id: TaskID, claim: TaskRow.Claim, outcome: [TaskEvent], _ context: CommandContext
   ) throws -> FinishOutcome {

@@ -420,7 +420,6 @@ public final class TaskQueue: Sendable {
     }
     var entries: [TaskHistoryEntry] = []
     var ended = false
-    var inRun = false
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
       if ended || !TaskEvent.typeSet.contains(event.type) { return }
       let decoded = try TaskEvent(event)
@@ -430,11 +429,11 @@ public final class TaskQueue: Sendable {
       case .added(let otherTag, _, let otherDataId, _, _, let unique, _, _):
         if event.sequence == id {
           about = id
-        } else if unique == .replace, !inRun, let dataId, Self.sameBytes(otherTag, tag),
+        } else if unique == .replace, let dataId, Self.sameBytes(otherTag, tag),
           Self.sameBytes(otherDataId, dataId)
         {
-          // A later add with `replace` took this task's place (a task in a run is not replaced).
-          // Compared by bytes, as the queue's `unique` index does: two spellings of "café" are
+          // A later add with `replace` took this task's place (during a run too: that run ends,
+          // and the task does not run again). Compared by bytes, as the queue's `unique` index does: two spellings of "café" are
           // equal `String`s but two data ids, and the replace left this task queued.
           about = id
           kind = .replaced(by: event.sequence)
@@ -452,9 +451,6 @@ public final class TaskQueue: Sendable {
       guard about == id, !ended else { return }
       entries.append(TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind))
       switch decoded {
-      case .runStarted: inRun = true
-      case .runFailed, .runInterrupted: inRun = false
-      case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
       case .runSucceeded, .cancelled, .expired, .cleared: ended = true
       case .added: if event.sequence != id { ended = true }
       default: break
@@ -473,7 +469,7 @@ public final class TaskQueue: Sendable {
   func payloadBytes(of id: TaskID) throws -> [UInt8] {
     try log.read { view in
       let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
-      guard try queue.row(id) != nil else { throw FerryError.noSuchTask(id) }
+      guard try queue.row(id)?.isQueued == true else { throw FerryError.noSuchTask(id) }
       return try Self.payload(of: id, at: queue.payloadSource(id)) { try view.event(at: $0) }
     }
   }

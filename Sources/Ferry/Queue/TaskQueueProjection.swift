@@ -14,7 +14,10 @@ struct TaskQueueProjection: InPlaceFolding {
   /// 3: `task.payloadUpdated`, and the `payloads` table naming the event that holds a task's payload.
   /// 4: priority and deadline (`task.added` v2) in the row, `ready` and `waiting` keys led by the
   /// priority level, the `deadlines` index and `task.expired`.
-  var version: UInt32 { 4 }
+  /// 5: a task cancelled, cleared or replaced while a run of it is under way keeps its row
+  /// (status cancelled), claim and group entry until that run's outcome: its group waits for the
+  /// handler, and it does not run again.
+  var version: UInt32 { 5 }
   var tables: [String] { Self.tableNames }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
@@ -38,7 +41,12 @@ struct TaskQueueProjection: InPlaceFolding {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         if unique == .keep && !existing.isEmpty { return }
         if unique == .replace {
-          for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
+          // Each twin leaves the queue; one whose run is under way is cancelled as `task.cancelled`
+          // leaves it (its row waits for the run's outcome, and it does not run again).
+          for id in existing {
+            guard let row = try queue.row(id) else { continue }
+            if row.claim == nil { try queue.remove(id) } else { try queue.cancelDuringRun(id, row) }
+          }
         }
       }
       let row = TaskRow(
@@ -62,9 +70,15 @@ struct TaskQueueProjection: InPlaceFolding {
         row.eligibleAt = nil
         row.claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
       }
-    case .runSucceeded(let id), .cancelled(let id), .expired(let id):
+    case .runSucceeded(let id), .expired(let id):
       try queue.remove(id)
+    case .cancelled(let id):
+      // A run under way keeps the row, its claim and its place in its group until its outcome.
+      guard let row = try queue.row(id), row.claim != nil else { return try queue.remove(id) }
+      if row.isQueued { try queue.cancelDuringRun(id, row) }
     case .runFailed(let id, let message, _, let next):
+      // The outcome of a run whose task was cancelled meanwhile: the task leaves now.
+      if try queue.row(id)?.isQueued == false { return try queue.remove(id) }
       try queue.update(id) { row in
         row.lastFailure = message
         let hadClaim = row.claim != nil
@@ -77,12 +91,15 @@ struct TaskQueueProjection: InPlaceFolding {
         row.eligibleAt = next
       }
     case .runInterrupted(let id):
+      if try queue.row(id)?.isQueued == false { return try queue.remove(id) }
       try queue.update(id) { row in
         row.claim = nil
         if row.status == .running { row.status = .ready }
       }
     case .errorRecorded(let id, let message, let endsRun):
-      guard try queue.row(id) != nil else { return }
+      guard let row = try queue.row(id) else { return }
+      // A cancelled task takes no error; one that ends its run is that run's outcome.
+      guard row.isQueued else { return endsRun ? try queue.remove(id) : () }
       try queue.update(id) { row in
         row.status = .blocked
         row.eligibleAt = nil
@@ -105,12 +122,19 @@ struct TaskQueueProjection: InPlaceFolding {
       }
     case .payloadUpdated(let id, _):
       // The task keeps its id, status, claim and place; its next claim reads this event's payload.
-      guard try queue.row(id) != nil else { return }
+      guard try queue.row(id)?.isQueued == true else { return }
       try tables.put("payloads", key: QueueKey.task(id), value: sequence.bigEndianBytes)
     case .cleared:
+      // Tasks whose run is under way stay, cancelled, until their runs' outcomes (as a cancel
+      // leaves them): read from `running` before everything goes.
+      var running: [(TaskID, TaskRow)] = []
+      for (id, _) in try QueueCommand.claims(queue) {
+        if let row = try queue.row(id) { running.append((id, row)) }
+      }
       for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines"] {
         try tables.removeAll(table)
       }
+      for (id, row) in running { try queue.keepCancelled(id, row) }
     case .paused:
       try tables.put("state", key: QueueKey.paused, value: [1])
     case .resumed:
@@ -318,7 +342,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
           throw PayloadError("a task key has \(key.count) bytes")
         }
         let row = try TaskRow(value)
-        if including(row) { result.append(try task(id, row, holders: &holders)) }
+        if row.isQueued && including(row) { result.append(try task(id, row, holders: &holders)) }
         return true
       } catch {
         failure = error
@@ -331,7 +355,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
 
   /// ``task(_:_:holders:)`` for one task.
   func task(_ id: TaskID) throws -> PendingTask? {
-    guard let row = try row(id) else { return nil }
+    guard let row = try row(id), row.isQueued else { return nil }
     var holders: [String: TaskID?] = [:]
     return try task(id, row, holders: &holders)
   }
@@ -375,6 +399,30 @@ extension QueueTables where Tables == ProjectionTables {
     }
   }
 
+  /// Cancels a task whose run is under way (`Specs/task-events.md` §3.2): it leaves the queue for
+  /// every caller — its unique key, error and payload entries go — while its row (status
+  /// cancelled), claim and group entry stay until the run's outcome removes them.
+  func cancelDuringRun(_ id: TaskID, _ old: TaskRow) throws {
+    try unindex(id, old)
+    if old.errorCount != 0 { try tables.delete("errors", key: QueueKey.task(id)) }
+    if try !tables.isCertainlyEmpty("payloads") { try tables.delete("payloads", key: QueueKey.task(id)) }
+    if let dataId = old.dataId {
+      try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
+    }
+    try keepCancelled(id, old)
+  }
+
+  /// Writes a task's row as cancelled with its claim and group entry (and nothing else): after a
+  /// clear emptied every table, or from ``cancelDuringRun(_:_:)``.
+  func keepCancelled(_ id: TaskID, _ old: TaskRow) throws {
+    var row = old
+    row.status = .cancelled
+    row.eligibleAt = nil
+    try QueueKey.withTask(id) { key in try row.withBytes { try tables.put("tasks", key: key, value: $0) } }
+    if let groupId = row.groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
+    try index(id, row)
+  }
+
   func index(_ id: TaskID, _ row: TaskRow) throws {
     if let claim = row.claim { try tables.put("running", key: QueueKey.task(id), value: claim.bytes) }
     // Every queued task with a deadline and no claim, whatever its status, group or manual flag:
@@ -392,7 +440,7 @@ extension QueueTables where Tables == ProjectionTables {
       }
     case .waiting:
       try tables.put("waiting", key: QueueKey.waiting(row.level, row.eligibleAt ?? 0, id), value: [])
-    case .running, .blocked, .dead: break
+    case .running, .blocked, .dead, .cancelled: break
     }
   }
 

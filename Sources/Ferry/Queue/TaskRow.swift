@@ -5,6 +5,10 @@ import Foundation
 struct TaskRow: Equatable {
   enum Status: UInt8 {
     case ready = 0, running = 1, waiting = 2, blocked = 3, dead = 4
+    /// Cancelled (or cleared) while a run of it was under way: out of the queue for every caller
+    /// (reads, commands, unique keys), but its row, claim and group entry stay until that run's
+    /// outcome is logged, so its group's next task cannot start beside the handler still running.
+    case cancelled = 5
   }
 
   var tag: String
@@ -24,6 +28,10 @@ struct TaskRow: Equatable {
   var priority: Int8 = 0
   /// No run starts after this time (Unix ms), from the add.
   var deadline: Int64?
+
+  /// Whether the task is in the queue as its callers see it: every row but a cancelled one whose
+  /// run is still under way (`Status.cancelled`).
+  var isQueued: Bool { status != .cancelled }
 
   /// The first byte of the task's `ready` and `waiting` keys: higher priorities sort first.
   var level: UInt8 { TaskPriority(rawValue: priority).indexLevel }
@@ -157,6 +165,9 @@ struct TaskRow: Equatable {
     case .waiting: status = .waiting(until: Date(unixMilliseconds: eligibleAt ?? 0))
     case .blocked: status = .blockedByError
     case .dead: status = .dead
+    // Never shown by the queue's reads (they skip such rows); a claim path that meets one sees a
+    // run under way.
+    case .cancelled: status = .running
     }
     return PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,

@@ -1,0 +1,219 @@
+import FerryLog
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// A task cancelled, cleared or replaced while its handler runs leaves the queue at once for every
+/// caller, but its group waits for that run's outcome and it never runs again
+/// (`Specs/task-events.md` §3.2, projection version 5). Orders are read from the log.
+@Suite(.timeLimit(.minutes(2))) struct CancelDuringRunTests {
+  /// The starts and successes of `ids`, in log order, named by `names`.
+  static func order(_ store: FerryStore, _ names: [TaskID: String]) throws -> [String] {
+    try store.log.forEachTaskEvent().compactMap { _, event -> String? in
+      switch event {
+      case .runStarted(let id, _, _, _): return names[id].map { "start \($0)" }
+      case .runSucceeded(let id): return names[id].map { "end \($0)" }
+      case .runFailed(let id, _, _, _): return names[id].map { "fail \($0)" }
+      default: return nil
+      }
+    }
+  }
+
+  /// Cancelling a group's head while its handler runs: another runner cannot start the group's
+  /// next task until the cancelled run ends (it used to start at once — two tasks of one group
+  /// running together).
+  @Test(arguments: [false, true]) func cancellingARunningHeadKeepsItsGroupWaitingUntilItsRunEnds(byClear: Bool)
+    async throws
+  {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let first = runner(queue)
+      first.register(tag: "slow") { task in
+        started.note("\(task.id)")
+        await gate.wait()
+        return .succeeded
+      }
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g")
+      let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
+      async let headReport = first.run(.task(head))
+      try await waitUntil { started.all.contains("\(head)") }
+      if byClear { try await queue.clear() } else { try await queue.cancel(head) }
+      // Out of the queue for every caller at once.
+      #expect(try queue.task(head) == nil)
+      #expect(try queue.pendingTasks().map(\.id) == (byClear ? [] : [next]))
+      for attempt in [
+        { try await queue.cancel(head) }, { try await queue.updatePayload(head, to: ["n": 9]) },
+        { _ = try await queue.recordError(head, message: "x") },
+      ] as [@Sendable () async throws -> Void] {
+        let error = await #expect(throws: FerryError.self) { try await attempt() }
+        #expect(error.map { "\($0)" } == "\(FerryError.noSuchTask(head))")
+      }
+      if byClear {
+        // A task added to the group after the clear waits for the cleared run too.
+        let later = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")
+        #expect(try queue.task(later)?.status == .waitingForGroup(behind: head))
+        let second = runner(queue)
+        second.register(tag: "t") { _ in .succeeded }
+        #expect(try await second.run().outcome(of: later) == nil)
+        #expect(try await second.run(.task(later)).outcome(of: later) == .skipped(.notHeadOfGroup))
+        #expect(try queue.isIdle() == false, "a handler still runs")
+        gate.open()
+        #expect(try await headReport.outcome(of: head) == .succeeded)
+        #expect(try await second.run(.task(later)).outcome(of: later) == .succeeded)
+        #expect(try Self.order(store, [head: "head", later: "later"]) == ["start head", "end head", "start later", "end later"])
+      } else {
+        #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
+        let second = runner(queue)
+        second.register(tag: "t") { _ in .succeeded }
+        #expect(try await second.run().outcome(of: next) == nil)
+        #expect(try await second.run(.task(next)).outcome(of: next) == .skipped(.notHeadOfGroup))
+        gate.open()
+        #expect(try await headReport.outcome(of: head) == .succeeded)
+        #expect(try queue.task(next)?.status == .ready)
+        #expect(try await second.run().outcome(of: next) == .succeeded)
+        #expect(try Self.order(store, [head: "head", next: "next"]) == ["start head", "end head", "start next", "end next"])
+      }
+      #expect(try queue.pendingTasks().isEmpty)
+      #expect(try store.log.verify().isHealthy)
+    }
+  }
+
+  /// A cancelled running task whose handler then fails retryably does not come back, and the
+  /// group's next task runs after that failure, never before.
+  @Test func aCancelledRunThatFailsDoesNotRetryAndFreesItsGroup() async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let run = runner(queue)
+      run.register(tag: "slow", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
+        started.note("\(task.id)")
+        await gate.wait()
+        return .failed("offline", retryable: true)
+      }
+      run.register(tag: "t") { _ in .succeeded }
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g")
+      let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
+      async let headReport = run.run(.task(head))
+      try await waitUntil { started.all.contains("\(head)") }
+      try await queue.cancel(head)
+      #expect(try await run.run().outcome(of: next) == nil, "the group's next task started beside its cancelled head")
+      gate.open()
+      _ = try await headReport
+      #expect(try queue.task(head) == nil)
+      fixture.time += 5000
+      #expect(try await run.run().outcome(of: next) == .succeeded)
+      #expect(try await run.run().entries.isEmpty)
+      #expect(try Self.order(store, [head: "head", next: "next"]) == ["start head", "fail head", "start next", "end next"])
+      #expect(try store.log.verify().isHealthy)
+    }
+  }
+
+  /// `replace` while the old task's handler runs: the old task leaves the queue (reported
+  /// replaced), its run ends as it will, and it never runs again — its stale payload is not sent
+  /// after its replacement (it used to retry after the replacement had run).
+  @Test func aTaskReplacedDuringItsRunDoesNotRunAgain() async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let sent = Journal()
+      let run = runner(queue)
+      run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
+        let value = try task.payload(as: [String: String].self)["v"] ?? "?"
+        started.note("\(task.id)")
+        if task.attempt == 1 && value == "old" {
+          await gate.wait()
+          return .failed("offline", retryable: true)
+        }
+        sent.note(value)
+        return .succeeded
+      }
+      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+      async let firstRun = run.run(.task(old))
+      try await waitUntil { started.all.contains("\(old)") }
+      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      #expect(try queue.pendingTasks().map(\.id) == [new])
+      gate.open()
+      _ = try await firstRun
+      _ = try await run.run()
+      fixture.time += 2000
+      _ = try await run.run()
+      #expect(sent.all == ["new"], "the replaced task sent its stale payload after its replacement: \(sent.all)")
+      #expect(try queue.history(of: old).last?.event == .replaced(by: new))
+      #expect(try Self.order(store, [old: "old", new: "new"]) == ["start old", "fail old", "start new", "end new"])
+      #expect(try store.log.verify().isHealthy)
+    }
+  }
+
+  /// An app cancels a group's head whose handler runs in another process (its extension), as seen
+  /// by a read-only open too: the head leaves the queue's reads at once, but no pass — here, in a
+  /// third open — starts the group's next task until the head's run ends, whether it ends with its
+  /// handler's success or with its owner SIGKILLed (then interrupted, and removed, by recovery).
+  /// Read from the log; both store modes.
+  @Test(arguments: [(false, false), (false, true), (true, false), (true, true)])
+  func aCancelledHeadRunningInAnotherProcessHoldsItsGroup(segment: Bool, killed: Bool) async throws {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-run-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: path) }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: path, configuration: configuration)
+    defer { store.close() }
+    let gate = path + "-gate"
+    defer { try? FileManager.default.removeItem(atPath: gate) }
+    let queue = store.queue
+    let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate, "g"])
+    defer { if child.process.isRunning { child.kill() } }
+    let line = try await child.waitForLine(startingWith: "running ")
+    let head = try #require(UInt64(line.split(separator: " ")[1]))
+    let next = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")
+    try await queue.cancel(head)
+    // A third process reads the store read-only (`ferry inspect --json`): the head is gone, the
+    // next task waits behind it.
+    let inspect = try OperatorCompanyAttackTests.ferry(["inspect", path, "--json"])
+    #expect(inspect.status == 0, "\(inspect.stderr)")
+    let tasks = try #require(
+      (try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])?["tasks"] as? [[String: Any]])
+    #expect(tasks.compactMap { $0["id"] as? Int }.map(UInt64.init) == [next], "\(inspect.stdout)")
+    #expect(tasks.first?["status"] as? String == "waitingForGroup")
+    #expect((tasks.first?["behind"] as? Int).map(UInt64.init) == head)
+    #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
+    let run = runner(queue)
+    run.register(tag: "t") { _ in .succeeded }
+    run.register(tag: "gated") { _ in .succeeded }
+    for _ in 0..<3 {
+      #expect(try await run.run().entries.isEmpty, "a pass ran a task of a group whose cancelled head still runs")
+    }
+    #expect(try await run.run(.task(next)).outcome(of: next) == .skipped(.notHeadOfGroup))
+    if killed {
+      child.kill()
+      _ = try await child.wait()
+      #expect(try await queue.interruptRunsOfDeadOwners() == [head])
+    } else {
+      #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+      #expect(try await child.waitForLine(startingWith: "done ") == "done Optional(succeeded)")
+      #expect(try await child.wait() == 0)
+    }
+    #expect(try await run.run().outcome(of: next) == .succeeded)
+    #expect(try await run.run().entries.isEmpty, "the cancelled head ran again")
+    let order = try Self.order(store, [head: "head", next: "next"])
+    #expect(order == (killed ? ["start head", "start next", "end next"] : ["start head", "end head", "start next", "end next"]))
+    let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
+      switch event {
+      case .runStarted(head, _, _, _): return "start"
+      case .cancelled(head): return "cancelled"
+      case .runInterrupted(head): return "interrupted"
+      case .runSucceeded(head): return "succeeded"
+      default: return nil
+      }
+    }
+    #expect(about == ["start", "cancelled", killed ? "interrupted" : "succeeded"])
+    #expect(try queue.pendingTasks().isEmpty)
+    try expectConsistent(queue)
+  }
+}
