@@ -54,6 +54,7 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
   var report = CrashCheckReport()
   report.acknowledged = acknowledged.count
   var inFlight: [TaskID] = []
+  var cancelledInFlight = Set<TaskID>()
 
   // 0. With the write-ahead segment, a store whose writer died has frames past its checkpoint
   // that only a read-write open replays (a read-only one refuses it): the log alone is opened
@@ -112,7 +113,8 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
       behind.isEmpty
       ? try store.log.read { try FerryStore.snapshot(of: $0) }
       : try store.log.withProjections(asOf: nil) { try FerryStore.snapshot(of: $0) }
-    inFlight = snapshot.tasks.filter { $0.status == .running }.map(\.id)
+    inFlight = (snapshot.tasks.filter { $0.status == .running }.map(\.id) + snapshot.cancelledRunning).sorted()
+    cancelledInFlight = Set(snapshot.cancelledRunning)
     report.violations += try taskInvariants(store.log, pending: snapshot.tasks)
   } catch FerryLogError.notAStore(_, _) where acknowledged.isEmpty {
     // Killed while the store was being created: nothing was acknowledged, nothing to check yet.
@@ -134,8 +136,15 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
       report.violations.append(
         "runs in flight \(inFlight) but \(report.interrupted) reported interrupted at reopen")
     }
-    for id in report.interrupted where try store.queue.task(id)?.status != .ready {
+    for id in report.interrupted where try !cancelledInFlight.contains(id) && store.queue.task(id)?.status != .ready {
       report.violations.append("interrupted task \(id) is not ready again after reopen")
+    }
+    // A task cancelled while it ran leaves the queue when its run ends — here, interrupted.
+    for id in cancelledInFlight where try store.queue.task(id) != nil {
+      report.violations.append("task \(id), cancelled while it ran, is queued again after its run was interrupted")
+    }
+    if let left = try? store.log.read({ try FerryStore.snapshot(of: $0) }).cancelledRunning, !left.isEmpty {
+      report.violations.append("runs of cancelled tasks \(left) are still under way after reopen")
     }
     let verified = try store.log.verify(maxDifferences: 5)
     for problem in verified.problems { report.violations.append("after reopen: \(problem)") }
@@ -157,14 +166,28 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
   var succeeded = Set<TaskID>()
   var interruptedOwners: [String: (task: TaskID, sequence: UInt64)] = [:]
   var present = Set<TaskID>()
+  // A group never has two runs under way: its next task starts only after its head's run ended
+  // (a head cancelled during its run too, `Specs/task-events.md` §3.2).
+  var groupOf: [TaskID: String] = [:]
+  var runningInGroup: [String: TaskID] = [:]
+  func endRun(_ id: TaskID) {
+    if let group = groupOf[id], runningInGroup[group] == id { runningInGroup[group] = nil }
+  }
   try log.forEachEvent(chunkSize: 5000) { event in
     guard let decoded = try? TaskEvent(event) else { return }
     switch decoded {
-    case .added:
+    case .added(_, _, _, let groupId, _, _, _, _):
       present.insert(event.sequence)
+      if let groupId { groupOf[event.sequence] = groupId }
     case .runStarted(let id, _, let owner, _) where present.contains(id):
       if let other = open[id] {
         violations.append("task \(id) claimed at \(event.sequence) by \(owner) while \(other)'s run was under way")
+      }
+      if let group = groupOf[id] {
+        if let other = runningInGroup[group], other != id {
+          violations.append("group \(group): task \(id) started at \(event.sequence) while task \(other)'s run was under way")
+        }
+        runningInGroup[group] = id
       }
       if let interrupted = interruptedOwners[owner] {
         violations.append(
@@ -174,6 +197,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
       open[id] = owner
     case .runSucceeded(let id) where present.contains(id), .runFailed(let id, _, _, _) where present.contains(id),
       .errorRecorded(let id, _, true) where present.contains(id):
+      endRun(id)
       if open.removeValue(forKey: id) == nil {
         violations.append("task \(id) has an outcome at \(event.sequence) with no run under way")
       }
@@ -181,6 +205,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
         violations.append("task \(id) succeeded twice (again at \(event.sequence))")
       }
     case .runInterrupted(let id) where present.contains(id):
+      endRun(id)
       guard let owner = open.removeValue(forKey: id) else {
         violations.append("task \(id) interrupted at \(event.sequence) with no run under way")
         return

@@ -216,4 +216,56 @@ import Testing
     #expect(try queue.pendingTasks().isEmpty)
     try expectConsistent(queue)
   }
+
+  /// A run that ends (failing, retryably) a minute after its task was replaced, cancelled or
+  /// cleared, and a compaction whose cutoff falls in that minute: everything else of that time
+  /// goes — the replacing task's whole history too — and neither the live queue nor a rebuild
+  /// (verify, a reopen) brings the task back. (Had the replace left only the replacing add as the
+  /// end of the running task's history, the add would go and a rebuild would fold the late
+  /// failure into a waiting task again.)
+  @Test(arguments: ["replace", "cancel", "clear"]) func compactingAfterALateOutcomeNeverBringsTheTaskBack(how: String)
+    async throws
+  {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var store = try await fixture.openStore()
+    defer { store.close() }
+    let gate = Gate()
+    let started = Journal()
+    let run = runner(store.queue)
+    run.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
+      started.note("\(task.id)")
+      if try task.payload(as: [String: String].self)["v"] == "old" {
+        await gate.wait()
+        return .failed("offline", retryable: true)
+      }
+      return .succeeded
+    }
+    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+    async let first = run.run(.task(old))
+    try await waitUntil { started.all.contains("\(old)") }
+    switch how {
+    case "replace":
+      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      #expect(try await run.run(.task(new)).outcome(of: new) == .succeeded)
+    case "cancel": try await store.queue.cancel(old)
+    default: try await store.queue.clear()
+    }
+    let other = try await store.queue.add(tag: "t", payload: ["v": "other"])
+    #expect(try await run.run(.task(other)).outcome(of: other) == .succeeded)
+    fixture.time += 60_000
+    gate.open()
+    _ = try await first
+    #expect(try store.queue.task(old) == nil)
+    let report = try await store.compact(retention: .seconds(30))
+    #expect(report.removed >= 3, "the other task's history goes: \(report)")
+    #expect(try store.queue.task(old) == nil)
+    try expectConsistent(store.queue)
+    store.close()
+    store = try await fixture.openStore()
+    _ = try await store.log.rebuild()
+    let pending = try store.queue.pendingTasks()
+    #expect(pending.isEmpty, "\(pending)")
+    try expectConsistent(store.queue)
+  }
 }

@@ -123,7 +123,10 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     try expectConsistent(queue)
   }
 
-  @Test func aRunningTaskIsNotReplaced() async throws {
+  /// A replace while the twin runs: the add command logs the twin's cancel, then the add; the
+  /// twin leaves the queue (its run ends as it will). A log written before version 5 — the add
+  /// without the cancel — still folds as it did: the running twin stays queued.
+  @Test func aRunningTaskIsReplacedByItsOwnCancel() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let queue = try await fixture.open()
@@ -131,7 +134,17 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let running = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
     let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .replace)
-    #expect(try queue.pendingTasks().map(\.id) == [running, next])
+    #expect(try queue.pendingTasks().map(\.id) == [next])
+    #expect(try queue.log.event(at: next - 1).map { try TaskEvent($0) } == .cancelled(running))
+    #expect(try queue.history(of: running).last?.event == .replaced(by: next))
+    let earlier = try await queue.add(tag: "save", payload: Item(name: "v3"), dataId: "old")
+    _ = try await queue.record([.runStarted(earlier, attempt: 1, owner: "", runner: 0)])
+    let add = TaskEvent.added(
+      tag: "save", payload: Array(#"{"name":"v4"}"#.utf8), dataId: "old", groupId: nil, manual: false,
+      unique: .replace, priority: 0, deadline: nil)
+    let later = try #require(try await queue.record([add]).first)
+    #expect(try queue.pendingTasks().map(\.id) == [next, earlier, later])
+    #expect(try queue.history(of: earlier).last?.event == .runStarted(attempt: 1))
     try expectConsistent(queue)
   }
 

@@ -21,15 +21,22 @@ enum QueueCommand {
       throw FerryError.invalidArgument("not an add")
     }
     var replaced: [TaskID] = []
+    var cancelledDuringRun: [TaskID] = []
     if let dataId, unique != .append {
       let queue = try tables(context)
       let existing = try queue.tasks(tag: tag, dataId: dataId)
       if unique == .keep, let first = existing.first { return .kept(first) }
-      // Every twin is replaced, one whose run is under way too: that run ends as it will, and
-      // the task does not run again (`Specs/task-events.md` §3.2).
-      if unique == .replace { replaced = existing }
+      if unique == .replace {
+        // Every twin is replaced. The add removes those without a claim; one whose run is under
+        // way is cancelled by its own `task.cancelled`, logged just before the add: that run ends
+        // as it will, the task does not run again, and its history ends in an event of its own
+        // (what compaction keeps or removes with the rest of it; `Specs/task-events.md` §4.1).
+        replaced = existing
+        for id in existing where try queue.row(id)?.claim != nil { cancelledDuringRun.append(id) }
+      }
     }
-    guard let id = try context.append([event.newEvent]).first else {
+    let events = cancelledDuringRun.map { TaskEvent.cancelled($0).newEvent } + [event.newEvent]
+    guard let id = try context.append(events).last else {
       throw FerryError.invalidArgument("the add appended nothing")
     }
     return .added(id, replaced: replaced)

@@ -420,21 +420,41 @@ public final class TaskQueue: Sendable {
     }
     var entries: [TaskHistoryEntry] = []
     var ended = false
+    var inRun = false
+    /// This task's `task.cancelled`, held back until the next event that is not another task's
+    /// cancel: when that is an add of its tag and data id with `replace`, the replace command
+    /// logged the cancel (the task's run was under way) and the history ends `replaced(by:)`.
+    var heldCancel: TaskHistoryEntry?
+    func isReplace(_ decoded: TaskEvent) -> Bool {
+      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _) = decoded, let dataId else {
+        return false
+      }
+      // By bytes, as the queue's `unique` index compares: two spellings of "café" are equal
+      // `String`s but two data ids.
+      return Self.sameBytes(otherTag, tag) && Self.sameBytes(otherDataId, dataId)
+    }
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
       if ended || !TaskEvent.typeSet.contains(event.type) { return }
       let decoded = try TaskEvent(event)
+      if let cancel = heldCancel {
+        if case .cancelled = decoded { return }  // the same command's cancel of another twin
+        ended = true
+        entries.append(
+          isReplace(decoded)
+            ? TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
+            : cancel)
+        return
+      }
       let about: TaskID?
       var kind = decoded.historyKind
       switch decoded {
-      case .added(let otherTag, _, let otherDataId, _, _, let unique, _, _):
+      case .added:
         if event.sequence == id {
           about = id
-        } else if unique == .replace, let dataId, Self.sameBytes(otherTag, tag),
-          Self.sameBytes(otherDataId, dataId)
-        {
-          // A later add with `replace` took this task's place (during a run too: that run ends,
-          // and the task does not run again). Compared by bytes, as the queue's `unique` index does: two spellings of "café" are
-          // equal `String`s but two data ids, and the replace left this task queued.
+        } else if !inRun, isReplace(decoded) {
+          // A later add with `replace` took this task's place. (One whose run was under way is
+          // cancelled by the replace command first, above; in logs written before that, a task
+          // in a run was not replaced.)
           about = id
           kind = .replaced(by: event.sequence)
         } else {
@@ -448,14 +468,22 @@ public final class TaskQueue: Sendable {
       case .cleared: about = id
       case .paused, .resumed: about = nil
       }
-      guard about == id, !ended else { return }
-      entries.append(TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind))
+      guard about == id else { return }
+      let entry = TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind)
       switch decoded {
-      case .runSucceeded, .cancelled, .expired, .cleared: ended = true
+      case .cancelled:
+        heldCancel = entry
+        return
+      case .runStarted: inRun = true
+      case .runFailed, .runInterrupted: inRun = false
+      case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
+      case .runSucceeded, .expired, .cleared: ended = true
       case .added: if event.sequence != id { ended = true }
       default: break
       }
+      entries.append(entry)
     }
+    if !ended, let cancel = heldCancel { entries.append(cancel) }
     return entries
   }
 

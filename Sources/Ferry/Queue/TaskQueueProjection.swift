@@ -14,9 +14,9 @@ struct TaskQueueProjection: InPlaceFolding {
   /// 3: `task.payloadUpdated`, and the `payloads` table naming the event that holds a task's payload.
   /// 4: priority and deadline (`task.added` v2) in the row, `ready` and `waiting` keys led by the
   /// priority level, the `deadlines` index and `task.expired`.
-  /// 5: a task cancelled, cleared or replaced while a run of it is under way keeps its row
-  /// (status cancelled), claim and group entry until that run's outcome: its group waits for the
-  /// handler, and it does not run again.
+  /// 5: a task cancelled or cleared while a run of it is under way keeps its row (status
+  /// cancelled), claim and group entry until that run's outcome: its group waits for the handler,
+  /// and it does not run again.
   var version: UInt32 { 5 }
   var tables: [String] { Self.tableNames }
 
@@ -41,12 +41,9 @@ struct TaskQueueProjection: InPlaceFolding {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         if unique == .keep && !existing.isEmpty { return }
         if unique == .replace {
-          // Each twin leaves the queue; one whose run is under way is cancelled as `task.cancelled`
-          // leaves it (its row waits for the run's outcome, and it does not run again).
-          for id in existing {
-            guard let row = try queue.row(id) else { continue }
-            if row.claim == nil { try queue.remove(id) } else { try queue.cancelDuringRun(id, row) }
-          }
+          // A twin whose run is under way stays: the add command logs its `task.cancelled` first
+          // (version 5; logs of earlier versions left it queued, and still fold so).
+          for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
         }
       }
       let row = TaskRow(

@@ -13,6 +13,10 @@ public struct FerrySnapshot: Sendable, Equatable {
   public var paused: Bool
   /// Every cache key the ledger knows, by key.
   public var caches: [CacheRecord]
+  /// Tasks cancelled (or cleared, or replaced) while a run of them was under way, in id order:
+  /// no longer queued — not in ``tasks`` — but their runs have not ended, and each still holds
+  /// its group until its run's outcome is logged.
+  public var cancelledRunning: [TaskID] = []
 
   /// The groups with queued tasks, each with its task ids in order (the first is the head).
   public var groups: [(group: String, tasks: [TaskID])] {
@@ -32,7 +36,7 @@ public struct FerrySnapshot: Sendable, Equatable {
   /// Two snapshots are equal when every field is.
   public static func == (lhs: FerrySnapshot, rhs: FerrySnapshot) -> Bool {
     lhs.head == rhs.head && lhs.tasks == rhs.tasks && lhs.errors == rhs.errors && lhs.paused == rhs.paused
-      && lhs.caches == rhs.caches
+      && lhs.caches == rhs.caches && lhs.cancelledRunning == rhs.cancelledRunning
   }
 }
 
@@ -52,7 +56,10 @@ extension FerryStore {
     let caches = try view.tables(of: CacheAgesProjection.projectionName).entries("keys").map {
       try CacheRecord(key: String(decoding: $0.key, as: UTF8.self), bytes: $0.value)
     }
-    return FerrySnapshot(head: try view.head(), tasks: tasks, errors: errors, paused: paused, caches: caches)
+    let cancelledRunning = try QueueCommand.claims(queue).map(\.0).filter { try queue.row($0)?.isQueued == false }
+    return FerrySnapshot(
+      head: try view.head(), tasks: tasks, errors: errors, paused: paused, caches: caches,
+      cancelledRunning: cancelledRunning)
   }
 
   /// Opens a store read-only: nothing is written (no crash recovery either), and it works while
