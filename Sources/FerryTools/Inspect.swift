@@ -101,11 +101,15 @@ package struct InspectReport: Codable, Sendable, Equatable {
   package var caches: [Cache]
   /// Counts.
   package var totals: Totals
+  /// Tasks cancelled while a run of them is under way (not pending; each holds its group until
+  /// its run ends). Absent when there are none.
+  package var cancelledRunning: [UInt64]?
 
   /// The report of a snapshot, with cache ages measured at `now` against `maxAgeMs`.
   package init(_ snapshot: FerrySnapshot, now: Int64, maxAgeMs: Int64) {
     head = snapshot.head
     paused = snapshot.paused
+    cancelledRunning = snapshot.cancelledRunning.isEmpty ? nil : snapshot.cancelledRunning
     self.now = now
     self.maxAgeMs = maxAgeMs
     var totals = Totals()
@@ -197,6 +201,11 @@ package struct InspectReport: Codable, Sendable, Equatable {
             + column(next, 40)
             + note)
       }
+    }
+    if let cancelledRunning {
+      out.append(
+        "  cancelled while running (not pending; each holds its group until its run ends): "
+          + cancelledRunning.map(String.init).joined(separator: ", "))
     }
     out.append("")
     out.append("groups (\(groups.count))")

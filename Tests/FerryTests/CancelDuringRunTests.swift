@@ -182,6 +182,11 @@ import Testing
     #expect(tasks.compactMap { $0["id"] as? Int }.map(UInt64.init) == [next], "\(inspect.stdout)")
     #expect(tasks.first?["status"] as? String == "waitingForGroup")
     #expect((tasks.first?["behind"] as? Int).map(UInt64.init) == head)
+    let report = try #require(try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])
+    #expect((report["cancelledRunning"] as? [Int])?.map(UInt64.init) == [head])
+    let human = try OperatorCompanyAttackTests.ferry(["inspect", path])
+    #expect(human.stdout.contains("cancelled while running (not pending; each holds its group until its run ends): \(head)"))
+    #expect(human.stdout.contains("after task \(head)"))
     #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
     let run = runner(queue)
     run.register(tag: "t") { _ in .succeeded }
