@@ -273,4 +273,47 @@ import Testing
     #expect(pending.isEmpty, "\(pending)")
     try expectConsistent(store.queue)
   }
+
+  /// Regression: automatic running (in this process) runs the group's next task once a cancelled
+  /// head's run, in another runner, ends in any way — a success, a retryable or final failure, or
+  /// an error recorded (all of which remove the cancelled task). A final failure and a recorded
+  /// error did not wake it: the next task waited for an unrelated change.
+  @Test(arguments: ["succeeded", "retryable", "final", "error"])
+  func automaticRunningRunsTheNextTaskWhenACancelledHeadsRunEnds(ending: String) async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let other = runner(queue)
+      other.register(tag: "slow") { task in
+        started.note("\(task.id)")
+        await gate.wait()
+        switch ending {
+        case "succeeded": return .succeeded
+        case "retryable": return .failed("offline", retryable: true)
+        case "final": return .failed("rejected", retryable: false)
+        default: return .recordError("log in again")
+        }
+      }
+      let auto = runner(queue)
+      auto.register(tag: "t") { _ in .succeeded }
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", manual: true)
+      let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
+      auto.startAutomaticRunning()
+      defer { auto.stop() }
+      async let headReport = other.run(.task(head))
+      try await waitUntil { started.all.contains("\(head)") }
+      try await queue.cancel(head)
+      // Let automatic running take the cancel's wake-up and go back to sleep (the group is held).
+      try await Task.sleep(for: .milliseconds(300))
+      #expect(try !Self.order(store, [next: "next"]).contains("start next"), "it started beside the cancelled head")
+      gate.open()
+      _ = try await headReport
+      let deadline = ContinuousClock.now + .seconds(20)
+      while try queue.task(next) != nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+      #expect(try queue.task(next) == nil, "the group's next task never ran after its cancelled head's run ended (\(ending))")
+      #expect(try Self.order(store, [head: "head", next: "next"]).suffix(2) == ["start next", "end next"])
+      try expectConsistent(queue)
+    }
+  }
 }

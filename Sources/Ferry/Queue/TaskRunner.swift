@@ -846,15 +846,17 @@ public final class TaskRunner: Sendable {
 
   /// Whether a change may give automatic running work its last pass did not have: a task added,
   /// resolved, revived, interrupted or the queue resumed; and a run or task that ended — a
-  /// success, cancel or expiry may make the next task of a group its head, and a retryable
-  /// failure sets a retry time the loop's timer was not set for. Those of another runner or
-  /// process matter most (a manual head run by `run(.task)`, a blocked head cancelled, an
-  /// extension's one-off run that failed); the loop's own runs cost one more pass, which finds
-  /// what its pass left.
+  /// success, cancel or expiry may make the next task of a group its head, a retryable failure
+  /// sets a retry time the loop's timer was not set for, and any outcome (a final failure or an
+  /// error recorded too) of a run whose task was cancelled while it ran removes that task, which
+  /// held its group until then. Those of another runner or process matter most (a manual head
+  /// run by `run(.task)`, a blocked head cancelled, an extension's one-off run that failed); the
+  /// loop's own runs cost one more pass, which finds what its pass left.
   static func wakesAutomaticRunning(_ update: TaskUpdate) -> Bool {
     switch update {
-    case .added, .errorResolved, .revived, .interrupted, .resumed, .succeeded, .cancelled, .expired: return true
-    case .failed(_, _, let retryAt): return retryAt != nil
+    case .added, .errorResolved, .revived, .interrupted, .resumed, .succeeded, .cancelled, .expired, .failed,
+      .errorRecorded:
+      return true
     default: return false
     }
   }
