@@ -166,22 +166,30 @@ final class TableOverlay {
   /// Writes the surviving rows into `db` in key order and forgets them.
   func flush(into db: Database, _ txn: Transaction) throws {
     if emptied { try txn.empty(db) }
-    // Past the table's last key, puts append and deletes have nothing to delete.
-    let tableLast: [UInt8]? = try txn.withCursor(db) { cursor in try cursor.last()?.key }
-    try tableLast.withUnsafeBufferBytes { tableLast in
-      var last = tableLast
-      for entry in entries {
-        let key = entry.key
-        let pastEnd = last.map { Self.precedes($0, key) } ?? true
-        if let value = entry.value {
-          if pastEnd {
-            try txn.put(db, key: key, value: value, flags: .append)
-            last = key
-          } else {
-            try txn.put(db, key: key, value: value)
+    // Past the table's last key, puts append and deletes have nothing to delete. The entries are
+    // in key order, so the keys inside the table's range come first (put and deleted the ordinary
+    // way), then the ones past its end: appended through one cursor, which keeps the tree's root
+    // page from one append to the next where each `mdb_put` set up a cursor afresh.
+    try txn.withCursor(db) { cursor in
+      let tableLast: [UInt8]? = try cursor.last()?.key
+      try tableLast.withUnsafeBufferBytes { tableLast in
+        var index = 0
+        if let tableLast {
+          while index < entries.count {
+            let entry = entries[index]
+            guard !Self.precedes(tableLast, entry.key) else { break }
+            if let value = entry.value {
+              try txn.put(db, key: entry.key, value: value)
+            } else {
+              try txn.delete(db, key: entry.key)
+            }
+            index += 1
           }
-        } else if !pastEnd {
-          try txn.delete(db, key: key)
+        }
+        while index < entries.count {
+          let entry = entries[index]
+          if let value = entry.value { try cursor.put(key: entry.key, value: value, flags: .append) }
+          index += 1
         }
       }
     }

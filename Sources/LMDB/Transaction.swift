@@ -25,7 +25,7 @@ public final class Transaction {
 
   /// ``Environment/maxKeySize``, kept here: every key operation checks it, and reaching it through
   /// the unowned `environment` retained and released the environment each time.
-  private let maxKeySize: Int
+  let maxKeySize: Int
 
   init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
     self.txn = txn
@@ -210,11 +210,15 @@ public final class Cursor {
   /// The database the cursor walks.
   public let database: Database
   @exclusivity(unchecked) var isClosed = false
+  /// The transaction's ``Environment/maxKeySize``, kept here: reaching the unowned transaction
+  /// retains and releases it, on every step of a scan and every put.
+  let maxKeySize: Int
 
   init(cursor: OpaquePointer, transaction: Transaction, database: Database) {
     self.cursor = cursor
     self.transaction = transaction
     self.database = database
+    self.maxKeySize = transaction.maxKeySize
   }
 
   /// One key/value pair, copied out of the map.
@@ -234,7 +238,7 @@ public final class Cursor {
     var dataVal = MDB_val()
     let rc: Int32
     if let key {
-      try transaction.validateKey(key.count, in: database)
+      if key.count == 0 || key.count > maxKeySize { try transaction.validateKey(key.count, in: database) }
       rc = key.withUnsafeBytes { k -> Int32 in
         keyVal = MDB_val(mv_size: k.count, mv_data: UnsafeMutableRawPointer(mutating: k.baseAddress))
         return mdb_cursor_get(cursor, &keyVal, &dataVal, op)
@@ -243,7 +247,7 @@ public final class Cursor {
       rc = mdb_cursor_get(cursor, &keyVal, &dataVal, op)
     }
     if rc == MDB_NOTFOUND { return nil }
-    try transaction.check(rc, "moving a cursor on '\(database.name)'")
+    if rc != MDB_SUCCESS { try transaction.check(rc, "moving a cursor on '\(database.name)'") }
     return try body(
       UnsafeRawBufferPointer(start: keyVal.mv_data, count: keyVal.mv_size),
       UnsafeRawBufferPointer(start: dataVal.mv_data, count: dataVal.mv_size))
@@ -291,6 +295,22 @@ public final class Cursor {
         } ?? false
     }
     return seen
+  }
+
+  /// Stores `value` under `key` through this cursor (`mdb_cursor_put`), leaving the cursor at the
+  /// entry written. A run of ``PutFlags/append`` puts through one cursor costs less than one
+  /// `mdb_put` each: `mdb_put` sets up a fresh cursor for every row and looks the root page up
+  /// among the transaction's dirty pages again, where a kept cursor still holds it (LMDB still
+  /// walks down to the last leaf on each append). The same rule as
+  /// ``Transaction/put(_:key:value:flags:)`` on the bytes: never ones this environment handed out.
+  package func put(key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer, flags: PutFlags = []) throws {
+    if isClosed { throw LMDBError(code: MDB_BAD_TXN, message: "the cursor is closed") }
+    // The transaction (unowned: each use retains it) only when something is wrong.
+    if key.count == 0 || key.count > maxKeySize { try transaction.validateKey(key.count, in: database) }
+    var keyVal = MDB_val(mv_size: key.count, mv_data: UnsafeMutableRawPointer(mutating: key.baseAddress))
+    var dataVal = MDB_val(mv_size: value.count, mv_data: UnsafeMutableRawPointer(mutating: value.baseAddress))
+    let rc = mdb_cursor_put(cursor, &keyVal, &dataVal, flags.rawValue)
+    if rc != MDB_SUCCESS { try transaction.check(rc, "writing \(value.count) bytes to '\(database.name)'") }
   }
 
   /// Deletes the entry the cursor is at.
