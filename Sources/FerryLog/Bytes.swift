@@ -49,23 +49,28 @@ struct ByteReader {
 
   var remaining: Int { buffer.count - offset }
 
+  // Inlined (every record's decoding reads eight fields: a call each cost more than the read);
+  // the failure is made out of line.
+  @inline(__always)
   mutating func read<T: FixedWidthInteger>(_: T.Type, _ field: String) throws(RecordDecodingFailure) -> T {
     let size = T.bitWidth / 8
-    guard remaining >= size else {
-      throw RecordDecodingFailure("truncated at \(field): needs \(size) bytes, \(remaining) left")
-    }
+    guard remaining >= size else { throw Self.truncated(field, needs: size, left: remaining) }
     let raw = buffer.loadUnaligned(fromByteOffset: offset, as: T.self)
     offset += size
     return T(bigEndian: raw)
   }
 
   /// The next `count` bytes, in place (valid as long as the buffer is).
+  @inline(__always)
   mutating func readBuffer(count: Int, _ field: String) throws(RecordDecodingFailure) -> UnsafeRawBufferPointer {
-    guard count >= 0, remaining >= count else {
-      throw RecordDecodingFailure("truncated at \(field): needs \(count) bytes, \(remaining) left")
-    }
+    guard count >= 0, remaining >= count else { throw Self.truncated(field, needs: count, left: remaining) }
     defer { offset += count }
     return UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)])
+  }
+
+  @inline(never)
+  private static func truncated(_ field: String, needs: Int, left: Int) -> RecordDecodingFailure {
+    RecordDecodingFailure("truncated at \(field): needs \(needs) bytes, \(left) left")
   }
 }
 

@@ -56,12 +56,20 @@ public struct EventCatalog: Sendable {
 
   /// The type whose name is `bytes`, or nil.
   func type(named bytes: UnsafeRawBufferPointer) -> (type: EventType, isValidName: Bool)? {
-    for entry in known where entry.bytes.count == bytes.count {
-      let equal = entry.bytes.withUnsafeBytes { name in
+    index(named: bytes).map { (known[$0].type, known[$0].isValidName) }
+  }
+
+  /// The index in `known` of the type whose name is `bytes`, or nil: a replay reads the fields it
+  /// needs from there, where a copy of the entry retained its type's name and upcasters.
+  func index(named bytes: UnsafeRawBufferPointer) -> Int? {
+    // By index, each name's bytes compared in place: `for entry in known` copied every entry it
+    // passed over (retaining its bytes and its type's fields), for every record read.
+    for index in known.indices where known[index].bytes.count == bytes.count {
+      let equal = known[index].bytes.withUnsafeBytes { name in
         guard let a = name.baseAddress, let b = bytes.baseAddress else { return name.count == bytes.count }
         return memcmp(a, b, bytes.count) == 0
       }
-      if equal { return (entry.type, entry.isValidName) }
+      if equal { return index }
     }
     return nil
   }

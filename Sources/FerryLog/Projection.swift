@@ -181,6 +181,17 @@ public final class ProjectionTables: ProjectionTableReading {
     return (database, overlay)
   }
 
+  /// The table's index among the projection's tables (nothing copied out: a ``Database`` copied
+  /// retains its name, an overlay itself).
+  @inline(__always)
+  func index(of table: String) throws(FerryLogError) -> Int {
+    let count = table.utf8.count
+    for index in databases.indices where databases[index].name.utf8.count == count && databases[index].name == table {
+      return index
+    }
+    throw .unknownTable(projection: projection, table: table)
+  }
+
   /// ``table(_:)`` with the table's index among the projection's tables.
   func entry(_ table: String) throws(FerryLogError) -> (index: Int, database: Database, overlay: TableOverlay?) {
     // The byte count first: a name of another length is passed over without comparing strings;
@@ -299,14 +310,23 @@ public final class ProjectionTables: ProjectionTableReading {
   /// from these tables (a `scan`'s buffers): LMDB reads them after it has begun changing the page
   /// they may lie on — hence package-only; the array form is safe for everyone.
   package func put(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
-    let (index, db, overlay) = try entry(table)
+    let index = try index(of: table)
     changing(index)
-    if let overlay {
-      try transaction.validateKey(key.count, in: db)
-      overlay.set(key, value)
+    if let overlays {
+      try validateKey(key, index)
+      overlays[index].set(key, value)
       return
     }
-    try transaction.put(db, key: key, value: value)
+    try transaction.put(databases[index].database, key: key, value: value)
+  }
+
+  /// ``Transaction/validateKey(_:in:)`` for the table at `index`, its database reached only for
+  /// the error.
+  @inline(__always)
+  private func validateKey(_ key: UnsafeRawBufferPointer, _ index: Int) throws {
+    if key.count == 0 || key.count > transaction.maxKeySize {
+      try transaction.validateKey(key.count, in: databases[index].database)
+    }
   }
 
   /// Stores `value` under `key` in `table` where `key` is expected to sort after every key there
@@ -319,13 +339,14 @@ public final class ProjectionTables: ProjectionTableReading {
   /// ``putLast(_:key:value:)`` from bytes held elsewhere (they are copied). Only during `apply`,
   /// never with bytes read from these tables (see the raw `put`).
   package func putLast(_ table: String, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer) throws {
-    let (index, db, overlay) = try entry(table)
+    let index = try index(of: table)
     changing(index)
-    if let overlay {
-      try transaction.validateKey(key.count, in: db)
-      overlay.set(key, value)
+    if let overlays {
+      try validateKey(key, index)
+      overlays[index].set(key, value)
       return
     }
+    let db = databases[index].database
     do {
       try transaction.put(db, key: key, value: value, flags: .append)
     } catch let error as LMDBError where error == .keyExists {

@@ -422,15 +422,17 @@ struct StoreCore: Sendable {
       let (header, payload) = try EventRecord.decodeInPlace(bytes, sequence: sequence) { _ in nil }
       return .inPlace(header, payload)
     }
-    var found: EventCatalog.EventType?
+    // The entry found, by its index (a copy of its type retained the type's name and upcasters).
+    var found: Int?
     let (header, payload) = try EventRecord.decodeInPlace(bytes, sequence: sequence) { typeBytes in
-      guard let known = catalog.type(named: typeBytes) else { return nil }
-      found = known.type
-      return (known.type.name, known.isValidName)
+      guard let index = catalog.index(named: typeBytes) else { return nil }
+      found = index
+      return (catalog.known[index].type.name, catalog.known[index].isValidName)
     }
-    if let found, header.schemaVersion == found.version { return .inPlace(header, payload) }
+    if let found, header.schemaVersion == catalog.known[found].type.version { return .inPlace(header, payload) }
     // Unknown types, newer versions (both throw) and older ones (upcast) the ordinary way.
-    return .event(try catalog.upcast(LoggedEvent(header, payload: Array(payload)), type: found))
+    return .event(
+      try catalog.upcast(LoggedEvent(header, payload: Array(payload)), type: found.map { catalog.known[$0].type }))
   }
 
   /// Folds one record in place into projections that all fold in place.

@@ -25,7 +25,7 @@ public final class Transaction {
 
   /// ``Environment/maxKeySize``, kept here: every key operation checks it, and reaching it through
   /// the unowned `environment` retained and released the environment each time.
-  let maxKeySize: Int
+  package let maxKeySize: Int
 
   init(txn: OpaquePointer, environment: Environment, readOnly: Bool) {
     self.txn = txn

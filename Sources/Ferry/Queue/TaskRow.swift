@@ -265,6 +265,7 @@ enum QueueKey {
   }
 
   /// Calls `body` with a task's key in temporary memory (``task(_:)`` without an array).
+  @inline(__always)
   static func withTask<R>(_ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
     try withUnsafeBytes(of: id.bigEndian, body)
   }

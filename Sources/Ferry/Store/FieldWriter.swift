@@ -39,6 +39,9 @@ struct FieldWriter: FieldSink {
 
   /// Calls `use` with the bytes `body` writes, in temporary memory (no array), when they are
   /// exactly `size`; nil when the size was wrong (`use` is not called).
+  // Inlined: as a call, the closure that writes (a row's `write(to:)`) captured the row by
+  // copying it, retaining each of its strings, and released them after.
+  @inline(__always)
   static func withEncoded<R>(
     size: Int, _ body: (inout FieldWriter) -> Void, use: (UnsafeRawBufferPointer) throws -> R
   ) rethrows -> R? {
@@ -58,6 +61,7 @@ struct FieldWriter: FieldSink {
   static func size<T: FixedWidthInteger>(_ value: T?) -> Int { 1 + (value == nil ? 0 : MemoryLayout<T>.size) }
 
   /// Room for `size` more bytes at the end, or nil (and `overflowed`) when there is none.
+  @inline(__always)
   private mutating func claim(_ size: Int) -> UnsafeMutableRawPointer? {
     guard !overflowed, let base, capacity - count >= size else {
       overflowed = true
@@ -67,10 +71,12 @@ struct FieldWriter: FieldSink {
     return base + count
   }
 
+  @inline(__always)
   mutating func write<T: FixedWidthInteger>(_ value: T) {
     claim(MemoryLayout<T>.size)?.storeBytes(of: value.bigEndian, as: T.self)
   }
 
+  @inline(__always)
   mutating func write(_ value: Bool) { write(UInt8(value ? 1 : 0)) }
 
   mutating func write(_ value: String) {
@@ -93,11 +99,13 @@ struct FieldWriter: FieldSink {
     }
   }
 
+  @inline(__always)
   mutating func write(_ value: String?) {
     write(value != nil)
     if let value { write(value) }
   }
 
+  @inline(__always)
   mutating func write<T: FixedWidthInteger>(_ value: T?) {
     write(value != nil)
     if let value { write(value) }
