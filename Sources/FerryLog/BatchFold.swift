@@ -44,6 +44,26 @@ final class TableOverlay {
   /// moved while one runs).
   @exclusivity(unchecked) private var scans = 0
 
+  /// How many rows the fold may change in this overlay's table (its chunk's events): once the
+  /// entries outgrow a first small allocation they are given room for that many at once, not
+  /// doubled step by step (each step copied every entry), up to ``maxReserved``.
+  let expectedRows: Int
+  /// The most entries reserved ahead (64 Ki entries, about 3 MiB).
+  static let maxReserved = 1 << 16
+
+  init(expectedRows: Int = 0) {
+    self.expectedRows = min(max(0, expectedRows), Self.maxReserved)
+  }
+
+  /// Makes room for one more entry: from 1,024 entries on, for all the rows expected.
+  @inline(__always)
+  private func reserveForInsert() {
+    let count = entries.count
+    if count == entries.capacity, count >= 1_024, expectedRows > count {
+      entries.reserveCapacity(expectedRows)
+    }
+  }
+
   /// The memory the arena holds (for tests).
   var arenaBytes: Int { arena.reservedBytes }
 
@@ -139,6 +159,7 @@ final class TableOverlay {
     }
     let entry = Entry(key: copy(key), value: value.map { copy($0) }, room: value?.count ?? 0)
     liveBytes += key.count + entry.room
+    reserveForInsert()
     if index == entries.count {
       entries.append(entry)
     } else {

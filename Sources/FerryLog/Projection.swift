@@ -160,14 +160,16 @@ public final class ProjectionTables: ProjectionTableReading {
       batched: batched)
   }
 
+  /// `expectedRows`: in a batch fold, how many rows a table may change (the chunk's events), so
+  /// that a busy table's overlay makes room for them at once.
   init(
     projection: String, transaction: Transaction, tableList: [(name: String, database: Database)],
-    batched: Bool
+    batched: Bool, expectedRows: Int = 0
   ) {
     self.projection = projection
     self.transaction = transaction
     self.databases = tableList
-    self.overlays = batched ? tableList.map { _ in TableOverlay() } : nil
+    self.overlays = batched ? tableList.map { _ in TableOverlay(expectedRows: expectedRows) } : nil
   }
 
   func database(_ table: String) throws(FerryLogError) -> Database {

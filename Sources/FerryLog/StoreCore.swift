@@ -28,8 +28,10 @@ final class BoundProjection: Sendable {
 
   var name: String { projection.name }
 
-  func tables(in txn: Transaction, batched: Bool = false) -> ProjectionTables {
-    ProjectionTables(projection: projection.name, transaction: txn, tableList: tableList, batched: batched)
+  func tables(in txn: Transaction, batched: Bool = false, expectedRows: Int = 0) -> ProjectionTables {
+    ProjectionTables(
+      projection: projection.name, transaction: txn, tableList: tableList, batched: batched,
+      expectedRows: expectedRows)
   }
 
   static func databaseNames(of projection: any Projection) -> [String] {
@@ -515,7 +517,7 @@ struct StoreCore: Sendable {
     // Compaction removes events at or below its point on purpose: gaps there are not damage.
     let compacted = try compactedThrough(logTxn)
     var failure: (any Error)?
-    let tables = targets.map { $0.tables(in: targetTxn, batched: batched) }
+    let tables = targets.map { $0.tables(in: targetTxn, batched: batched, expectedRows: limit) }
     let folders = targets.map(\.projection)
     // Records are folded in place when every projection can (Ferry's own: no payload copied per
     // event), else decoded into events.

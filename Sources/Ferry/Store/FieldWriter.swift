@@ -39,10 +39,18 @@ struct FieldWriter: FieldSink {
 
   /// Calls `use` with the bytes `body` writes, in temporary memory (no array), when they are
   /// exactly `size`; nil when the size was wrong (`use` is not called).
-  // Inlined: as a call, the closure that writes (a row's `write(to:)`) captured the row by
-  // copying it, retaining each of its strings, and released them after.
-  @inline(__always)
   static func withEncoded<R>(
+    size: Int, _ body: (inout FieldWriter) -> Void, use: (UnsafeRawBufferPointer) throws -> R
+  ) rethrows -> R? {
+    try withEncodedInline(size: size, body, use: use)
+  }
+
+  /// ``withEncoded(size:_:use:)`` inlined where it is called: for a task row, whose `write(to:)`
+  /// closure, handed to a call, captured the row by copying it (retaining each of its strings,
+  /// releasing them after) on every change of a task. (Not for an event's payload: inlined
+  /// there, the enum was copied for its switch instead.)
+  @inline(__always)
+  static func withEncodedInline<R>(
     size: Int, _ body: (inout FieldWriter) -> Void, use: (UnsafeRawBufferPointer) throws -> R
   ) rethrows -> R? {
     try withUnsafeTemporaryAllocation(byteCount: size, alignment: 8) { buffer -> R? in
