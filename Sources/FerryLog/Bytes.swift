@@ -62,8 +62,12 @@ struct ByteReader {
 
   /// The next `count` bytes, in place (valid as long as the buffer is).
   @inline(__always)
-  mutating func readBuffer(count: Int, _ field: String) throws(RecordDecodingFailure) -> UnsafeRawBufferPointer {
-    guard count >= 0, remaining >= count else { throw Self.truncated(field, needs: count, left: remaining) }
+  mutating func readBuffer(
+    count: Int, _ field: String
+  ) throws(RecordDecodingFailure) -> UnsafeRawBufferPointer {
+    guard count >= 0, remaining >= count else {
+      throw Self.truncated(field, needs: count, left: remaining)
+    }
     defer { offset += count }
     return UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + count)])
   }

@@ -188,7 +188,8 @@ public final class ProjectionTables: ProjectionTableReading {
   @inline(__always)
   func index(of table: String) throws(FerryLogError) -> Int {
     let count = table.utf8.count
-    for index in databases.indices where databases[index].name.utf8.count == count && databases[index].name == table {
+    for index in databases.indices
+    where databases[index].name.utf8.count == count && databases[index].name == table {
       return index
     }
     throw .unknownTable(projection: projection, table: table)

@@ -431,10 +431,12 @@ struct StoreCore: Sendable {
       found = index
       return (catalog.known[index].type.name, catalog.known[index].isValidName)
     }
-    if let found, header.schemaVersion == catalog.known[found].type.version { return .inPlace(header, payload) }
+    if let found, header.schemaVersion == catalog.known[found].type.version {
+      return .inPlace(header, payload)
+    }
     // Unknown types, newer versions (both throw) and older ones (upcast) the ordinary way.
-    return .event(
-      try catalog.upcast(LoggedEvent(header, payload: Array(payload)), type: found.map { catalog.known[$0].type }))
+    let type = found.map { catalog.known[$0].type }
+    return .event(try catalog.upcast(LoggedEvent(header, payload: Array(payload)), type: type))
   }
 
   /// Folds one record in place into projections that all fold in place.

@@ -84,7 +84,9 @@ struct TaskRow: Equatable {
   /// freed per change.
   func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
     let size = self.size
-    if let result = try FieldWriter.withEncodedInline(size: size, { write(to: &$0) }, use: body) { return result }
+    if let result = try FieldWriter.withEncodedInline(size: size, { write(to: &$0) }, use: body) {
+      return result
+    }
     var writer = PayloadWriter(capacity: size)
     write(to: &writer)
     return try writer.bytes.withUnsafeBytes(body)
