@@ -28,7 +28,9 @@ public final class TaskQueue: Sendable {
   let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
   /// Told when the foreign tail finds another process's events compacted away before it read them.
   let compactedUnread = Broadcaster<Void, Int>(buffer: 1)
-  /// Runs found at open whose owner was gone (a crash), now logged as interrupted.
+  /// Runs found at open whose owner was gone (a crash), now logged as interrupted: their tasks are
+  /// ready again — except a task cancelled while that run was under way, which the interruption
+  /// removes (``FerrySnapshot/cancelledRunning``).
   public var interruptedAtOpen: [TaskID] { interruptedOnOpen.withLock { $0 } }
   private let interruptedOnOpen = Mutex<[TaskID]>([])
   /// This process's liveness token in the store, made when a runner first claims a run.
@@ -178,7 +180,8 @@ public final class TaskQueue: Sendable {
   func nextRunnerNumber() -> UInt32 { runnerNumbers.add(1, ordering: .relaxed).newValue }
 
   /// Interrupts every run whose owner is gone (its process died, or closed the store mid-run):
-  /// the task is ready again. A live owner's runs are never touched. Returns the tasks interrupted.
+  /// the task is ready again (one cancelled while that run was under way leaves the queue). A
+  /// live owner's runs are never touched. Returns the tasks interrupted.
   @discardableResult
   public func interruptRunsOfDeadOwners() async throws -> [TaskID] {
     try await recover(sweepingTokens: false)
