@@ -36,8 +36,8 @@ package enum CrashPoint {
   package static let checkpointWritten = "segment.checkpointWritten"
   /// Write-ahead segment recovery: the checkpoint's meta pages restored, some frames replayed.
   package static let segmentReplay = "segment.replay"
-  /// `ferry compact --copy`: the compacted copy renamed over `data.mdb`, LMDB's lock file not yet
-  /// set from it.
+  /// `ferry compact --copy`: the compacted copy renamed over `data.mdb` (LMDB's lock file, which
+  /// held the old file's counters, removed just before), the lock file not yet made anew from it.
   package static let compactSwapped = "compact.swapped"
   /// `ferry compact --copy`: the compacted copy written beside the store, before the checks that
   /// nothing changed meanwhile and the swap.

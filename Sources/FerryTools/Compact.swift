@@ -166,6 +166,16 @@ private func lastCommittedTransaction(_ file: String) -> UInt64? {
   (try? DataFileCheck.read(file))?.newest?.transaction
 }
 
+/// Clears the header of the lock file `fd` (``lockOutOtherProcesses(_:)``'s, held: nobody uses
+/// it), LMDB's magic number and lock format first, so that LMDB refuses to come up as a later user
+/// of it (`MDB_INVALID`); a first user sets it up anew. Best effort: it only guards a process that
+/// opened the removed file and waits for it.
+private func invalidateLockFile(_ fd: Int32) {
+  guard fd >= 0 else { return }
+  let zeros = [UInt8](repeating: 0, count: 64)
+  _ = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, 64, 0) }
+}
+
 /// Gives the lock of ``lockOutOtherProcesses(_:)`` back.
 private func unlock(_ fd: Int32) {
   guard fd >= 0 else { return }
@@ -225,12 +235,12 @@ private func copyCompacted(_ path: String) throws {
     throw ToolError(
       .unavailable, "the store changed while it was being copied: nothing was swapped; run it again")
   }
-  // Ferry's open lock too, exclusively, and released last: a Ferry open that comes meanwhile waits
-  // for it before it touches LMDB's files, so it reaches LMDB only once this process has let go of
-  // `lock.mdb` — finished, failed, or killed between the rename and the reset of `lock.mdb` below —
-  // and, the first user then, has LMDB set the lock file from the new file. (Waiting in LMDB's open
-  // instead, it came up as a later user trusting the old file's transaction counter, whose parity
-  // can name the copy's empty meta page: it created a new store over the real one.)
+  // Ferry's open lock too, exclusively: a Ferry open that comes meanwhile waits for it before it
+  // touches LMDB's files. (Waiting in LMDB's open instead, it came up as a later user of `lock.mdb`
+  // trusting the old file's transaction counter, whose parity can name the copy's empty meta page:
+  // it created a new store over the real one.) Released last on every return — but not when this
+  // process is killed: the kernel then closes its descriptors lowest first, and this one, opened
+  // before `lock.mdb`'s, goes first. So the old `lock.mdb` is removed before the rename (below).
   guard let openLock = lockFerryOpens(path) else {
     throw ToolError(
       .unavailable, "another process opened the store while it was being copied: nothing was swapped; run it again")
@@ -272,6 +282,23 @@ private func copyCompacted(_ path: String) throws {
   }
   fsync(fd)
   close(fd)
+  // `lock.mdb` holds the old file's transaction counters, and a later user of a lock file trusts
+  // them. This process holds it exclusively, so nobody uses it: removed now, before the rename, the
+  // first to open the store after the rename makes a new one and, its first user, has LMDB set it
+  // from the new file — also a Ferry open that got the open lock while this process, killed, still
+  // held the old `lock.mdb` (its locks are dropped one descriptor at a time; the open then waited
+  // for the old file in LMDB's open and came up as its later user: CompactCopyKillTests).
+  guard unlink(path + "/lock.mdb") == 0 || errno == ENOENT else {
+    throw ToolError(
+      .storageError,
+      "could not remove LMDB's lock file (lock.mdb) before the swap: \(String(cString: strerror(errno))); "
+        + "nothing was swapped")
+  }
+  // A process that opened the old lock file before it was removed and waits for it in LMDB's
+  // open (not a Ferry open, which waits for the open lock first: one of LMDB's own tools) would
+  // come up as a later user of it, with the old counters on the new file: its header cleared,
+  // LMDB refuses it instead (`MDB_INVALID`).
+  invalidateLockFile(held)
   guard rename(copy, path + "/data.mdb") == 0 else {
     throw ToolError(
       .storageError, "could not move the compacted copy into place: \(String(cString: strerror(errno)))")
@@ -282,11 +309,8 @@ private func copyCompacted(_ path: String) throws {
     fsync(directory)
     close(directory)
   }
-  // `lock.mdb` still holds the old file's transaction counters, and a process that waited for our
-  // lock comes up as a later user of it, trusting them (its writes then land where later readers
-  // do not look). Opened here, by the holder of the exclusive lock, LMDB takes this process for the
-  // first user and sets the lock file from the new file. Closing it drops this process's locks on
-  // the file (they are per process); the waiting opener then finds the lock file current.
+  // Opened here, while Ferry's opens wait for the open lock, LMDB makes the new `lock.mdb` and,
+  // this process its first user, sets it from the new file; the waiting opens then find it current.
   let fresh = try Environment.open(path: path, options: Environment.Options())
   fresh.close()
 }
