@@ -988,14 +988,12 @@ public final class EventLog: Sendable {
 
   /// Folds into this process's projections what the log holds past them, on the writer thread
   /// (waiting for it), and checkpoints when the store has a write-ahead segment. False when this
-  /// open cannot: read-only, closed, called on a writer thread (which would wait for itself), or
+  /// open cannot: read-only, closed, called on its writer's thread (which would wait for itself), or
   /// on a thread holding another transaction of the store — a read inside a read: the writer's
   /// transaction may have to grow the map, which waits for that transaction to end, which waits
   /// for the writer.
   func catchUpBehind() throws -> Bool {
-    guard let writer, Thread.current.name != GroupCommitWriter.threadName,
-      !environment.callingThreadHoldsTransaction
-    else { return false }
+    guard let writer, !writer.isCurrentThread, !environment.callingThreadHoldsTransaction else { return false }
     let core = self.core
     let environment = self.environment
     let chunk = configuration.rebuildChunkSize

@@ -125,11 +125,24 @@ final class GroupCommitWriter: @unchecked Sendable {
     self.onCommit = onCommit
   }
 
-  /// The name of every writer thread (reads that would wait for a writer check it).
+  /// The name of every writer thread (for debuggers and crash reports).
   static let threadName = "ferry.writer"
+
+  /// The writer thread, once it has started. Its name does not tell it (on Linux, Foundation's
+  /// `Thread.current.name` there is the name the system gave the thread, not the one set before
+  /// it started).
+  private let thread = Mutex<pthread_t?>(nil)
+
+  /// Whether the caller runs on this writer's thread: a job there that waited for another job
+  /// would wait for itself.
+  var isCurrentThread: Bool {
+    let current = pthread_self()
+    return thread.withLock { started in started.map { pthread_equal($0, current) != 0 } ?? false }
+  }
 
   func start() {
     let thread = Thread { [self] in
+      self.thread.withLock { $0 = pthread_self() }
       run()
       finished.signal()
     }

@@ -204,6 +204,40 @@ import Testing
     #expect(try counts(log) == ["local": 2, "worker.event": 25])
   }
 
+  /// A read on the writer's own thread outside any transaction (an exclusive job's code), its
+  /// projection behind (another process appended without it): it must throw
+  /// `projectionNotCurrent` at once. Its catch-up would be queued behind the job it runs in, and
+  /// it would wait for itself until it gave up — which it did, a second, while the writer thread
+  /// was told by its name: on Linux, Foundation's `Thread.current.name` there is not that name.
+  @Test func aReadOnTheWritersOwnThreadThrowsAtOnce() async throws {
+    let store = TemporaryStore()
+    defer { store.remove() }
+    let log = try store.open([CountByType()])
+    defer { log.close() }
+    _ = try await log.append(NewEvent(type: "local", payload: []))
+    let (status, _) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
+    #expect(status == 0)
+    let writer = try #require(log.writer)
+    let (outcome, elapsed) = await withCheckedContinuation { (continuation: CheckedContinuation<(String, Duration), Never>) in
+      let accepted = writer.submit(
+        .exclusive {
+          let started = ContinuousClock.now
+          let outcome: String
+          do {
+            outcome = "counts \(try counts(log))"
+          } catch {
+            outcome = "\(error)"
+          }
+          continuation.resume(returning: (outcome, ContinuousClock.now - started))
+        })
+      if !accepted { continuation.resume(returning: ("refused", .zero)) }
+    }
+    #expect(outcome.contains("is not current"), "\(outcome)")
+    #expect(elapsed < .milliseconds(500), "the read on the writer's thread waited \(elapsed)")
+    // Off the writer's thread, the same read catches up.
+    #expect(try counts(log) == ["local": 1, "worker.event": 25])
+  }
+
   @Test func aProjectionAnotherProcessLeftBehindIsCaughtUpByTheNextAppendOrRead() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
