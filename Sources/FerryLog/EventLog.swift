@@ -142,6 +142,8 @@ public final class EventLog: Sendable {
   /// from other processes' appends.
   let ownRanges = OwnRanges()
   private let closed = Mutex(false)
+  /// Reads whose body ran in the writer's transaction (``read(_:)``, ReadInWriter.swift).
+  let readsInWriter = Atomic<Int>(0)
   /// The log's logger and metrics (``Configuration/logger``, ``Configuration/metricsFactory``).
   package let instruments: LogInstruments
 
@@ -962,38 +964,104 @@ public final class EventLog: Sendable {
   /// A projection the log has moved past — another process appended without folding it, or is
   /// rebuilding it in chunks, or was killed part-way through a rebuild — is first caught up through
   /// this process's writer (what an append here does first), and `body` runs again on a snapshot
-  /// that has it; `body` should only read. A read-only open, a projection stored at another
-  /// version, a read on the writer's own thread, or a read inside another read (its thread holds
-  /// a snapshot the writer may have to wait for) still gets
-  /// ``FerryLogError/projectionNotCurrent(projection:reason:)``.
+  /// that has it. When that snapshot is behind again (another process keeps appending without
+  /// folding, or rebuilds back to back, and won the race), `body` runs once more inside the
+  /// writer's own transaction, on the writer's thread, after the writer has folded what is behind:
+  /// there the projections are at the head whatever other processes do. So `body` may run more
+  /// than once, on another thread than the caller's; it should only read the view, and not depend
+  /// on the calling thread (thread or task locals, locks the caller holds). While it runs in the
+  /// writer's transaction this process's appends, and other processes' writes, wait for it.
+  ///
+  /// The read waits for the writer at most a second for the catch-up and four seconds in all:
+  /// when another process holds LMDB's write lock for longer (an app extension
+  /// suspended mid-rebuild), it throws ``FerryLogError/projectionNotCurrent(projection:reason:)``
+  /// rather than hang — a read on an app's main thread. A `body` the writer has begun is waited
+  /// for; one it has not is never run after the read gave up.
+  ///
+  /// Still ``FerryLogError/projectionNotCurrent(projection:reason:)``, at once: a read-only open (no
+  /// writer), a read on the writer's own thread (a compaction's predicate: it would wait for
+  /// itself), a read inside another read (its thread holds a snapshot the writer may have to wait
+  /// for, to grow the map). A projection stored at another version is never folded or served: its
+  /// read gets the error after the rounds above. A closed log throws ``FerryLogError/closed``.
   public func read<R>(_ body: (LogView) throws -> R) throws -> R {
-    var caughtUp = 0
-    while true {
-      do {
-        return try guarded {
-          try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
-        }
-      } catch FerryLogError.projectionNotCurrent(let projection, let reason) {
-        // Another process may append (or rebuild) again at once: a few rounds, then the error.
-        guard caughtUp < 3, try catchUpBehind() else {
-          throw FerryLogError.projectionNotCurrent(projection: projection, reason: reason)
-        }
-        caughtUp += 1
-      }
+    let behind: FerryLogError
+    do {
+      return try readSnapshot(body)
+    } catch let error as FerryLogError {
+      guard case .projectionNotCurrent = error else { throw error }
+      behind = error
+    }
+    return try readBehind(body, behind)
+  }
+
+  /// `body` on a new read snapshot.
+  private func readSnapshot<R>(_ body: (LogView) throws -> R) throws -> R {
+    try guarded {
+      try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
     }
   }
 
-  /// How long a read waits for its catch-up before it gives up and throws `projectionNotCurrent`.
+  /// The rest of ``read(_:)`` once its snapshot found a projection behind the log (`behind`):
+  /// one catch-up and a new snapshot, then `body` in the writer's transaction.
+  private func readBehind<R>(_ body: (LogView) throws -> R, _ behind: FerryLogError) throws -> R {
+    // Only a writer this thread may wait for can help: none read-only; not on its own thread
+    // (it would wait for itself); not on a thread holding another transaction of the store — a
+    // read inside a read: the writer's transaction may have to grow the map, which waits for
+    // that transaction to end, which waits for the writer.
+    guard let writer, !writer.isCurrentThread, !environment.callingThreadHoldsTransaction else {
+      throw behind
+    }
+    let deadline = DispatchTime.now() + Self.readWriterWait
+    var notCurrent = behind
+    switch try catchUpBehind(writer) {
+    case .refused:
+      throw FerryLogError.closed
+    case .pending:
+      // The writer did not finish the catch-up in a second (another process holds LMDB's write
+      // lock, or this process's writer is on a long job): the job stays queued, and the read's
+      // turn in the writer's transaction queues behind it, until the deadline.
+      break
+    case .done:
+      // One new snapshot: behind again means another process keeps moving the projection (it
+      // appends without folding it, or rebuilds back to back) and won this race; more rounds
+      // would mostly lose too. The writer's transaction cannot lose it.
+      do {
+        return try readSnapshot(body)
+      } catch let error as FerryLogError {
+        guard case .projectionNotCurrent = error else { throw error }
+        notCurrent = error
+      }
+    }
+    return try readInWriter(body, writer: writer, until: deadline, notCurrent: notCurrent)
+  }
+
+  /// How long a read waits for its catch-up before it runs in the writer's transaction instead.
   static let readCatchUpWait: DispatchTimeInterval = .seconds(1)
 
+  /// The longest ``read(_:)`` waits for this process's writer in all — its catch-up
+  /// (``readCatchUpWait`` at most), then for the writer to begin the transaction it reads in —
+  /// before it throws ``FerryLogError/projectionNotCurrent(projection:reason:)``. Bounded, because
+  /// another process may hold LMDB's write lock for as long as it is stopped (an app extension
+  /// suspended mid-rebuild, a debugger), and a read on an app's main thread must not freeze the
+  /// app for that long; four seconds, because a read is rarely worth more to an app and rarely
+  /// needs as much (the writer's turn normally comes within a commit or a rebuild chunk).
+  static let readWriterWait: DispatchTimeInterval = .seconds(4)
+
+  /// What became of a read's catch-up.
+  enum CatchUp {
+    /// The writer folded what was behind (or found nothing behind).
+    case done
+    /// The writer has not finished it within ``readCatchUpWait``; it stays queued.
+    case pending
+    /// The writer is stopping: the log is closed.
+    case refused
+  }
+
   /// Folds into this process's projections what the log holds past them, on the writer thread
-  /// (waiting for it), and checkpoints when the store has a write-ahead segment. False when this
-  /// open cannot: read-only, closed, called on its writer's thread (which would wait for itself), or
-  /// on a thread holding another transaction of the store — a read inside a read: the writer's
-  /// transaction may have to grow the map, which waits for that transaction to end, which waits
-  /// for the writer.
-  func catchUpBehind() throws -> Bool {
-    guard let writer, !writer.isCurrentThread, !environment.callingThreadHoldsTransaction else { return false }
+  /// (waiting for it, ``readCatchUpWait`` at most), and checkpoints when the store has a
+  /// write-ahead segment. The caller checked that this thread may wait for the writer (see
+  /// ``readBehind(_:_:)``).
+  func catchUpBehind(_ writer: GroupCommitWriter) throws -> CatchUp {
     let core = self.core
     let environment = self.environment
     let chunk = configuration.rebuildChunkSize
@@ -1010,16 +1078,19 @@ public final class EventLog: Sendable {
         outcome.withLock { $0 = result }
         done.signal()
       })
-    guard accepted else { return false }
+    guard accepted else { return .refused }
     // Bounded: another process may hold LMDB's write lock for long (an app extension suspended
-    // mid-rebuild), and a read — perhaps on an app's main thread — should fail as it did before
-    // rather than wait for it. The job stays queued and catches up when it can.
-    guard done.wait(timeout: .now() + Self.readCatchUpWait) == .success else { return false }
+    // mid-rebuild). The job stays queued and catches up when it can.
+    guard done.wait(timeout: .now() + Self.readCatchUpWait) == .success else { return .pending }
     switch outcome.withLock({ $0 }) {
     case .failure(let error): throw FerryLogError.wrap(error, path: path)
-    case .success, nil: return true
+    case .success, nil: return .done
     }
   }
+
+  /// How many reads since open ran their body in the writer's transaction, their projection
+  /// still behind after a catch-up (for tests).
+  package var readsRunInWriter: Int { readsInWriter.load(ordering: .relaxed) }
 
   /// Counters of commits and appends since open.
   public var statistics: Statistics { writer?.statistics.withLock { $0 } ?? Statistics() }

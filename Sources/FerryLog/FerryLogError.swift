@@ -40,7 +40,10 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case projectionFailed(projection: String, sequence: UInt64, underlying: any Error)
   /// A projection or configuration is not valid (duplicate names, bad table names, ...).
   case invalidConfiguration(reason: String)
-  /// A read-only store has a projection that is missing, of another version, or behind the log.
+  /// A projection is missing, stored at another version, or behind the log, and this call could
+  /// not bring it to the head: a read-only store, a read nested in another read or on the writer's
+  /// thread, a writer held up past the read's wait (``EventLog/read(_:)``), or — for appends too —
+  /// a projection another process keeps at another version.
   case projectionNotCurrent(projection: String, reason: String)
   /// A projection table was asked for that the projection did not declare.
   case unknownTable(projection: String, table: String)
