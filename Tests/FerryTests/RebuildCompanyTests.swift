@@ -68,10 +68,12 @@ import Testing
 
   /// A pass starts by looking for dead owners' runs. Its projection is behind (another process's
   /// rebuild was killed after its first chunk) and a third process holds LMDB's writer lock for
-  /// 1.5 s, longer than a read waits for its catch-up (1 s): the pass must wait for the writer and
-  /// run every task once, not fail with `projectionNotCurrent` (it did while that look was a read
-  /// outside the writer's transaction).
-  @Test func aPassWhoseProjectionIsBehindWaitsForABusyWriterInsteadOfFailing() async throws {
+  /// 1.5 s — longer than a read waits for its catch-up (1 s) — or 6 s — longer than a read waits
+  /// for the writer in all (4 s: the read then gives up, and TaskQueue.recover reads the claims in
+  /// a command, waiting). The pass must wait for the writer and run every task once, not fail with
+  /// `projectionNotCurrent` (it did while that look was a read outside the writer's transaction).
+  @Test(arguments: [1_500, 6_000])
+  func aPassWhoseProjectionIsBehindWaitsForABusyWriterInsteadOfFailing(holdMilliseconds: Int) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
@@ -83,7 +85,7 @@ import Testing
     defer { locker.kill() }
     _ = try await locker.waitForLine(startingWith: "locked")
     let release = Task {
-      try await Task.sleep(for: .milliseconds(1_500))
+      try await Task.sleep(for: .milliseconds(holdMilliseconds))
       say("go", to: input)
     }
     let runner = TaskRunner(queue: queue)

@@ -190,11 +190,13 @@ public final class TaskQueue: Sendable {
   /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
   /// that no claim names any more (the files closed or killed processes left): reads the claims once.
   ///
-  /// The claims are read as any read is. With `inWriter` (a runner's look, at every pass's start
-  /// and now and then), when that read gives up because the projection stays behind — the writer
-  /// busy for over a second: another process holding LMDB's writer lock, or rebuilding in a loop —
-  /// they are read in the writer's transaction instead, where the projection is at the head,
-  /// waiting for it (a runner needs the writer anyway). An open throws as the read did.
+  /// The claims are read as any read is (which, behind another process that keeps moving the
+  /// projection, already reads in the writer's transaction). With `inWriter` (a runner's look, at
+  /// every pass's start and now and then), when that read still gives up — this process's writer
+  /// held up for over the read's four seconds: another process holding LMDB's writer lock — they
+  /// are read in a command instead, suspending for the writer however long it takes (a runner
+  /// needs the writer anyway; a read would block its thread, and waits only so long). An open
+  /// throws as the read did.
   func recover(sweepingTokens: Bool, inWriter: Bool = true) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
     let claims: [(TaskID, TaskRow.Claim)]
