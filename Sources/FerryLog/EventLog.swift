@@ -975,8 +975,9 @@ public final class EventLog: Sendable {
   /// The read waits for the writer at most a second for the catch-up and four seconds in all:
   /// when another process holds LMDB's write lock for longer (an app extension
   /// suspended mid-rebuild), it throws ``FerryLogError/projectionNotCurrent(projection:reason:)``
-  /// rather than hang — a read on an app's main thread. A `body` the writer has begun is waited
-  /// for; one it has not is never run after the read gave up.
+  /// rather than hang — a read on an app's main thread — with a reason that says the writer did
+  /// not get to the read. A `body` the writer has begun is waited for; one it has not is never run
+  /// after the read gave up.
   ///
   /// Still ``FerryLogError/projectionNotCurrent(projection:reason:)``, at once: a read-only open (no
   /// writer), a read on the writer's own thread (a compaction's predicate: it would wait for
@@ -1045,7 +1046,9 @@ public final class EventLog: Sendable {
   /// suspended mid-rebuild, a debugger), and a read on an app's main thread must not freeze the
   /// app for that long; four seconds, because a read is rarely worth more to an app and rarely
   /// needs as much (the writer's turn normally comes within a commit or a rebuild chunk).
-  static let readWriterWait: DispatchTimeInterval = .seconds(4)
+  static let readWriterWait: DispatchTimeInterval = .seconds(readWriterWaitSeconds)
+  /// ``readWriterWait`` in whole seconds (for messages).
+  static let readWriterWaitSeconds = 4
 
   /// What became of a read's catch-up.
   enum CatchUp {

@@ -8,7 +8,7 @@ extension EventLog {
   /// projections are at the head whatever another process does (it cannot write meanwhile: the
   /// transaction holds LMDB's write lock). Waits for the writer until `deadline`; when the writer
   /// has not begun by then (another process holds LMDB's write lock, or this writer is on a long
-  /// job), throws `notCurrent`, and `body` is never run.
+  /// job), throws `notCurrent` — its reason saying so — and `body` is never run.
   func readInWriter<R>(
     _ body: (LogView) throws -> R, writer: GroupCommitWriter, until deadline: DispatchTime,
     notCurrent: FerryLogError
@@ -35,10 +35,19 @@ extension EventLog {
             instruments: instruments)
         })
       guard accepted else { throw FerryLogError.closed }
-      guard lent.wait(until: deadline) else { throw notCurrent }
+      guard lent.wait(until: deadline) else { throw Self.heldUp(notCurrent) }
       readsInWriter.add(1, ordering: .relaxed)
       return try lent.result(or: notCurrent)
     }
+  }
+
+  /// `notCurrent` (a `projectionNotCurrent`) with its reason saying that the writer could not take
+  /// the read in time: what an operator needs to tell a store whose writer is held up (another
+  /// process holding LMDB's write lock) from one whose projection is at another version.
+  static func heldUp(_ notCurrent: FerryLogError) -> FerryLogError {
+    guard case .projectionNotCurrent(let projection, let reason) = notCurrent else { return notCurrent }
+    let late = ", and this process's writer did not get to the read within \(readWriterWaitSeconds) s"
+    return .projectionNotCurrent(projection: projection, reason: reason + late)
   }
 
   /// The writer's side of ``readInWriter(_:writer:until:notCurrent:)``, on its thread: folds what
