@@ -40,7 +40,7 @@ import Testing
     #expect(exited, "the nested read hung: \(child.output)")
     let line = child.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") }
     #expect(
-      line?.hasPrefix("read \(ids.count) ") == true || line?.contains("projectionNotCurrent") == true,
+      line?.hasPrefix("read \(ids.count) ") == true || line?.contains("is not current") == true,
       "\(child.output)")
     #expect(child.output.contains("closed"))
     print("nested read worker: \(child.output)")
