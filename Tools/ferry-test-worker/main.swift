@@ -755,9 +755,10 @@ case "company-run":
         }
       }
       // A pass's dead-owner check and the queue read below read the projections outside the
-      // writer: another process resetting them again and again (a rebuild loop) can outrun this
-      // process's catch-up, and the read then throws projectionNotCurrent (EventLog.read: three
-      // catch-ups of at most a second each). As an app would, try again; say "notCurrent WHERE".
+      // writer: behind another process resetting them again and again (a rebuild loop) a read
+      // runs in this process's writer transaction (EventLog.read), and throws projectionNotCurrent
+      // only when that writer does not get to it within four seconds. As an app would, try
+      // again; say "notCurrent WHERE".
       func retried<R>(_ label: String, _ body: () async throws -> R) async throws -> R {
         while true {
           do {
