@@ -972,12 +972,12 @@ public final class EventLog: Sendable {
   /// on the calling thread (thread or task locals, locks the caller holds). While it runs in the
   /// writer's transaction this process's appends, and other processes' writes, wait for it.
   ///
-  /// The read waits for the writer at most a second for the catch-up and four seconds in all:
-  /// when another process holds LMDB's write lock for longer (an app extension
-  /// suspended mid-rebuild), it throws ``FerryLogError/projectionNotCurrent(projection:reason:)``
-  /// rather than hang — a read on an app's main thread — with a reason that says the writer did
-  /// not get to the read. A `body` the writer has begun is waited for; one it has not is never run
-  /// after the read gave up.
+  /// The read waits for the writer at most a second for the catch-up and four seconds in all,
+  /// blocking its thread: when another process holds LMDB's write lock for longer (an app
+  /// extension suspended mid-rebuild), it throws
+  /// ``FerryLogError/projectionNotCurrent(projection:reason:)`` rather than hang — a read on an
+  /// app's main thread — with a reason that says the writer did not get to the read. A `body` the
+  /// writer has begun is waited for; one it has not is never run after the read gave up.
   ///
   /// Still ``FerryLogError/projectionNotCurrent(projection:reason:)``, at once: a read-only open (no
   /// writer), a read on the writer's own thread (a compaction's predicate: it would wait for
