@@ -992,7 +992,22 @@ public final class EventLog: Sendable {
       guard case .projectionNotCurrent = error else { throw error }
       behind = error
     }
-    return try readBehind(body, behind)
+    return try readBehind(body, behind, inWriter: true)
+  }
+
+  /// ``read(_:)`` for a caller with a way to wait for the writer that does not block a thread
+  /// (``execute(_:)``, which suspends): a snapshot and, after one catch-up, another — then
+  /// ``FerryLogError/projectionNotCurrent(projection:reason:)``, never a turn in the writer's
+  /// transaction, so it blocks its thread a second at most where ``read(_:)`` may take four.
+  package func readCatchingUpOnly<R>(_ body: (LogView) throws -> R) throws -> R {
+    let behind: FerryLogError
+    do {
+      return try readSnapshot(body)
+    } catch let error as FerryLogError {
+      guard case .projectionNotCurrent = error else { throw error }
+      behind = error
+    }
+    return try readBehind(body, behind, inWriter: false)
   }
 
   /// `body` on a new read snapshot.
@@ -1003,8 +1018,10 @@ public final class EventLog: Sendable {
   }
 
   /// The rest of ``read(_:)`` once its snapshot found a projection behind the log (`behind`):
-  /// one catch-up and a new snapshot, then `body` in the writer's transaction.
-  private func readBehind<R>(_ body: (LogView) throws -> R, _ behind: FerryLogError) throws -> R {
+  /// one catch-up and a new snapshot, then, `inWriter`, `body` in the writer's transaction.
+  private func readBehind<R>(
+    _ body: (LogView) throws -> R, _ behind: FerryLogError, inWriter: Bool
+  ) throws -> R {
     // Only a writer this thread may wait for can help: none read-only; not on its own thread
     // (it would wait for itself); not on a thread holding another transaction of the store — a
     // read inside a read: the writer's transaction may have to grow the map, which waits for
@@ -1021,7 +1038,7 @@ public final class EventLog: Sendable {
       // The writer did not finish the catch-up in a second (another process holds LMDB's write
       // lock, or this process's writer is on a long job): the job stays queued, and the read's
       // turn in the writer's transaction queues behind it, until the deadline.
-      break
+      guard inWriter else { throw behind }
     case .done:
       // One new snapshot: behind again means another process keeps moving the projection (it
       // appends without folding it, or rebuilds back to back) and won this race; more rounds
@@ -1033,6 +1050,7 @@ public final class EventLog: Sendable {
         notCurrent = error
       }
     }
+    guard inWriter else { throw notCurrent }
     return try readInWriter(body, writer: writer, until: deadline, notCurrent: notCurrent)
   }
 

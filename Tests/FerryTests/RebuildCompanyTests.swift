@@ -68,10 +68,11 @@ import Testing
 
   /// A pass starts by looking for dead owners' runs. Its projection is behind (another process's
   /// rebuild was killed after its first chunk) and a third process holds LMDB's writer lock for
-  /// 1.5 s — longer than a read waits for its catch-up (1 s) — or 6 s — longer than a read waits
-  /// for the writer in all (4 s: the read then gives up, and TaskQueue.recover reads the claims in
-  /// a command, waiting). The pass must wait for the writer and run every task once, not fail with
-  /// `projectionNotCurrent` (it did while that look was a read outside the writer's transaction).
+  /// 1.5 s or 6 s — longer than the look's read waits for its catch-up (1 s), and, at 6 s, than
+  /// any read waits for the writer (4 s): TaskQueue.recover then reads the claims in a command,
+  /// suspending until the writer gets to it. The pass must wait for the writer and run every task
+  /// once, not fail with `projectionNotCurrent` (it did while that look was a read outside the
+  /// writer's transaction; it would again without recover's command).
   @Test(arguments: [1_500, 6_000])
   func aPassWhoseProjectionIsBehindWaitsForABusyWriterInsteadOfFailing(holdMilliseconds: Int) async throws {
     let fixture = QueueFixture()

@@ -190,18 +190,24 @@ public final class TaskQueue: Sendable {
   /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
   /// that no claim names any more (the files closed or killed processes left): reads the claims once.
   ///
-  /// The claims are read as any read is (which, behind another process that keeps moving the
-  /// projection, already reads in the writer's transaction). With `inWriter` (a runner's look, at
-  /// every pass's start and now and then), when that read still gives up — this process's writer
-  /// held up for over the read's four seconds: another process holding LMDB's writer lock — they
-  /// are read in a command instead, suspending for the writer however long it takes (a runner
-  /// needs the writer anyway; a read would block its thread, and waits only so long). An open
-  /// throws as the read did.
+  /// An open (`inWriter` false) reads the claims as any read is, and throws as the read did. With
+  /// `inWriter` (a runner's look, at every pass's start and now and then) they are read on a
+  /// snapshot, caught up once if behind (EventLog.readCatchingUpOnly, a second at most); when
+  /// that is still behind — another process keeps moving the projection, or holds LMDB's writer
+  /// lock — they are read in a command instead, where the projection is at the head: it suspends
+  /// for the writer however long it takes (a runner needs the writer anyway), where a read's own
+  /// turn in the writer's transaction would block a thread of the pool for up to four seconds and
+  /// then give up.
   func recover(sweepingTokens: Bool, inWriter: Bool = true) async throws -> [TaskID] {
     owner.withLock { $0 }?.ensureToken()
     let claims: [(TaskID, TaskRow.Claim)]
     do {
-      claims = try queueTables { queue in try QueueCommand.claims(queue) }
+      claims =
+        try inWriter
+        ? log.readCatchingUpOnly { view in
+          try QueueCommand.claims(QueueTables(view.tables(of: TaskQueueProjection.projectionName)))
+        }
+        : queueTables { queue in try QueueCommand.claims(queue) }
     } catch FerryLogError.projectionNotCurrent where inWriter {
       claims = try await log.execute { context in try QueueCommand.claims(QueueCommand.tables(context)) }
     }
