@@ -792,6 +792,48 @@ case "company-run":
     done.signal()
   }
   done.wait()
+case "cancel-race-run":
+  // (CancelDuringRunAttackTests) Opens the existing store (with the write-ahead segment when
+  // "segment" is given) and runs its "job" tasks automatically with CONCURRENCY lanes until the
+  // file STOP exists; each handler says "ran ID ATTEMPT", sleeps 0-15 ms and then succeeds, or for
+  // payload kind "flaky" fails retryably on its first attempt (retried after 5 ms). Says "done".
+  guard (5...6).contains(arguments.count), let concurrency = Int(arguments[3]),
+    arguments.count == 5 || arguments[5] == "segment"
+  else { fail("cancel-race-run DIR CONCURRENCY STOP [segment]") }
+  let stop = arguments[4]
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var storeConfiguration = FerryStore.Configuration()
+      storeConfiguration.createIfMissing = false
+      storeConfiguration.writeAheadSegment = arguments.count == 6
+      let queue = try await TaskQueue.open(at: directory, configuration: storeConfiguration)
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = concurrency
+      configuration.deadOwnerCheckInterval = .milliseconds(100)
+      let runner = TaskRunner(queue: queue, configuration: configuration)
+      let retry = RetryPolicy(maxAttempts: 50, initialDelay: .milliseconds(5), jitter: 0)
+      runner.register(tag: "job", retry: retry) { task in
+        say("ran \(task.id) \(task.attempt)")
+        try? await Task.sleep(for: .milliseconds(Int.random(in: 0...15)))
+        if try task.payload(as: [String: String].self)["kind"] == "flaky" && task.attempt == 1 {
+          return .failed("try again", retryable: true)
+        }
+        return .succeeded
+      }
+      runner.startAutomaticRunning()
+      while !FileManager.default.fileExists(atPath: stop) { try await Task.sleep(for: .milliseconds(20)) }
+      runner.stop()
+      try? await Task.sleep(for: .milliseconds(300))
+      queue.close()
+      say("done")
+    } catch {
+      say("failed \(error)")
+      fail("cancel-race-run failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "company-rebuild":
   // (CompanyAttackTests) Opens the existing store with rebuildChunkSize CHUNK (and the write-ahead
   // segment when "segment" is given), says "open", then rebuilds every projection again and again,

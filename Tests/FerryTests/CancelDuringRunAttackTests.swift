@@ -1,0 +1,212 @@
+import FerryLog
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// Hostile probes of projection version 5 (a task cancelled, cleared or replaced while its handler
+/// runs holds its group until that run's outcome, `Specs/task-events.md` §3.2).
+@Suite(.timeLimit(.minutes(2))) struct CancelDuringRunAttackTests {
+  /// Automatic running waits behind a cancelled head whose handler runs in another runner (here a
+  /// one-off `run(.task)`; the same holds for another process). When that run ends, the group's
+  /// next task is free — whatever the outcome, since the cancelled head leaves the queue with it —
+  /// and automatic running must start it without another nudge. A failure that is not retryable,
+  /// or a recorded error that ends the run, did not wake it (before version 5 such an outcome left
+  /// the head in the queue, dead or blocked, holding its group anyway), so the next task waited
+  /// for an unrelated add.
+  @Test(arguments: ["succeeded", "retryable", "dead", "recordError"])
+  func automaticRunningStartsTheNextTaskWhenACancelledHeadsRunEndsElsewhere(outcome: String) async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let oneOff = runner(queue)
+      oneOff.register(tag: "slow", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
+        started.note("\(task.id)")
+        await gate.wait()
+        switch outcome {
+        case "succeeded": return .succeeded
+        case "retryable": return .failed("offline", retryable: true)
+        case "dead": return .failed("rejected", retryable: false)
+        default: return .recordError("fix me")
+        }
+      }
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", manual: true)
+      async let headReport = oneOff.run(.task(head))
+      try await waitUntil { started.all.contains("\(head)") }
+      let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
+      let auto = runner(queue)
+      auto.register(tag: "t") { _ in .succeeded }
+      let updates = queue.updates()
+      auto.startAutomaticRunning()
+      defer { auto.stop() }
+      try await queue.cancel(head)
+      // Let the loop's passes after the add and the cancel find the next task still waiting.
+      try await Task.sleep(for: .milliseconds(300))
+      #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
+      gate.open()
+      _ = try await headReport
+      #expect(try queue.task(head) == nil)
+      #expect(
+        await waitFor(updates, within: 10) { $0 == .succeeded(next) },
+        "the group's next task was not started after its cancelled head's run ended (\(outcome))")
+      #expect(try queue.pendingTasks().isEmpty)
+      try expectConsistent(queue)
+    }
+  }
+
+  /// Two runner processes (two lanes each) run grouped jobs automatically while this process adds
+  /// (some with `replace` of a data id), cancels running tasks, cancels groups and clears, and
+  /// SIGKILLs one runner mid-way (a new one takes its place). From the log: a group never has two
+  /// runs under way, no task starts after it left the queue (cancel, clear, replace, success),
+  /// every acknowledged add is in the log, nothing stays queued or cancelled-running at the end,
+  /// and `verify` is healthy. Both store modes.
+  @Test(arguments: [false, true]) func runnerProcessesRacingCancelsClearsAndReplacesKeepGroupsSerial(segment: Bool)
+    async throws
+  {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-race-\(UUID().uuidString.prefix(8))"
+    let stop = path + "-stop"
+    defer {
+      try? FileManager.default.removeItem(atPath: path)
+      try? FileManager.default.removeItem(atPath: stop)
+    }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: path, configuration: configuration)
+    defer { store.close() }
+    let queue = store.queue
+    var acknowledged: [TaskID] = []
+    for n in 0..<8 {
+      acknowledged.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: "g\(n % 4)"))
+    }
+    let arguments = ["cancel-race-run", path, "2", stop] + (segment ? ["segment"] : [])
+    var workers = [try Child("ferry-test-worker", arguments), try Child("ferry-test-worker", arguments)]
+    defer { for worker in workers where worker.process.isRunning { worker.kill() } }
+    let started = ContinuousClock.now
+    var killed = false
+    var actions: [String: Int] = [:]
+    while ContinuousClock.now - started < .seconds(4) {
+      let roll = Int.random(in: 0..<100)
+      switch roll {
+      case 0..<40:
+        let group = "g\(Int.random(in: 0..<4))"
+        let kind = Bool.random() ? "ok" : "flaky"
+        if roll < 15 {
+          let id = try await queue.add(
+            tag: "job", payload: ["kind": kind], dataId: "d\(Int.random(in: 0..<3))", groupId: group,
+            unique: .replace)
+          acknowledged.append(id)
+          actions["replace", default: 0] += 1
+        } else {
+          acknowledged.append(try await queue.add(tag: "job", payload: ["kind": kind], groupId: group))
+          actions["add", default: 0] += 1
+        }
+      case 40..<80:
+        guard let running = try queue.pendingTasks().filter({ $0.status == .running }).randomElement() else {
+          try await Task.sleep(for: .milliseconds(1))
+          continue
+        }
+        do {
+          try await queue.cancel(running.id)
+          actions["cancelRunning", default: 0] += 1
+        } catch FerryError.noSuchTask {}
+      case 80..<86:
+        _ = try await queue.cancel(group: "g\(Int.random(in: 0..<4))")
+        actions["cancelGroup", default: 0] += 1
+      case 86..<88:
+        try await queue.clear()
+        actions["clear", default: 0] += 1
+      case 88..<90 where !killed && ContinuousClock.now - started > .seconds(2):
+        workers[0].kill()
+        _ = try await workers[0].wait()
+        workers[0] = try Child("ferry-test-worker", arguments)
+        killed = true
+      default:
+        try await Task.sleep(for: .milliseconds(2))
+      }
+    }
+    // Everything left runs to its end (the new runner interrupts the killed one's runs).
+    let drained = ContinuousClock.now
+    while try !queue.isIdle() || !(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty) {
+      guard ContinuousClock.now - drained < .seconds(30) else {
+        Issue.record("the queue never went idle: \(try queue.pendingTasks()) \(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning)")
+        break
+      }
+      try await Task.sleep(for: .milliseconds(20))
+    }
+    #expect(FileManager.default.createFile(atPath: stop, contents: Data()))
+    for worker in workers { _ = try await worker.wait() }
+    #expect(killed)
+    #expect(actions["cancelRunning", default: 0] > 0 && actions["replace", default: 0] > 0, "\(actions)")
+    print("cancel race (segment \(segment)): \(actions), \(acknowledged.count) adds")
+    #expect(try queue.pendingTasks().isEmpty)
+    #expect(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty)
+    let violations = try Self.violations(store.log, acknowledged: acknowledged)
+    #expect(violations.isEmpty, "\(violations.prefix(10)) (actions \(actions))")
+    try expectConsistent(queue)
+  }
+
+  /// From the log: a group's run starts only when no other run of the group is under way, a task
+  /// never starts after it left the queue, nothing succeeds twice, and every acknowledged add is
+  /// there.
+  static func violations(_ log: EventLog, acknowledged: [TaskID]) throws -> [String] {
+    var violations: [String] = []
+    var groupOf: [TaskID: String] = [:]
+    var twinOf: [TaskID: String] = [:]
+    var queued = Set<TaskID>()
+    var ended: [TaskID: (UInt64, String)] = [:]
+    var runningInGroup: [String: TaskID] = [:]
+    var open = Set<TaskID>()
+    var succeeded = Set<TaskID>()
+    var added = Set<TaskID>()
+    func end(_ id: TaskID, _ sequence: UInt64, _ why: String) {
+      queued.remove(id)
+      if ended[id] == nil { ended[id] = (sequence, why) }
+    }
+    func endRun(_ id: TaskID, _ sequence: UInt64) {
+      if open.remove(id) == nil { violations.append("task \(id): an outcome at \(sequence) without a run") }
+      if let group = groupOf[id], runningInGroup[group] == id { runningInGroup[group] = nil }
+    }
+    for (event, decoded) in try log.forEachTaskEvent() {
+      let sequence = event.sequence
+      switch decoded {
+      case .added(let tag, _, let dataId, let groupId, _, let unique, _, _):
+        added.insert(sequence)
+        if let dataId {
+          let twin = tag + "/" + dataId
+          if unique == .replace {
+            for id in queued where twinOf[id] == twin { end(id, sequence, "replaced") }
+          }
+          twinOf[sequence] = twin
+        }
+        if let groupId { groupOf[sequence] = groupId }
+        queued.insert(sequence)
+      case .runStarted(let id, _, _, _):
+        if let (at, why) = ended[id] { violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)") }
+        if open.contains(id) { violations.append("task \(id) started at \(sequence) while a run of it was under way") }
+        open.insert(id)
+        if let group = groupOf[id] {
+          if let other = runningInGroup[group], other != id {
+            violations.append("group \(group): task \(id) started at \(sequence) while task \(other) ran")
+          }
+          runningInGroup[group] = id
+        }
+      case .runSucceeded(let id):
+        endRun(id, sequence)
+        if !succeeded.insert(id).inserted { violations.append("task \(id) succeeded twice") }
+        end(id, sequence, "succeeded")
+      case .runFailed(let id, _, _, _), .runInterrupted(let id), .errorRecorded(let id, _, true):
+        endRun(id, sequence)
+      case .cancelled(let id): end(id, sequence, "cancelled")
+      case .expired(let id): end(id, sequence, "expired")
+      case .cleared: for id in queued { end(id, sequence, "cleared") }
+      default: break
+      }
+    }
+    for id in acknowledged where !added.contains(id) { violations.append("acknowledged task \(id) is not in the log") }
+    if !open.isEmpty { violations.append("runs still under way: \(open.sorted())") }
+    return violations
+  }
+}
