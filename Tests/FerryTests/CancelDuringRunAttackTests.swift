@@ -209,4 +209,161 @@ import Testing
     if !open.isEmpty { violations.append("runs still under way: \(open.sorted())") }
     return violations
   }
+
+  /// A group's head runs in another process and is cancelled; meanwhile other processes act on the
+  /// store: `ferry compact --retention 0`, `ferry verify`, `ferry inspect`, and the operator's
+  /// `ferry cancel`/`resolve`/`revive` of the head (refused: not queued). The live owner's run is
+  /// never taken, the compaction keeps the head's history (its run is under way) and the group
+  /// waits. Then the run ends (its handler succeeds, or its process is SIGKILLed), the group's
+  /// next task runs, and a compaction with `--copy`, a rebuild and a reopen bring nothing back.
+  /// Both store modes.
+  @Test(arguments: [(false, false), (false, true), (true, false), (true, true)])
+  func otherProcessesCompactingAndOperatingAroundACancelledRunNeverBringItBack(segment: Bool, killed: Bool)
+    async throws
+  {
+    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-ops-\(UUID().uuidString.prefix(8))"
+    let gate = path + "-gate"
+    defer {
+      try? FileManager.default.removeItem(atPath: path)
+      try? FileManager.default.removeItem(atPath: gate)
+    }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    var store = try await FerryStore.open(at: path, configuration: configuration)
+    var closed = false
+    defer { if !closed { store.close() } }
+    let old = try await store.queue.add(tag: "t", payload: ["n": 0])
+    let oldRun = runner(store.queue)
+    oldRun.register(tag: "t") { _ in .succeeded }
+    #expect(try await oldRun.run(.task(old)).outcome(of: old) == .succeeded)
+    let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate, "g"])
+    defer { if child.process.isRunning { child.kill() } }
+    let line = try await child.waitForLine(startingWith: "running ")
+    let head = try #require(UInt64(line.split(separator: " ")[1]))
+    let next = try await store.queue.add(tag: "t", payload: ["n": 2], groupId: "g")
+    try await store.queue.cancel(head)
+    let headBefore = try store.log.head()
+    for command in [["cancel", path, "\(head)"], ["resolve", path, "\(head)"], ["revive", path, "\(head)"]] {
+      let result = try OperatorCompanyAttackTests.ferry(command)
+      #expect(result.status != 0, "\(command): \(result.stdout) \(result.stderr)")
+    }
+    #expect(try store.log.head() == headBefore, "an operator command on a cancelled running task appended")
+    let compact = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0"])
+    #expect(compact.status == 0, "\(compact.stderr)")
+    for tool in [["verify", path], ["inspect", path]] {
+      let result = try OperatorCompanyAttackTests.ferry(tool)
+      #expect(result.status == 0, "\(tool): \(result.stdout) \(result.stderr)")
+    }
+    let cancelledRunning = try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning
+    #expect(cancelledRunning == [head], "the compaction or a tool took the live owner's cancelled run")
+    #expect(try store.queue.task(next)?.status == .waitingForGroup(behind: head))
+    #expect(try store.queue.task(old) == nil)
+    try expectConsistent(store.queue)
+    let run = runner(store.queue)
+    run.register(tag: "t") { _ in .succeeded }
+    #expect(try await run.run().entries.isEmpty, "the group's next task started beside its cancelled head")
+    if killed {
+      child.kill()
+      _ = try await child.wait()
+      #expect(try await store.queue.interruptRunsOfDeadOwners() == [head])
+    } else {
+      #expect(FileManager.default.createFile(atPath: gate, contents: Data()))
+      #expect(try await child.wait() == 0)
+    }
+    #expect(try await run.run().outcome(of: next) == .succeeded)
+    #expect(try await run.run().entries.isEmpty, "the cancelled head ran again")
+    store.close()
+    closed = true
+    let copy = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0", "--copy"])
+    #expect(copy.status == 0, "\(copy.stderr)")
+    let verify = try OperatorCompanyAttackTests.ferry(["verify", path])
+    #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
+    store = try await FerryStore.open(at: path, configuration: configuration)
+    closed = false
+    _ = try await store.log.rebuild()
+    #expect(try store.queue.pendingTasks().isEmpty)
+    #expect(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty)
+    let again = runner(store.queue)
+    again.register(tag: "t") { _ in .succeeded }
+    again.register(tag: "gated") { _ in .succeeded }
+    #expect(try await again.run().entries.isEmpty)
+    #expect(try store.log.forEachTaskEvent().isEmpty, "retention 0 leaves no finished task's events")
+    try expectConsistent(store.queue)
+  }
+
+  /// API abuse around one run: the task replaced twice while its handler runs, with an error the
+  /// app recorded during the run; every command on it refused; `keep` adds beside it; the run's
+  /// late outcome (an error that ends the run) removes it; only the last replacement runs, after
+  /// the run ended (same group).
+  @Test func replacingTwiceDuringOneBlockedRunLeavesOnlyTheLastReplacement() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let gate = Gate()
+      let started = Journal()
+      let sent = Journal()
+      let run = runner(queue)
+      run.register(tag: "t") { task in
+        let value = try task.payload(as: [String: String].self)["v"] ?? "?"
+        started.note("\(task.id)")
+        if value == "old" {
+          await gate.wait()
+          return .recordError("late")
+        }
+        sent.note(value)
+        return .succeeded
+      }
+      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", groupId: "g", unique: .replace)
+      async let firstRun = run.run(.task(old))
+      // Whatever throws below, the handler ends (or the implicit await of the run would hang).
+      defer { gate.open() }
+      try await waitUntil { started.all.contains("\(old)") }
+      _ = try await queue.recordError(old, message: "app says no")
+      #expect(try queue.task(old)?.status == .blockedByError)
+      let first = try await queue.add(tag: "t", payload: ["v": "first"], dataId: "d", groupId: "g", unique: .replace)
+      let second = try await queue.add(tag: "t", payload: ["v": "second"], dataId: "d", groupId: "g", unique: .replace)
+      #expect(try queue.pendingTasks().map(\.id) == [second])
+      #expect(try queue.task(second)?.status == .waitingForGroup(behind: old))
+      let kept = try await queue.add(tag: "t", payload: ["v": "kept"], dataId: "d", groupId: "g", unique: .keep)
+      #expect(kept == second)
+      for attempt in [
+        { try await queue.cancel(old) }, { try await queue.resolveError(old) }, { try await queue.revive(old) },
+        { try await queue.updatePayload(old, to: ["v": "x"]) }, { _ = try await queue.recordError(old, message: "x") },
+        { try await queue.cancel(first) },
+      ] as [@Sendable () async throws -> Void] {
+        await #expect(throws: FerryError.self) { try await attempt() }
+      }
+      let other = runner(queue)
+      other.register(tag: "t") { _ in .succeeded }
+      await #expect(throws: FerryError.self) { try await other.run(.task(old)) }
+      #expect(try await other.run(.task(second)).outcome(of: second) == .skipped(.notHeadOfGroup))
+      #expect(try await other.run().entries.isEmpty)
+      let report = try await queue.cancel(group: "g")
+      #expect(report.cancelled == [second] && report.running.isEmpty, "\(report)")
+      gate.open()
+      _ = try await firstRun
+      #expect(try queue.task(old) == nil)
+      #expect(try queue.pendingTasks().isEmpty)
+      #expect(try await run.run().entries.isEmpty)
+      #expect(sent.all.isEmpty, "\(sent.all)")
+      #expect(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty)
+      #expect(try queue.history(of: old).last?.event == .replaced(by: first))
+      #expect(try queue.history(of: first).last?.event == .replaced(by: second))
+      try expectConsistent(queue)
+    }
+  }
+
+  /// `history(of:)` of a task the app cancelled (no run under way) and whose data the app then
+  /// queued again with `replace`: the task's history ends with its cancel, as it did before
+  /// version 5 — the add replaced nothing (the task had left). The history now reads the cancel
+  /// and the add as one replace.
+  @Test func aCancelFollowedByAReplaceAddOfTheSameDataIsStillACancelInHistory() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let id = try await queue.add(tag: "t", payload: ["v": "a"], dataId: "d", unique: .replace)
+      try await queue.cancel(id)
+      let again = try await queue.add(tag: "t", payload: ["v": "b"], dataId: "d", unique: .replace)
+      let last = try queue.history(of: id).last?.event
+      #expect(last == .cancelled, "history says \(String(describing: last)), the add was \(again)")
+    }
+  }
 }

@@ -432,9 +432,9 @@ public final class TaskQueue: Sendable {
     var entries: [TaskHistoryEntry] = []
     var ended = false
     var inRun = false
-    /// This task's `task.cancelled`, held back until the next event that is not another task's
-    /// cancel: when that is an add of its tag and data id with `replace`, the replace command
-    /// logged the cancel (the task's run was under way) and the history ends `replaced(by:)`.
+    /// This task's `task.cancelled` logged while a run of it was under way, held back until the
+    /// next event that is not another task's cancel: when that is an add of its tag and data id
+    /// with `replace`, the replace command logged the cancel and the history ends `replaced(by:)`.
     var heldCancel: TaskHistoryEntry?
     func isReplace(_ decoded: TaskEvent) -> Bool {
       guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _) = decoded, let dataId else {
@@ -483,8 +483,13 @@ public final class TaskQueue: Sendable {
       let entry = TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind)
       switch decoded {
       case .cancelled:
-        heldCancel = entry
-        return
+        // The replace command cancels only a twin whose run is under way: a cancel without one
+        // is the app's own, whatever add comes next.
+        if inRun {
+          heldCancel = entry
+          return
+        }
+        ended = true
       case .runStarted: inRun = true
       case .runFailed, .runInterrupted: inRun = false
       case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
