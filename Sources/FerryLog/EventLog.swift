@@ -985,14 +985,7 @@ public final class EventLog: Sendable {
   /// for, to grow the map). A projection stored at another version is never folded or served: its
   /// read gets the error after the rounds above. A closed log throws ``FerryLogError/closed``.
   public func read<R>(_ body: (LogView) throws -> R) throws -> R {
-    let behind: FerryLogError
-    do {
-      return try readSnapshot(body)
-    } catch let error as FerryLogError {
-      guard case .projectionNotCurrent = error else { throw error }
-      behind = error
-    }
-    return try readBehind(body, behind, inWriter: true)
+    try read(body, inWriter: true)
   }
 
   /// ``read(_:)`` for a caller with a way to wait for the writer that does not block a thread
@@ -1000,6 +993,11 @@ public final class EventLog: Sendable {
   /// ``FerryLogError/projectionNotCurrent(projection:reason:)``, never a turn in the writer's
   /// transaction, so it blocks its thread a second at most where ``read(_:)`` may take four.
   package func readCatchingUpOnly<R>(_ body: (LogView) throws -> R) throws -> R {
+    try read(body, inWriter: false)
+  }
+
+  /// A snapshot; when a projection is behind, ``readBehind(_:_:inWriter:)``.
+  private func read<R>(_ body: (LogView) throws -> R, inWriter: Bool) throws -> R {
     let behind: FerryLogError
     do {
       return try readSnapshot(body)
@@ -1007,7 +1005,7 @@ public final class EventLog: Sendable {
       guard case .projectionNotCurrent = error else { throw error }
       behind = error
     }
-    return try readBehind(body, behind, inWriter: false)
+    return try readBehind(body, behind, inWriter: inWriter)
   }
 
   /// `body` on a new read snapshot.
