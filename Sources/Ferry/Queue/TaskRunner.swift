@@ -770,6 +770,9 @@ public final class TaskRunner: Sendable {
           return .failed(message, retryAt: next.map(Date.init(unixMilliseconds:)))
         case .runInterrupted(id): return .interrupted
         case .errorRecorded(id, let message, true): return .errorRecorded(message)
+        // Cancelled (or cleared) while the other runner's run goes on: the task has left the queue
+        // (its row waits for that run only to hold its group), which ends the wait as it always did.
+        case .cancelled(id), .cleared: return skip(id, .noLongerQueued)
         default: continue
         }
       }
@@ -781,10 +784,10 @@ public final class TaskRunner: Sendable {
         let row = try queue.log.read { view in
           try QueueTables(view.tables(of: TaskQueueProjection.projectionName)).row(id)
         }
-        if row?.claim != claim {
+        if row?.claim != claim || row?.isQueued == false {
           // The outcome may have come in between the two reads: read it first.
           if try !queue.log.events(after: last, limit: 1).isEmpty { continue }
-          return row == nil ? skip(id, .noLongerQueued) : .interrupted
+          return row?.isQueued != true ? skip(id, .noLongerQueued) : .interrupted
         }
       }
       try await Task.sleep(for: .milliseconds(50))
