@@ -75,12 +75,12 @@ struct TaskQueueProjection: InPlaceFolding {
       try queue.remove(id)
     case .cancelled(let id):
       // A run under way keeps the row, its claim and its place in its group until its outcome.
-      guard let row = try queue.row(id), row.claim != nil else { return try queue.remove(id) }
+      guard let row = try queue.row(id) else { return }
+      if row.claim == nil { return try queue.remove(id, row) }
       if row.isQueued { try queue.cancelDuringRun(id, row) }
     case .runFailed(let id, let message, _, let next):
-      // The outcome of a run whose task was cancelled meanwhile: the task leaves now.
-      if try queue.row(id)?.isQueued == false { return try queue.remove(id) }
-      try queue.update(id) { row in
+      guard let old = try queue.outcomeTarget(id) else { return }
+      try queue.update(id, old) { row in
         row.lastFailure = message
         let hadClaim = row.claim != nil
         row.claim = nil
@@ -92,16 +92,16 @@ struct TaskQueueProjection: InPlaceFolding {
         row.eligibleAt = next
       }
     case .runInterrupted(let id):
-      if try queue.row(id)?.isQueued == false { return try queue.remove(id) }
-      try queue.update(id) { row in
+      guard let old = try queue.outcomeTarget(id) else { return }
+      try queue.update(id, old) { row in
         row.claim = nil
         if row.status == .running { row.status = .ready }
       }
     case .errorRecorded(let id, let message, let endsRun):
-      guard let row = try queue.row(id) else { return }
+      guard let old = try queue.row(id) else { return }
       // A cancelled task takes no error; one that ends its run is that run's outcome.
-      guard row.isQueued else { return endsRun ? try queue.remove(id) : () }
-      try queue.update(id) { row in
+      guard old.isQueued else { return endsRun ? try queue.remove(id, old) : () }
+      try queue.update(id, old) { row in
         row.status = .blocked
         row.eligibleAt = nil
         row.errorCount &+= 1
@@ -373,6 +373,11 @@ extension QueueTables where Tables == ProjectionTables {
   /// Changes a task's row and keeps the indexes in step; nothing when the task is not queued.
   func update(_ id: TaskID, _ change: (inout TaskRow) -> Void) throws {
     guard let old = try row(id) else { return }
+    try update(id, old, change)
+  }
+
+  /// ``update(_:_:)`` of a row already read (`old`).
+  func update(_ id: TaskID, _ old: TaskRow, _ change: (inout TaskRow) -> Void) throws {
     var new = old
     change(&new)
     if new == old { return }
@@ -384,16 +389,14 @@ extension QueueTables where Tables == ProjectionTables {
   /// Takes a task out of every table; the next task of its group becomes the head.
   func remove(_ id: TaskID) throws {
     guard let old = try row(id) else { return }
+    try remove(id, old)
+  }
+
+  /// ``remove(_:)`` of a row already read (`old`).
+  func remove(_ id: TaskID, _ old: TaskRow) throws {
     try unindex(id, old)
     try tables.delete("tasks", key: QueueKey.task(id))
-    // An `errors` row is written only with `errorCount` raised (it falls back to 0 only by wrapping
-    // after 2^32 errors): a task that never had one has no row to delete, and the usual run skips
-    // that B-tree search.
-    if old.errorCount != 0 { try tables.delete("errors", key: QueueKey.task(id)) }
-    if try !tables.isCertainlyEmpty("payloads") { try tables.delete("payloads", key: QueueKey.task(id)) }
-    if let dataId = old.dataId {
-      try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
-    }
+    try dropEntries(id, old)
     if let groupId = old.groupId {
       try tables.delete("groups", key: QueueKey.group(groupId, id))
       if let head = try head(of: groupId), let headRow = try row(head) { try index(head, headRow) }
@@ -405,12 +408,33 @@ extension QueueTables where Tables == ProjectionTables {
   /// cancelled), claim and group entry stay until the run's outcome removes them.
   func cancelDuringRun(_ id: TaskID, _ old: TaskRow) throws {
     try unindex(id, old)
+    try dropEntries(id, old)
+    try keepCancelled(id, old)
+  }
+
+  /// The `errors`, `payloads` and `unique` entries of a task leaving the queue (by ``remove(_:_:)``,
+  /// or cancelled during its run).
+  private func dropEntries(_ id: TaskID, _ old: TaskRow) throws {
+    // An `errors` row is written only with `errorCount` raised (it falls back to 0 only by wrapping
+    // after 2^32 errors): a task that never had one has no row to delete, and the usual run skips
+    // that B-tree search.
     if old.errorCount != 0 { try tables.delete("errors", key: QueueKey.task(id)) }
     if try !tables.isCertainlyEmpty("payloads") { try tables.delete("payloads", key: QueueKey.task(id)) }
     if let dataId = old.dataId {
       try tables.delete("unique", key: QueueKey.unique(tag: old.tag, dataId: dataId, id))
     }
-    try keepCancelled(id, old)
+  }
+
+  /// The row a run's outcome (a failure, an interruption) applies to, read once — nil when the
+  /// task is not queued, or was cancelled during that run: then the outcome ends it, and it leaves
+  /// the queue here.
+  func outcomeTarget(_ id: TaskID) throws -> TaskRow? {
+    guard let old = try row(id) else { return nil }
+    guard old.isQueued else {
+      try remove(id, old)
+      return nil
+    }
+    return old
   }
 
   /// Writes a task's row as cancelled with its claim and group entry (and nothing else): after a
