@@ -18,18 +18,9 @@ import Testing
     for extra in 0..<2 {
       let fixture = QueueFixture()
       defer { fixture.remove() }
-      var ids: Set<UInt64> = []
-      do {
-        let store = try await fixture.openStore()
-        for n in 0..<(40 + extra) { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
-        store.close()
-      }
-      let compactor = try Child(
-        "ferry-test-worker", ["compact-copy", fixture.path],
-        environment: ["FERRY_CRASH_POINT": "compact.swapped", "FERRY_CRASH_SIGNAL": "STOP"])
+      let ids = try await Self.tasks(40 + extra, in: fixture)
+      let compactor = try await Self.compactorStoppedAtTheSwap(fixture)
       defer { compactor.kill() }
-      _ = try await pollUntil { isStopped(compactor.pid) || !compactor.process.isRunning }
-      try #require(isStopped(compactor.pid), "the compactor did not reach the swap: \(compactor.output)")
       let input = Pipe()
       let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
       defer { app.kill() }
@@ -64,18 +55,9 @@ extension CompactCopyKillTests {
     for extra in 0..<2 {
       let fixture = QueueFixture()
       defer { fixture.remove() }
-      var ids: Set<UInt64> = []
-      do {
-        let store = try await fixture.openStore()
-        for n in 0..<(40 + extra) { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
-        store.close()
-      }
-      let compactor = try Child(
-        "ferry-test-worker", ["compact-copy", fixture.path],
-        environment: ["FERRY_CRASH_POINT": "compact.swapped", "FERRY_CRASH_SIGNAL": "STOP"])
+      let ids = try await Self.tasks(40 + extra, in: fixture)
+      let compactor = try await Self.compactorStoppedAtTheSwap(fixture)
       defer { compactor.kill() }
-      _ = try await pollUntil { isStopped(compactor.pid) || !compactor.process.isRunning }
-      try #require(isStopped(compactor.pid), "the compactor did not reach the swap: \(compactor.output)")
       compactor.kill()
       // What the dying compactor holds last: LMDB's lock on the lock file the path names (none
       // when there is no such file).
@@ -177,4 +159,35 @@ extension CompactCopyKillTests {
     #expect(try store.log.verify().isHealthy)
     #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
   }
+}
+
+extension CompactCopyKillTests {
+  /// A store of `count` tasks, closed; their ids.
+  static func tasks(_ count: Int, in fixture: QueueFixture) async throws -> Set<UInt64> {
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    var ids: Set<UInt64> = []
+    for n in 0..<count { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
+    return ids
+  }
+
+  /// `ferry compact --copy` (the worker's) stopped (SIGSTOP) right after it renamed its copy over
+  /// `data.mdb`.
+  static func compactorStoppedAtTheSwap(_ fixture: QueueFixture) async throws -> Child {
+    let compactor = try Child(
+      "ferry-test-worker", ["compact-copy", fixture.path],
+      environment: ["FERRY_CRASH_POINT": "compact.swapped", "FERRY_CRASH_SIGNAL": "STOP"])
+    _ = try await pollUntil { isStopped(compactor.pid) || !compactor.process.isRunning }
+    guard isStopped(compactor.pid) else {
+      compactor.kill()
+      throw CompactorDidNotStop(output: compactor.output)
+    }
+    return compactor
+  }
+}
+
+/// The compactor did not reach its swap.
+struct CompactorDidNotStop: Error, CustomStringConvertible {
+  let output: [String]
+  var description: String { "the compactor did not reach the swap: \(output)" }
 }
