@@ -1,3 +1,4 @@
+import CFerryCRC
 import CoreMetrics
 import Foundation
 import LMDB
@@ -97,6 +98,10 @@ final class GroupCommitWriter: @unchecked Sendable {
   let segment: SegmentSession?
 
   private let condition = Condition()
+  /// Jobs submitted since start: what a spinning writer watches (it polls without the lock).
+  private let submitted = Atomic<Int>(0)
+  /// When to poll for the next job before sleeping (touched on the writer thread only).
+  @exclusivity(unchecked) private var spin: SpinPolicy
   private var jobs: [Job] = []
   private var stopping = false
   private let finished = DispatchSemaphore(value: 0)
@@ -111,8 +116,9 @@ final class GroupCommitWriter: @unchecked Sendable {
     onDurable: @escaping @Sendable (UInt64) -> Void = { _ in },
     onCommit: @escaping @Sendable (UInt64) -> Void,
     instruments: LogInstruments = LogInstruments(logger: nil, metricsFactory: NOOPMetricsHandler.instance),
-    segment: SegmentSession? = nil
+    segment: SegmentSession? = nil, spin: Duration = .zero
   ) {
+    self.spin = SpinPolicy(window: spin, processors: ProcessInfo.processInfo.activeProcessorCount)
     self.segment = segment
     self.instruments = instruments
     self.onDurable = onDurable
@@ -155,6 +161,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     condition.withLock {
       if stopping { return false }
       jobs.append(job)
+      submitted.add(1, ordering: .releasing)
       condition.broadcast()
       return true
     }
@@ -173,7 +180,34 @@ final class GroupCommitWriter: @unchecked Sendable {
   private func run() {
     while true {
       condition.lock()
-      while jobs.isEmpty && !stopping { condition.wait() }
+      if jobs.isEmpty && !stopping {
+        let idleSince = SpinPolicy.now()
+        if spin.shouldSpin {
+          // Jobs have been coming close together (a caller adding one after another, a runner
+          // finishing one task and claiming the next): poll for the next one a few microseconds
+          // before sleeping, since waking a sleeping thread costs more than that on many
+          // machines. Bounded by the window, and only while jobs keep arriving within a few
+          // windows of each other — an idle store's writer sleeps.
+          let seen = submitted.load(ordering: .acquiring)
+          condition.unlock()
+          let deadline = idleSince &+ spin.window
+          var caught = false
+          repeat {
+            ferry_cpu_relax()
+            if submitted.load(ordering: .acquiring) != seen {
+              caught = true
+              break
+            }
+          } while SpinPolicy.now() < deadline
+          statistics.withLock { s in
+            s.writerSpins += 1
+            if caught { s.writerSpinsCaught += 1 }
+          }
+          condition.lock()
+        }
+        while jobs.isEmpty && !stopping { condition.wait() }
+        spin.waited(SpinPolicy.now() &- idleSince)
+      }
       if jobs.isEmpty {
         condition.unlock()
         return
@@ -384,4 +418,32 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
     return folded
   }
+}
+
+/// When the writer polls for its next job before it sleeps (``EventLog/Configuration/writerSpin``):
+/// for up to `window` nanoseconds, and only when the last wait ended within four windows — jobs
+/// are coming one right after another — on a machine with more than one processor (with one, the
+/// job's maker cannot run while the writer polls).
+struct SpinPolicy {
+  /// Nanoseconds to poll; 0 never.
+  let window: UInt64
+  /// The last wait for a job, from an empty queue to a job, in nanoseconds (polling included).
+  private(set) var lastWait: UInt64 = .max
+
+  init(window: Duration, processors: Int) {
+    let (seconds, attoseconds) = window.components
+    // At most 10 ms; a negative window is none (no arithmetic that a huge one could overflow).
+    let nanoseconds: Int64 =
+      seconds < 0 || attoseconds < 0 ? 0 : seconds >= 1 ? 10_000_000 : min(attoseconds / 1_000_000_000, 10_000_000)
+    self.window = processors > 1 ? UInt64(nanoseconds) : 0
+  }
+
+  /// Whether to poll before this wait.
+  var shouldSpin: Bool { window > 0 && lastWait <= window &* 4 }
+
+  /// Records how long the last wait took.
+  mutating func waited(_ nanoseconds: UInt64) { lastWait = nanoseconds }
+
+  /// Monotonic nanoseconds.
+  static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
 }

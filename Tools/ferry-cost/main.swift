@@ -15,6 +15,14 @@ import Foundation
 
 struct Item: Codable, Sendable { var name: String }
 
+/// Every probe's store: the writer never polls for its next job (`writerSpin`), so that what is
+/// counted is the work — under callgrind a poll's loop would add instructions by the microsecond.
+let costConfiguration: FerryStore.Configuration = {
+  var configuration = FerryStore.Configuration()
+  configuration.writerSpin = .zero
+  return configuration
+}()
+
 /// A `task.added` payload at schema version 2, as Ferry writes it now (`Specs/task-events.md` §2):
 /// tag, payload, no data id, maybe a group, not manual, unique append, normal priority, no deadline.
 /// (A version-1 add would measure its upcaster too: about 970 instructions an event.)
@@ -44,14 +52,14 @@ func appendAdds(_ log: EventLog, _ count: Int) async throws {
 func workload(_ name: String, _ count: Int, path: String) async throws {
   switch name {
   case "adds":
-    let store = try await FerryStore.open(at: path)
+    let store = try await FerryStore.open(at: path, configuration: costConfiguration)
     defer { store.close() }
     try await store.queue.add(tag: "t", payload: Item(name: "milk"))  // warm: first-use costs
     ferry_cost_start()
     for _ in 0..<count { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
     ferry_cost_stop()
   case "runs":
-    let store = try await FerryStore.open(at: path)
+    let store = try await FerryStore.open(at: path, configuration: costConfiguration)
     defer { store.close() }
     try await appendAdds(store.log, count)
     var configuration = TaskRunner.Configuration()
@@ -66,11 +74,11 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
     }
   case "rebuild":
     do {
-      let store = try await FerryStore.open(at: path)
+      let store = try await FerryStore.open(at: path, configuration: costConfiguration)
       try await appendAdds(store.log, count)
       store.close()
     }
-    let store = try await FerryStore.open(at: path)
+    let store = try await FerryStore.open(at: path, configuration: costConfiguration)
     defer { store.close() }
     ferry_cost_start()
     let report = try await store.log.rebuild()
@@ -82,14 +90,14 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
     // A log where every task is added and then run to success: the rows a rebuild writes are
     // few, the changes it folds many.
     do {
-      let store = try await FerryStore.open(at: path)
+      let store = try await FerryStore.open(at: path, configuration: costConfiguration)
       try await appendAdds(store.log, count)
       let runner = TaskRunner(queue: store.queue)
       runner.register(tag: "t") { _ in .succeeded }
       _ = try await runner.run()
       store.close()
     }
-    let store = try await FerryStore.open(at: path)
+    let store = try await FerryStore.open(at: path, configuration: costConfiguration)
     defer { store.close() }
     ferry_cost_start()
     let report = try await store.log.rebuild()
@@ -98,7 +106,7 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
   case "open":
     // FERRY_COST_STORE names a store kept between runs: built once, then only opened.
     if !FileManager.default.fileExists(atPath: path + "/data.mdb") {
-      let store = try await FerryStore.open(at: path)
+      let store = try await FerryStore.open(at: path, configuration: costConfiguration)
       try await appendAdds(store.log, count)
       store.close()
     }
@@ -107,7 +115,7 @@ func workload(_ name: String, _ count: Int, path: String) async throws {
     for _ in 0..<5 {
       let start = ContinuousClock.now
       ferry_cost_start()
-      let store = try await FerryStore.open(at: path)
+      let store = try await FerryStore.open(at: path, configuration: costConfiguration)
       ferry_cost_stop()
       let elapsed = ContinuousClock.now - start
       store.close()

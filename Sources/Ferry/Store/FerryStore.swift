@@ -89,6 +89,10 @@ public final class FerryStore: Sendable {
     /// default; experimental. The store remembers it, and an open that shares the store with
     /// another process follows what the store does.
     public var writeAheadSegment = false
+    /// How long the store's writer thread polls for the next write before it sleeps, while writes
+    /// come one right after another (`EventLog.Configuration.writerSpin`: never on a
+    /// one-processor machine, nor while writes come further apart). `.zero` never polls.
+    public var writerSpin: Duration = .microseconds(50)
 
     /// The defaults.
     public init() {}
@@ -139,6 +143,7 @@ public final class FerryStore: Sendable {
     logConfiguration.metricsFactory = configuration.metricsFactory
     logConfiguration.metricsDimensions = configuration.metricsDimensions
     logConfiguration.writeAheadSegment = configuration.writeAheadSegment
+    logConfiguration.writerSpin = configuration.writerSpin
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let (clock, sleep) = (time.now, time.sleep)
