@@ -102,6 +102,8 @@ final class GroupCommitWriter: @unchecked Sendable {
   private let submitted = Atomic<Int>(0)
   /// When to poll for the next job before sleeping (touched on the writer thread only).
   @exclusivity(unchecked) private var spin: SpinPolicy
+  /// The poll's window in nanoseconds (0: never), as configured (for tests).
+  let spinWindow: UInt64
   private var jobs: [Job] = []
   private var stopping = false
   private let finished = DispatchSemaphore(value: 0)
@@ -119,6 +121,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     segment: SegmentSession? = nil, spin: Duration = .zero
   ) {
     self.spin = SpinPolicy(window: spin, processors: ProcessInfo.processInfo.activeProcessorCount)
+    self.spinWindow = self.spin.window
     self.segment = segment
     self.instruments = instruments
     self.onDurable = onDurable
@@ -276,6 +279,7 @@ final class GroupCommitWriter: @unchecked Sendable {
         let eventsWritten = results.reduce(0) { total, result in
           total + ((try? result.get().sequences.count) ?? 0)
         }
+        spin.committed(requests: live.count, events: eventsWritten)
         statistics.withLock { s in
           s.commits += 1
           s.appendCalls += live.count
@@ -421,14 +425,22 @@ final class GroupCommitWriter: @unchecked Sendable {
 }
 
 /// When the writer polls for its next job before it sleeps (``EventLog/Configuration/writerSpin``):
-/// for up to `window` nanoseconds, and only when the last wait ended within four windows — jobs
-/// are coming one right after another — on a machine with more than one processor (with one, the
-/// job's maker cannot run while the writer polls).
+/// for up to `window` nanoseconds, on a machine with more than one processor (with one, the job's
+/// maker cannot run while the writer polls), and only while one caller is writing alone, in small
+/// steps and without pause — the last ``singlesNeeded`` commits each served one request of at most
+/// two events (an add; a runner's finish of one task and claim of the next), and the last wait
+/// ended within four windows. With more to gather — several callers, or a runner whose lanes share
+/// each command — the writer sleeps instead, so that the work gathers into one commit while it
+/// does (polling would commit the first piece alone, and take a processor from the callers).
 struct SpinPolicy {
   /// Nanoseconds to poll; 0 never.
   let window: UInt64
   /// The last wait for a job, from an empty queue to a job, in nanoseconds (polling included).
   private(set) var lastWait: UInt64 = .max
+  /// Commits in a row, up to the last, that served one request of at most two events.
+  private(set) var singles = 0
+  /// How many such commits in a row make a caller "alone".
+  static let singlesNeeded = 8
 
   init(window: Duration, processors: Int) {
     let (seconds, attoseconds) = window.components
@@ -439,10 +451,15 @@ struct SpinPolicy {
   }
 
   /// Whether to poll before this wait.
-  var shouldSpin: Bool { window > 0 && lastWait <= window &* 4 }
+  var shouldSpin: Bool { window > 0 && singles >= Self.singlesNeeded && lastWait <= window &* 4 }
 
   /// Records how long the last wait took.
   mutating func waited(_ nanoseconds: UInt64) { lastWait = nanoseconds }
+
+  /// Records a commit of `requests` requests that appended `events` events.
+  mutating func committed(requests: Int, events: Int) {
+    singles = requests == 1 && events <= 2 ? min(singles + 1, Self.singlesNeeded) : 0
+  }
 
   /// Monotonic nanoseconds.
   static func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }

@@ -21,10 +21,15 @@ import Testing
     #expect(SpinPolicy(window: .milliseconds(3), processors: 8).window == 3_000_000)
   }
 
-  @Test func itPollsOnlyAfterAWaitOfAtMostFourWindows() {
+  @Test func itPollsOnlyForACallerAloneAndWithoutPause() {
     var policy = SpinPolicy(window: .microseconds(50), processors: 2)
     #expect(!policy.shouldSpin)  // nothing has come yet
-    policy.waited(30_000)
+    for _ in 0..<(SpinPolicy.singlesNeeded - 1) {
+      policy.committed(requests: 1, events: 1)
+      policy.waited(30_000)
+      #expect(!policy.shouldSpin)  // not yet eight commits of one request
+    }
+    policy.committed(requests: 1, events: 1)
     #expect(policy.shouldSpin)
     policy.waited(200_000)
     #expect(policy.shouldSpin)
@@ -32,12 +37,57 @@ import Testing
     #expect(!policy.shouldSpin)  // appends came further apart: sleep
     policy.waited(10_000)
     #expect(policy.shouldSpin)
+    // A commit of two requests: several callers, whose appends should gather while the writer
+    // sleeps; eight single commits in a row again before it polls.
+    policy.committed(requests: 2, events: 2)
+    #expect(!policy.shouldSpin)
+    for _ in 0..<SpinPolicy.singlesNeeded { policy.committed(requests: 1, events: 2) }
+    #expect(policy.shouldSpin)  // a runner's finish and claim: two events
+    // One request of three events (a runner's lanes sharing a command): more to gather.
+    policy.committed(requests: 1, events: 3)
+    #expect(!policy.shouldSpin)
+    for _ in 0..<(SpinPolicy.singlesNeeded - 1) { policy.committed(requests: 1, events: 1) }
+    #expect(!policy.shouldSpin)
+    policy.committed(requests: 1, events: 1)
+    #expect(policy.shouldSpin)
     var never = SpinPolicy(window: .zero, processors: 2)
+    for _ in 0..<10 { never.committed(requests: 1, events: 1) }
     never.waited(0)
     #expect(!never.shouldSpin)
   }
 
   // MARK: - The writer
+
+  /// The default: polling in a store with a write-ahead segment, none without; a window given
+  /// is used in both.
+  @Test func byDefaultOnlyAStoreWithASegmentPolls() async throws {
+    let processors = ProcessInfo.processInfo.activeProcessorCount
+    let store = TemporaryStore()
+    defer { store.remove() }
+    var log = try store.open([CountByType()])
+    #expect(log.writer?.spinWindow == 0)
+    for i in 0..<100 { _ = try await log.append(NewEvent(type: "a", payload: payload("\(i)"))) }
+    #expect(log.statistics.writerSpins == 0)
+    log.close()
+    log = try store.open([CountByType()]) { $0.writeAheadSegment = true }
+    #expect(log.writer?.spinWindow == (processors > 1 ? 50_000 : 0))
+    log.close()
+    log = try store.open([CountByType()]) {
+      $0.writeAheadSegment = true
+      $0.writerSpin = .zero
+    }
+    #expect(log.segment != nil)
+    #expect(log.writer?.spinWindow == 0)
+    log.close()
+    log = try store.open([CountByType()]) {
+      $0.writeAheadSegment = false
+      $0.writerSpin = .microseconds(20)
+    }
+    defer { log.close() }
+    #expect(log.segment == nil)
+    #expect(log.writer?.spinWindow == (processors > 1 ? 20_000 : 0))
+    #expect(try counts(log) == ["a": 100])
+  }
 
   @Test func aZeroWindowNeverPolls() async throws {
     let store = TemporaryStore()

@@ -89,10 +89,12 @@ public final class FerryStore: Sendable {
     /// default; experimental. The store remembers it, and an open that shares the store with
     /// another process follows what the store does.
     public var writeAheadSegment = false
-    /// How long the store's writer thread polls for the next write before it sleeps, while writes
-    /// come one right after another (`EventLog.Configuration.writerSpin`: never on a
-    /// one-processor machine, nor while writes come further apart). `.zero` never polls.
-    public var writerSpin: Duration = .microseconds(50)
+    /// How long the store's writer thread polls for the next write before it sleeps while one
+    /// caller writes alone and without pause (`EventLog.Configuration.writerSpin`: never with
+    /// several callers, on a one-processor machine, or while writes come further apart).
+    /// `.zero` never polls; nil, the default, polls 50 µs with the write-ahead segment and not
+    /// without it.
+    public var writerSpin: Duration? = nil
 
     /// The defaults.
     public init() {}

@@ -12,7 +12,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
   print(
     """
     usage: ferry-bench [--quick] [--json] [--runs N] [--only K[,K…]]
-           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] | --profile-adds N [segment] [callers=K]
+           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] [poll|nopoll] | --profile-adds N [segment] [callers=K] [poll|nopoll]
     (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
     counts from Tools/cost.sh)
     """)
@@ -75,6 +75,8 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
     do {
       var configuration = FerryStore.Configuration()
       configuration.writeAheadSegment = segment
+      if arguments.contains("nopoll") { configuration.writerSpin = .zero }
+      if arguments.contains("poll") { configuration.writerSpin = .microseconds(50) }
       let store = try await FerryStore.open(at: path, configuration: configuration)
       let before = store.log.statistics.commits
       let rate =
@@ -90,15 +92,16 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
           }
         })
       let commits = store.log.statistics.commits - before
+      let polls = store.log.statistics.writerSpins
       let sizeBefore = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       store.close()
       let after = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       print(
         String(
-          format: "%d adds by %d caller(s) at %.0f/s%@, %.1f a commit; data file %.1f MiB (%.1f MiB after close)",
+          format: "%d adds by %d caller(s) at %.0f/s%@, %.1f a commit; data file %.1f MiB (%.1f MiB after close); the writer polled %d times",
           count / callers * callers, callers, rate, segment ? " (write-ahead segment)" : "",
           Double(count / callers * callers) / Double(max(1, commits)), Double(sizeBefore) / 1_048_576,
-          Double(after) / 1_048_576))
+          Double(after) / 1_048_576, polls))
     } catch {
       print("profile failed: \(error)")
     }
@@ -123,6 +126,8 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
     do {
       var storeConfiguration = FerryStore.Configuration()
       storeConfiguration.writeAheadSegment = arguments.contains("segment")
+      if arguments.contains("nopoll") { storeConfiguration.writerSpin = .zero }
+      if arguments.contains("poll") { storeConfiguration.writerSpin = .microseconds(50) }
       let queue = try await TaskQueue.open(at: path, configuration: storeConfiguration)
       let events = (0..<count).map { i in
         NewEvent(
@@ -140,8 +145,9 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       let rate = Double(count) / (try await seconds { _ = try await runner.run() })
       print(
         String(
-          format: "ran %d tasks in %d lanes at %.0f tasks/s, %d commits", count, lanes, rate,
-          queue.log.statistics.commits - before))
+          format: "ran %d tasks in %d lanes at %.0f tasks/s, %d commits; the writer polled %d times, %d caught",
+          count, lanes, rate, queue.log.statistics.commits - before, queue.log.statistics.writerSpins,
+          queue.log.statistics.writerSpinsCaught))
       queue.close()
     } catch {
       print("profile failed: \(error)")
