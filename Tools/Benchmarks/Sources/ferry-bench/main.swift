@@ -12,7 +12,7 @@ if arguments.contains("--help") || arguments.contains("-h") {
   print(
     """
     usage: ferry-bench [--quick] [--json] [--runs N] [--only K[,K…]]
-           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] [poll|nopoll] | --profile-adds N [segment] [callers=K] [poll|nopoll]
+           ferry-bench --profile-rebuild N | --profile-runloop N [LANES] [segment] [poll|poll=µs|nopoll] | --profile-adds N [segment] [callers=K] [poll|poll=µs|nopoll]
     (Tools/bench.sh builds it; `bash Tools/bench.sh --instructions` adds callgrind's instruction
     counts from Tools/cost.sh)
     """)
@@ -77,6 +77,9 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
       configuration.writeAheadSegment = segment
       if arguments.contains("nopoll") { configuration.writerSpin = .zero }
       if arguments.contains("poll") { configuration.writerSpin = .microseconds(50) }
+      if let window = arguments.compactMap({ $0.hasPrefix("poll=") ? Int($0.dropFirst(5)) : nil }).first {
+        configuration.writerSpin = .microseconds(window)
+      }
       let store = try await FerryStore.open(at: path, configuration: configuration)
       let before = store.log.statistics.commits
       let rate =
@@ -128,6 +131,9 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       storeConfiguration.writeAheadSegment = arguments.contains("segment")
       if arguments.contains("nopoll") { storeConfiguration.writerSpin = .zero }
       if arguments.contains("poll") { storeConfiguration.writerSpin = .microseconds(50) }
+      if let window = arguments.compactMap({ $0.hasPrefix("poll=") ? Int($0.dropFirst(5)) : nil }).first {
+        storeConfiguration.writerSpin = .microseconds(window)
+      }
       let queue = try await TaskQueue.open(at: path, configuration: storeConfiguration)
       let events = (0..<count).map { i in
         NewEvent(
