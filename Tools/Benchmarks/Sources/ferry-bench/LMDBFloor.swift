@@ -27,14 +27,24 @@ final class LMDBFloor {
   /// `count` records in durable commits of `batch` records each.
   func batches(_ count: Int, batch: Int, recordSize: Int) throws {
     let value = [UInt8](repeating: 0x5A, count: recordSize)
+    try Self.inCommits(environment, count: count, batch: batch) { txn in
+      try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append)
+      next += 1
+    }
+  }
+
+  /// `count` items in durable commits of `batch` items each: `item` writes one, `end` closes each
+  /// commit's transaction.
+  static func inCommits(
+    _ environment: Environment, count: Int, batch: Int, item: (Transaction) throws -> Void,
+    end: (Transaction) throws -> Void = { _ in }
+  ) throws {
     var left = count
     while left > 0 {
       let size = min(batch, left)
       try environment.write { txn in
-        for _ in 0..<size {
-          try txn.put(events, key: next.bigEndianBytes, value: value, flags: .append)
-          next += 1
-        }
+        for _ in 0..<size { try item(txn) }
+        try end(txn)
       }
       left -= size
     }
@@ -56,20 +66,14 @@ final class LMDBFloor {
     let position = [UInt8](repeating: 0x01, count: 12)
     var next: UInt64 = 1
     let start = ContinuousClock.now
-    var left = count
-    while left > 0 {
-      let size = min(batch, left)
-      try environment.write { txn in
-        for _ in 0..<size {
-          try txn.put(events, key: next.bigEndianBytes, value: record, flags: .append)
-          try txn.put(tasks, key: next.bigEndianBytes, value: record, flags: .append)
-          try txn.put(ready, key: [2] + next.bigEndianBytes, value: [], flags: .append)
-          next += 1
-        }
-        try txn.put(meta, key: Array("projection:taskQueue".utf8), value: position)
-        try txn.put(meta, key: Array("projection:cacheAges".utf8), value: position)
-      }
-      left -= size
+    try inCommits(environment, count: count, batch: batch) { txn in
+      try txn.put(events, key: next.bigEndianBytes, value: record, flags: .append)
+      try txn.put(tasks, key: next.bigEndianBytes, value: record, flags: .append)
+      try txn.put(ready, key: [2] + next.bigEndianBytes, value: [], flags: .append)
+      next += 1
+    } end: { txn in
+      try txn.put(meta, key: Array("projection:taskQueue".utf8), value: position)
+      try txn.put(meta, key: Array("projection:cacheAges".utf8), value: position)
     }
     let elapsed = ContinuousClock.now - start
     let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
