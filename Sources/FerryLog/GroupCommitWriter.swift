@@ -120,7 +120,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     instruments: LogInstruments = LogInstruments(logger: nil, metricsFactory: NOOPMetricsHandler.instance),
     segment: SegmentSession? = nil, spin: Duration = .zero
   ) {
-    self.spin = SpinPolicy(window: spin, processors: ProcessInfo.processInfo.activeProcessorCount)
+    self.spin = SpinPolicy(window: spin, processors: SpinPolicy.usableProcessors())
     self.spinWindow = self.spin.window
     self.segment = segment
     self.instruments = instruments
@@ -441,12 +441,21 @@ struct SpinPolicy {
   private(set) var singles = 0
   /// How many such commits in a row make a caller "alone".
   static let singlesNeeded = 8
+  /// The longest window: a longer one is this.
+  static let longest = Duration.milliseconds(10)
 
   init(window: Duration, processors: Int) {
-    let (seconds, attoseconds) = window.components
-    // At most 10 ms; a negative window is none (no arithmetic that a huge one could overflow).
-    let nanoseconds: Int64 =
-      seconds < 0 || attoseconds < 0 ? 0 : seconds >= 1 ? 10_000_000 : min(attoseconds / 1_000_000_000, 10_000_000)
+    // At most 10 ms; a negative window is none. Compared as durations before `components` is read:
+    // a duration past Int64.max seconds (`.seconds(Int64.max) * 2`, `.seconds(1e20)`) is a valid
+    // Duration whose `components` traps, and a window under 10 ms has no seconds to overflow.
+    let nanoseconds: Int64
+    if window <= .zero {
+      nanoseconds = 0
+    } else if window >= Self.longest {
+      nanoseconds = 10_000_000
+    } else {
+      nanoseconds = window.components.attoseconds / 1_000_000_000
+    }
     self.window = processors > 1 ? UInt64(nanoseconds) : 0
   }
 
@@ -459,6 +468,16 @@ struct SpinPolicy {
   /// Records a commit of `requests` requests that appended `events` events.
   mutating func committed(requests: Int, events: Int) {
     singles = requests == 1 && events <= 2 ? min(singles + 1, Self.singlesNeeded) : 0
+  }
+
+  /// The processors this process may run on: Foundation's count (online processors, and on Linux
+  /// a cgroup's CPU quota), and no more than the affinity mask allows — on Linux Foundation's count
+  /// ignores the mask, and a process confined to one processor (`taskset -c 0`, a container's
+  /// cpuset) polled there, where the job's maker cannot run while the writer polls.
+  static func usableProcessors() -> Int {
+    let online = ProcessInfo.processInfo.activeProcessorCount
+    let affinity = Int(ferry_affinity_processors())
+    return affinity > 0 ? min(online, affinity) : online
   }
 
   /// Monotonic nanoseconds.

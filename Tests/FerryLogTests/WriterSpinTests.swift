@@ -61,7 +61,7 @@ import Testing
   /// The default: polling in a store with a write-ahead segment, none without; a window given
   /// is used in both.
   @Test func byDefaultOnlyAStoreWithASegmentPolls() async throws {
-    let processors = ProcessInfo.processInfo.activeProcessorCount
+    let processors = SpinPolicy.usableProcessors()
     let store = TemporaryStore()
     defer { store.remove() }
     var log = try store.open([CountByType()])

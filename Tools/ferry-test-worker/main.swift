@@ -6,6 +6,7 @@ import FerryLog
 import FerryTools
 import Foundation
 import LMDB
+import Synchronization
 
 /// Writes a line straight to file descriptor 1 (no buffering), so the parent sees it even if this
 /// process is killed right after.
@@ -1074,6 +1075,111 @@ case "pull-grow":
       say("closed")
     } catch {
       fail("pull-grow failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "spin-append":
+  // (WriterSpinAttackTests) Opens the log with the write-ahead segment (projection CountByType
+  // under "countByType"), the writer's poll window WINDOW in microseconds ("default": nil, the
+  // store's default), says "processors P window W", then appends COUNT events of type
+  // "worker.event" one by one (payload "worker I"; with "bare", opened without the projection),
+  // printing "ack SEQ I SPINS" after each (SPINS:
+  // the writer's polls so far), then "spins S caught C", closes and says "closed".
+  guard (5...6).contains(arguments.count), let count = Int(arguments[3]) else {
+    fail("spin-append DIR COUNT WINDOW|default [bare]")
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      // "bare" (a fifth argument): no projection, so that another process's projection falls behind.
+      let bare = arguments.count > 5 && arguments[5] == "bare"
+      var configuration = EventLog.Configuration(
+        projections: bare ? [] : [EventTypeCounts(name: "countByType", version: 1)])
+      configuration.writeAheadSegment = true
+      if let micros = Int64(arguments[4]) { configuration.writerSpin = .microseconds(micros) }
+      let log = try EventLog.open(at: directory, configuration: configuration)
+      say("processors \(ProcessInfo.processInfo.activeProcessorCount) segment \(FileManager.default.fileExists(atPath: directory + "/ferry-segment"))")
+      for i in 0..<count {
+        let sequence = try await log.append(NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
+        say("ack \(sequence) \(i) \(log.statistics.writerSpins)")
+      }
+      let statistics = log.statistics
+      say("spins \(statistics.writerSpins) caught \(statistics.writerSpinsCaught)")
+      log.close()
+      say("closed")
+    } catch {
+      fail("spin-append failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "spin-add-tasks":
+  // (WriterSpinAttackTests) Opens the store with the write-ahead segment, adds COUNT "job" tasks
+  // one by one (payload kind "ok", data id "PREFIX-I"), printing "ack ID I" after each, then
+  // "spins S caught C processors P", closes and says "closed".
+  guard arguments.count == 5, let count = Int(arguments[3]) else { fail("spin-add-tasks DIR COUNT PREFIX") }
+  let prefix = arguments[4]
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment = true
+      let store = try await FerryStore.open(at: directory, configuration: configuration)
+      for i in 0..<count {
+        let id = try await store.queue.add(tag: "job", payload: ["kind": "ok"], dataId: "\(prefix)-\(i)")
+        say("ack \(id) \(i)")
+      }
+      let statistics = store.log.statistics
+      say(
+        "spins \(statistics.writerSpins) caught \(statistics.writerSpinsCaught) "
+          + "processors \(ProcessInfo.processInfo.activeProcessorCount)")
+      store.close()
+      say("closed")
+    } catch {
+      fail("spin-add-tasks failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
+case "spin-run-tasks":
+  // (WriterSpinAttackTests) Opens the store (following its write-ahead segment) and runs serial
+  // passes (one task at a time) over its "job" tasks until a line "stop" has come on standard
+  // input and then three passes ran nothing; says "ran ID ATTEMPT" as each handler starts and,
+  // at the end, "spins S caught C", then closes and says "closed".
+  let stopAsked = Mutex(false)
+  Thread.detachNewThread {
+    while let line = readLine() { if line == "stop" { break } }
+    stopAsked.withLock { $0 = true }
+  }
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let store = try await FerryStore.open(at: directory)
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "job") { task in
+        say("ran \(task.id) \(task.attempt)")
+        return .succeeded
+      }
+      var idle = 0
+      while idle < 3 {
+        let report = try await runner.run()
+        let ranSomething = report.entries.contains { entry in
+          if case .skipped = entry.outcome { return false } else { return true }
+        }
+        if ranSomething || !stopAsked.withLock({ $0 }) {
+          idle = 0
+          if !ranSomething { try await Task.sleep(for: .milliseconds(2)) }
+        } else {
+          idle += 1
+        }
+      }
+      let statistics = store.log.statistics
+      say("spins \(statistics.writerSpins) caught \(statistics.writerSpinsCaught)")
+      store.close()
+      say("closed")
+    } catch {
+      fail("spin-run-tasks failed: \(error)")
     }
     done.signal()
   }

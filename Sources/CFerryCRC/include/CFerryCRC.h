@@ -12,6 +12,12 @@ int ferry_crc32c_available(void);
 /// start) and so is the result. Call only when ferry_crc32c_available() returned 1.
 uint32_t ferry_crc32c_update(uint32_t crc, const void *bytes, size_t count);
 
+/// The processors the calling thread may run on (its affinity mask: `taskset`, a container's
+/// cpuset), on Linux; 0 when unknown (elsewhere, or when the mask cannot be read). Foundation's
+/// `activeProcessorCount` ignores the mask on Linux: under `taskset -c 0` it still counts every
+/// processor online.
+int ferry_affinity_processors(void);
+
 /// A hint to the CPU that the caller is polling (`pause` on x86-64, `yield` on arm64): less
 /// power and less contention with the other hardware thread while the log's writer waits a few
 /// microseconds for the next job (GroupCommitWriter's spin).
