@@ -350,6 +350,79 @@ import Testing
   }
 }
 
+/// Durations longer than `Int64.max` seconds — valid, but `Duration.components` traps on them —
+/// at every public API that takes a duration: saturated or refused, never a trap (the attack of
+/// the writer's poll found `writerSpin` trapping so; these took the same path).
+@Suite(.timeLimit(.minutes(2))) struct HugeDurationTests {
+  static let huge: [Duration] = [.seconds(1e19), .seconds(Int64.max) * 4, .seconds(-1e19), .seconds(Int64.min) * 4]
+
+  @Test func theConversionsSaturate() {
+    #expect(Duration.seconds(1e19).milliseconds == .max)
+    #expect(Duration.seconds(-1e19).milliseconds == .min)
+    #expect((Duration.seconds(Int64.max) * 4).nanoseconds == .max)
+    #expect((Duration.seconds(Int64.min) * 4).nanoseconds == .min)
+    #expect(Duration.milliseconds(Int64.max).milliseconds == .max)
+    #expect(Duration.milliseconds(Int64.max - 1).milliseconds == .max - 1)
+    #expect(Duration.milliseconds(-1_500).milliseconds == -1_500)
+    #expect(Duration.nanoseconds(Int64.max - 1).nanoseconds == .max - 1)
+    #expect(Duration.nanoseconds(-7).nanoseconds == -7)
+  }
+
+  @Test func retryPoliciesTimeLimitsAndWindowsTakeThem() async throws {
+    for huge in Self.huge {
+      let policy = RetryPolicy(maxAttempts: 3, initialDelay: huge, multiplier: 2, maxDelay: huge, jitter: 0)
+      #expect(policy.delay(afterAttempt: 1, random: 0.5) >= .zero)
+    }
+    try await withStore { store, _, _ in
+      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+      var configuration = TaskRunner.Configuration()
+      configuration.defaultTimeLimit = .seconds(1e19)
+      configuration.timeLimitGrace = .seconds(1e19)
+      configuration.interruptionGrace = .seconds(-1e19)
+      let runner = TaskRunner(queue: store.queue, configuration: configuration)
+      runner.register(
+        tag: "t", retry: RetryPolicy(maxAttempts: 2, initialDelay: .seconds(1e19), maxDelay: .seconds(1e19))
+      ) { _ in .failed("no", retryable: true) }
+      let report = try await runner.run(.task(id))
+      #expect(report.entries.count == 1)
+      #expect(try store.queue.task(id) != nil)  // waiting for a retry at the end of time
+    }
+  }
+
+  @Test func cacheAgesAndRetentionTakeThem() async throws {
+    try await withStore { store, _, _ in
+      try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false))
+      for huge in Self.huge {
+        if huge > .zero {
+          guard case .cache(_, _, let isTooOld) = try store.ledger.state(key: "k", maxAge: huge) else {
+            Issue.record("no cache")
+            continue
+          }
+          #expect(!isTooOld)
+          #expect(try store.ledger.keys(olderThan: huge).isEmpty)
+          #expect(try await store.compact(retention: huge).removed == 0)
+        } else {
+          #expect { try store.ledger.state(key: "k", maxAge: huge) } throws: { EdgeValueTests.isInvalidArgument($0) }
+        }
+      }
+    }
+  }
+
+  @Test func aStoreOpensWithThem() async throws {
+    for huge in Self.huge {
+      let fixture = QueueFixture()
+      defer { fixture.remove() }
+      let store = try await fixture.openStore {
+        $0.gaugeInterval = huge
+        $0.writerSpin = huge
+      }
+      try await store.queue.add(tag: "t", payload: Item(name: "a"))
+      #expect(try store.queue.pendingTasks().count == 1)
+      store.close()
+    }
+  }
+}
+
 /// A count shared with handlers.
 final class EdgeCounter: Sendable {
   private let count = Mutex(0)

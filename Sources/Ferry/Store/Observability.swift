@@ -353,6 +353,9 @@ final class CacheObserver: Sendable {
 extension Duration {
   /// The duration in whole nanoseconds (saturating).
   var nanoseconds: Int64 {
+    // Past Int64's nanoseconds first: `components` traps past Int64.max seconds.
+    if self >= .nanoseconds(Int64.max) { return .max }
+    if self <= .nanoseconds(Int64.min) { return .min }
     let (seconds, attoseconds) = components
     let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
     if overflow { return seconds < 0 ? .min : .max }
