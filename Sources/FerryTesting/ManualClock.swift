@@ -76,7 +76,9 @@ public final class ManualClock: DatedClock, Sendable {
     let milliseconds = instant.sinceUnixEpoch.milliseconds
     let rest = instant.sinceUnixEpoch - .milliseconds(milliseconds)
     let date = Date(unixMilliseconds: milliseconds)
-    guard rest != .zero else { return date }
+    // Beyond Int64's milliseconds the date is the end of that range (and `components` would trap
+    // on what is left over past Int64.max seconds).
+    guard rest != .zero, rest > .milliseconds(-1), rest < .milliseconds(1) else { return date }
     let (seconds, attoseconds) = rest.components
     return date.addingTimeInterval(Double(seconds) + Double(attoseconds) / 1e18)
   }

@@ -408,6 +408,14 @@ import Testing
     }
   }
 
+  @Test func aManualClockMovedPastTheEndOfTimeReadsTheEndOfTime() {
+    let clock = ManualClock(date: Date(timeIntervalSince1970: 0))
+    clock.advance(by: .seconds(1e19))
+    #expect(clock.date == Date(unixMilliseconds: .max))
+    clock.advance(by: .seconds(-1e19) * 3)
+    #expect(clock.date == Date(unixMilliseconds: .min))
+  }
+
   @Test func aStoreOpensWithThem() async throws {
     for huge in Self.huge {
       let fixture = QueueFixture()
