@@ -1125,6 +1125,9 @@ case "spin-add-tasks":
     do {
       var configuration = FerryStore.Configuration()
       configuration.writeAheadSegment = true
+      // A window of 2 ms (polls after waits under 8 ms): the test checks that this writer polled,
+      // which the default 50 µs may not do at all on a machine loaded by a whole test run.
+      configuration.writerSpin = .milliseconds(2)
       let store = try await FerryStore.open(at: directory, configuration: configuration)
       for i in 0..<count {
         let id = try await store.queue.add(tag: "job", payload: ["kind": "ok"], dataId: "\(prefix)-\(i)")
