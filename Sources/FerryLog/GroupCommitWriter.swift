@@ -184,7 +184,8 @@ final class GroupCommitWriter: @unchecked Sendable {
     while true {
       condition.lock()
       if jobs.isEmpty && !stopping {
-        let idleSince = SpinPolicy.now()
+        // The clock only for a writer that may poll (none without the segment, by default).
+        let idleSince = spin.window > 0 ? SpinPolicy.now() : 0
         if spin.shouldSpin {
           // Jobs have been coming close together (a caller adding one after another, a runner
           // finishing one task and claiming the next): poll for the next one a few microseconds
@@ -209,7 +210,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           condition.lock()
         }
         while jobs.isEmpty && !stopping { condition.wait() }
-        spin.waited(SpinPolicy.now() &- idleSince)
+        if spin.window > 0 { spin.waited(SpinPolicy.now() &- idleSince) }
       }
       if jobs.isEmpty {
         condition.unlock()
@@ -441,21 +442,10 @@ struct SpinPolicy {
   private(set) var singles = 0
   /// How many such commits in a row make a caller "alone".
   static let singlesNeeded = 8
-  /// The longest window: a longer one is this.
-  static let longest = Duration.milliseconds(10)
 
   init(window: Duration, processors: Int) {
-    // At most 10 ms; a negative window is none. Compared as durations before `components` is read:
-    // a duration past Int64.max seconds (`.seconds(Int64.max) * 2`, `.seconds(1e20)`) is a valid
-    // Duration whose `components` traps, and a window under 10 ms has no seconds to overflow.
-    let nanoseconds: Int64
-    if window <= .zero {
-      nanoseconds = 0
-    } else if window >= Self.longest {
-      nanoseconds = 10_000_000
-    } else {
-      nanoseconds = window.components.attoseconds / 1_000_000_000
-    }
+    // At most 10 ms; a negative window is none (`nanoseconds` saturates, never traps).
+    let nanoseconds = min(max(window.nanoseconds, 0), 10_000_000)
     self.window = processors > 1 ? UInt64(nanoseconds) : 0
   }
 

@@ -350,19 +350,6 @@ final class CacheObserver: Sendable {
   }
 }
 
-extension Duration {
-  /// The duration in whole nanoseconds (saturating).
-  var nanoseconds: Int64 {
-    // Past Int64's nanoseconds first: `components` traps past Int64.max seconds.
-    if self >= .nanoseconds(Int64.max) { return .max }
-    if self <= .nanoseconds(Int64.min) { return .min }
-    let (seconds, attoseconds) = components
-    let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-    if overflow { return seconds < 0 ? .min : .max }
-    return scaled.addingReportingOverflow(attoseconds / 1_000_000_000).partialValue
-  }
-}
-
 extension FerryStore {
   /// Logs the open and, while metrics are on, reads the queue gauges now and every `gaugeInterval`.
   func startObserving(gaugeInterval: Duration) {

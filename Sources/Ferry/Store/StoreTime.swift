@@ -114,18 +114,3 @@ extension Date {
   }
 }
 
-extension Duration {
-  /// Whole milliseconds, rounded toward zero, saturating at the limits of `Int64`.
-  package var milliseconds: Int64 {
-    // Past Int64's milliseconds first: `components` itself traps on a duration longer than
-    // Int64.max seconds (`.seconds(1e19)`, say), which a caller may pass.
-    if self >= .milliseconds(Int64.max) { return .max }
-    if self <= .milliseconds(Int64.min) { return .min }
-    let (seconds, attoseconds) = components
-    let (ms, overflow) = seconds.multipliedReportingOverflow(by: 1000)
-    if overflow { return seconds < 0 ? .min : .max }
-    let (total, sumOverflow) = ms.addingReportingOverflow(attoseconds / 1_000_000_000_000_000)
-    if sumOverflow { return seconds < 0 ? .min : .max }
-    return total
-  }
-}
