@@ -98,8 +98,15 @@ func runProduct(
 ) async throws -> (
   status: Int32, output: String
 ) {
+  try await runCommand(productURL(name).path, arguments, timeout: timeout)
+}
+
+/// Runs the executable at `path` (one of this package's or another, `taskset` say) the same way.
+func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> (
+  status: Int32, output: String
+) {
   let process = Process()
-  process.executableURL = productURL(name)
+  process.executableURL = URL(fileURLWithPath: path)
   process.arguments = arguments
   let pipe = Pipe()
   process.standardOutput = pipe

@@ -345,28 +345,9 @@ func isClosedError(_ error: any Error) -> Bool {
   return false
 }
 
-/// Runs an executable (not one of this package's) with a time limit; its status and output.
-func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> (
-  status: Int32, output: String
-) {
-  let process = Process()
-  process.executableURL = URL(fileURLWithPath: path)
-  process.arguments = arguments
-  let pipe = Pipe()
-  process.standardOutput = pipe
-  try process.run()
-  let watchdog = Task {
-    try await Task.sleep(for: timeout)
-    if process.isRunning { process.terminate() }
-  }
-  let data = pipe.fileHandleForReading.readDataToEndOfFile()
-  process.waitUntilExit()
-  watchdog.cancel()
-  return (process.terminationStatus, String(decoding: data, as: UTF8.self))
-}
-
-/// A `ferry-test-worker spin-append` child, its output read line by line as it comes.
-final class SpinWorker: Sendable {
+/// A `ferry-test-worker spin-append` child (a ``SegmentAttackTests/Worker``, which collects its
+/// lines) and what it says: its acks and its polls.
+struct SpinWorker {
   struct Ack: Sendable, CustomStringConvertible {
     let sequence: UInt64
     let index: Int
@@ -374,37 +355,11 @@ final class SpinWorker: Sendable {
     var description: String { "seq \(sequence) #\(index) spins \(spins)" }
   }
 
-  let process: Process
-  private let lines = Mutex<[String]>([])
-  private let ended = Mutex(false)
+  let worker: SegmentAttackTests.Worker
 
-  init(_ arguments: [String]) throws {
-    process = Process()
-    process.executableURL = productURL("ferry-test-worker")
-    process.arguments = arguments
-    let pipe = Pipe()
-    process.standardOutput = pipe
-    process.standardError = FileHandle.nullDevice
-    try process.run()
-    let reader = pipe.fileHandleForReading
-    Thread.detachNewThread { [self] in
-      var partial = ""
-      while true {
-        let data = reader.availableData
-        if data.isEmpty { break }
-        partial += String(decoding: data, as: UTF8.self)
-        while let newline = partial.firstIndex(of: "\n") {
-          let line = String(partial[..<newline])
-          partial = String(partial[partial.index(after: newline)...])
-          self.lines.withLock { $0.append(line) }
-        }
-      }
-      self.process.waitUntilExit()
-      self.ended.withLock { $0 = true }
-    }
-  }
+  init(_ arguments: [String]) throws { worker = try SegmentAttackTests.Worker(arguments) }
 
-  var output: [String] { lines.withLock { $0 } }
+  var output: [String] { worker.said }
 
   /// Its "ack SEQ I SPINS" lines, parsed.
   var acks: [Ack] {
@@ -427,29 +382,24 @@ final class SpinWorker: Sendable {
     let deadline = ContinuousClock.now + .seconds(60)
     while ContinuousClock.now < deadline {
       if condition(acks) { return true }
-      if ended.withLock({ $0 }) { return condition(acks) }
+      if !worker.process.isRunning {
+        // Ended by itself: what is left of its output arrives at once (not `waitForExit`, whose
+        // signal `kill` waits for too, and gets only once).
+        try await Task.sleep(for: .milliseconds(100))
+        return condition(acks)
+      }
       try await Task.sleep(for: .milliseconds(1))
     }
     return false
   }
 
-  /// SIGKILLs it and waits until its output ended (it is reaped by the reading thread).
-  func kill() {
-    Foundation.kill(process.processIdentifier, SIGKILL)
-    let deadline = ContinuousClock.now + .seconds(60)
-    while !ended.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(1_000) }
-  }
+  /// SIGKILLs it and waits until its output ended.
+  func kill() { _ = worker.kill() }
 
-  /// Waits for it to exit and its output to end; its status.
+  /// Waits for it to exit (polling, then its output read to the end); its status.
   func wait() async throws -> Int32 {
     let deadline = ContinuousClock.now + .seconds(120)
-    while !ended.withLock({ $0 }) {
-      guard ContinuousClock.now < deadline else {
-        kill()
-        throw FerryLogError.closed
-      }
-      try await Task.sleep(for: .milliseconds(5))
-    }
-    return process.terminationStatus
+    while worker.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+    return worker.waitForExit().status
   }
 }
