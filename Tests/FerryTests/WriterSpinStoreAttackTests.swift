@@ -15,6 +15,15 @@ import Testing
     FileManager.default.temporaryDirectory.path + "/ferry-spin-\(UUID().uuidString.prefix(8))"
   }
 
+  /// The store with the write-ahead segment and a poll window of 2 ms (polls after waits under
+  /// 8 ms, even on a machine loaded by a whole test run).
+  static func openPolling(_ path: String) async throws -> FerryStore {
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = true
+    configuration.writerSpin = .milliseconds(2)
+    return try await FerryStore.open(at: path, configuration: configuration)
+  }
+
   /// The data id of every `task.added` in the log, with the sequences that added it.
   static func addedByDataId(_ log: EventLog) throws -> [String: [UInt64]] {
     var added: [String: [UInt64]] = [:]
@@ -29,10 +38,7 @@ import Testing
   @Test func twoPollingWritersBesideVerifyCompactAndReadersLoseAndRepeatNothing() async throws {
     let path = Self.freshPath()
     defer { try? FileManager.default.removeItem(atPath: path) }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = true
-    configuration.writerSpin = .milliseconds(2)
-    let store = try await FerryStore.open(at: path, configuration: configuration)
+    let store = try await Self.openPolling(path)
     defer { store.close() }
     let count = 1_000
     let adder = try Child("ferry-test-worker", ["spin-add-tasks", path, "\(count)", "c"])
@@ -82,10 +88,7 @@ import Testing
   @Test func serialRunnersInTwoProcessesWhileAThirdAddsRunEachTaskOnce() async throws {
     let path = Self.freshPath()
     defer { try? FileManager.default.removeItem(atPath: path) }
-    var configuration = FerryStore.Configuration()
-    configuration.writeAheadSegment = true
-    configuration.writerSpin = .milliseconds(2)
-    let store = try await FerryStore.open(at: path, configuration: configuration)
+    let store = try await Self.openPolling(path)
     defer { store.close() }
     let count = 150
     var ids: [TaskID] = []
