@@ -195,7 +195,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
         )
       }
       open[id] = owner
-    case .runSucceeded(let id) where present.contains(id), .runFailed(let id, _, _, _) where present.contains(id),
+    case .runSucceeded(let id, _) where present.contains(id), .runFailed(let id, _, _, _) where present.contains(id),
       .errorRecorded(let id, _, true) where present.contains(id):
       endRun(id)
       if open.removeValue(forKey: id) == nil {

@@ -862,6 +862,15 @@ public final class EventLog: Sendable {
     try guarded { try environment.read { txn in try core.head(txn) } }
   }
 
+  /// The store's identity: made at random when the store was created and never changed — kept
+  /// by compaction, `ferry compact --copy`, `ferry salvage` and `ferry import`; a store created
+  /// anew (even at the same path) has another. Nil only for a store whose creation never finished.
+  public func storeId() throws -> EventID? {
+    try guarded {
+      try environment.read { txn in try txn.get(core.meta, key: MetaKey.storeId).flatMap(EventID.init(bytes:)) }
+    }
+  }
+
   /// The event at `sequence`, decoded and upcast; nil when there is none.
   public func event(at sequence: UInt64) throws -> LoggedEvent? {
     try guarded {

@@ -95,6 +95,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
         text = "failed: \(message)" + (retry.map { ", retry in \($0)" } ?? ", dead")
       case .errorRecorded(let message): text = "needs the user: \(message)"
       case .interrupted: text = "interrupted"
+      case .deferred(let reason): text = "deferred until the network is back (\(reason))"
       case .skipped(let reason): text = "skipped (\(reason))"
       case .expired: text = "expired before it could start"
       }

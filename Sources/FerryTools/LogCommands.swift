@@ -521,7 +521,7 @@ struct ReplacementTracker {
     case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
       running = false
     case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false
-    case .runSucceeded(let id) where id == task, .cancelled(let id) where id == task, .expired(let id) where id == task:
+    case .runSucceeded(let id, _) where id == task, .cancelled(let id) where id == task, .expired(let id) where id == task:
       identity = nil
     case .cleared: identity = nil
     default: break

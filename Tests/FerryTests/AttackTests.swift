@@ -33,7 +33,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
     case .runStarted(let id, _, _, _): runs[id, default: (0, 0, 0, 0)].starts += 1
-    case .runSucceeded(let id):
+    case .runSucceeded(let id, _):
       runs[id, default: (0, 0, 0, 0)].successes += 1
       runs[id, default: (0, 0, 0, 0)].finishes += 1
     case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true): runs[id, default: (0, 0, 0, 0)].finishes += 1

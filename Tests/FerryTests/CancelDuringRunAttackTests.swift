@@ -218,7 +218,7 @@ import Testing
           }
           runningInGroup[group] = id
         }
-      case .runSucceeded(let id):
+      case .runSucceeded(let id, _):
         endRun(id, sequence)
         if !succeeded.insert(id).inserted { violations.append("task \(id) succeeded twice") }
         end(id, sequence, "succeeded")

@@ -15,7 +15,7 @@ import Testing
     try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
       case .runStarted(let id, _, _, _): return names[id].map { "start \($0)" }
-      case .runSucceeded(let id): return names[id].map { "end \($0)" }
+      case .runSucceeded(let id, _): return names[id].map { "end \($0)" }
       case .runFailed(let id, _, _, _): return names[id].map { "fail \($0)" }
       default: return nil
       }
@@ -213,7 +213,7 @@ import Testing
       case .runStarted(head, _, _, _): return "start"
       case .cancelled(head): return "cancelled"
       case .runInterrupted(head): return "interrupted"
-      case .runSucceeded(head): return "succeeded"
+      case .runSucceeded(head, _): return "succeeded"
       default: return nil
       }
     }

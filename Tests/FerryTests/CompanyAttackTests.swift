@@ -176,7 +176,7 @@ import Testing
       // Group order: within a group, successes in task-id order.
       var order: [TaskID] = []
       try queue.log.forEachEvent { event in
-        if event.type == "task.runSucceeded", case .runSucceeded(let id) = try TaskEvent(event) {
+        if event.type == "task.runSucceeded", case .runSucceeded(let id, _) = try TaskEvent(event) {
           order.append(id)
         }
       }

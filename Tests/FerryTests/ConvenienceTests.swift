@@ -56,7 +56,7 @@ enum Work: String, Sendable {
       var successes: [TaskID: Int] = [:]
       for (_, event) in events {
         if case .runStarted(let id, _, _, _) = event { starts[id, default: 0] += 1 }
-        if case .runSucceeded(let id) = event { successes[id, default: 0] += 1 }
+        if case .runSucceeded(let id, _) = event { successes[id, default: 0] += 1 }
       }
       #expect(Set(starts.keys) == Set(saves))
       #expect(starts.values.allSatisfy { $0 == 1 } && successes.values.allSatisfy { $0 == 1 })

@@ -79,7 +79,7 @@ import Testing
     // What the log still holds never shows a task succeeding twice.
     var succeeded: [TaskID: Int] = [:]
     try store.log.forEachEvent { event in
-      if event.type == "task.runSucceeded", case .runSucceeded(let id)? = try? TaskEvent(event) {
+      if event.type == "task.runSucceeded", case .runSucceeded(let id, _)? = try? TaskEvent(event) {
         succeeded[id, default: 0] += 1
       }
     }

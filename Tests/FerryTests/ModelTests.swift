@@ -420,7 +420,7 @@ func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunRepor
       #expect(open[id] == nil, "task \(id) claimed twice at once in \(commands)")
       open[id] = "\(owner)/\(runner)"
       runs[id, default: 0] += 1
-    case .runSucceeded(let id), .runFailed(let id, _, _, _), .runInterrupted(let id),
+    case .runSucceeded(let id, _), .runFailed(let id, _, _, _), .runInterrupted(let id),
       .errorRecorded(let id, _, true):
       #expect(open[id] != nil, "task \(id) finished without a run in \(commands)")
       open[id] = nil

@@ -132,7 +132,7 @@ struct RunLedger {
         }
         open[id] = owner
         tasks[id, default: Runs()].starts.append(owner)
-      case .runSucceeded(let id), .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
+      case .runSucceeded(let id, _), .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
         guard open.removeValue(forKey: id) != nil else {
           violations.append("task \(id) finished at \(event.sequence) with no run under way")
           return

@@ -252,6 +252,9 @@ struct Failing: Encodable {
           priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil),
         .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2)),
         .runSucceeded(id),
+        .runSucceeded(
+          id, details: SuccessDetails(output: n % 2 == 0 ? bytes : nil, invalidates: n % 3 == 0 ? [] : text + ["k"])),
+        .runDeferred(id, reason: text.joined()),
         .runFailed(id, message: text.joined(), retryable: n % 2 == 0, nextEligibleAt: n % 3 == 0 ? nil : Int64(n)),
         .runInterrupted(id), .errorRecorded(id, message: text.joined(), endsRun: n % 2 == 1), .errorResolved(id),
         .cancelled(id), .expired(id), .revived(id), .payloadUpdated(id, payload: bytes), .cleared, .paused, .resumed,

@@ -241,7 +241,7 @@ import Testing
     try store.log.forEachEvent { event in
       if CacheEvent.typeSet.contains(event.type), case .fetched(let key, _, let outcome) = try CacheEvent(event) {
         if case .failure = outcome { failures[key, default: 0] += 1 } else { locals[key, default: 0] += 1 }
-      } else if TaskEvent.typeSet.contains(event.type), case .runSucceeded(let id) = try TaskEvent(event) {
+      } else if TaskEvent.typeSet.contains(event.type), case .runSucceeded(let id, _) = try TaskEvent(event) {
         succeeded[id, default: 0] += 1
       }
     }

@@ -44,7 +44,7 @@ import Testing
     for (_, event) in try log.forEachTaskEvent() {
       switch event {
       case .runStarted(let id, _, _, _): result[id, default: (0, 0)].starts += 1
-      case .runSucceeded(let id): result[id, default: (0, 0)].succeeded += 1
+      case .runSucceeded(let id, _): result[id, default: (0, 0)].succeeded += 1
       default: break
       }
     }
@@ -239,7 +239,7 @@ import Testing
       switch event {
       case .added(_, _, let dataId, _, _, let unique, _, _): adds[record.sequence] = (dataId, unique)
       case .runStarted(let id, _, _, _): starts[id, default: 0] += 1
-      case .runSucceeded(let id): endedAt[id] = endedAt[id] ?? record.sequence
+      case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break
       }
     }
@@ -311,7 +311,7 @@ import Testing
     let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
       case .runStarted(id, _, _, _): return "start"
-      case .runSucceeded(id): return "succeeded"
+      case .runSucceeded(id, _): return "succeeded"
       case .cancelled(id): return "cancelled"
       case .payloadUpdated(id, _): return "updated"
       default: return nil

@@ -217,7 +217,7 @@ import Testing
       for (event, decoded) in events where event.sequence < at {
         switch decoded {
         case .runStarted(let id, _, _, _): open.insert(id)
-        case .runSucceeded(let id):
+        case .runSucceeded(let id, _):
           open.remove(id)
           ended.insert(id)
         case .runFailed(let id, _, _, _), .runInterrupted(let id): open.remove(id)
@@ -235,7 +235,7 @@ import Testing
         }
       }
       let succeeded = Set(
-        events.compactMap { if case .runSucceeded(let id) = $0.1 { return id } else { return nil } })
+        events.compactMap { if case .runSucceeded(let id, _) = $0.1 { return id } else { return nil } })
       #expect(Set(report.running).isSubset(of: succeeded))
       #expect(Set(others).isSubset(of: succeeded))  // the other tag is untouched
       #expect(try queue.pendingTasks().isEmpty)
@@ -377,7 +377,7 @@ import Testing
     _ = try await child.waitForLine(startingWith: "done")
     #expect(try await child.wait() == 0)
     let succeeded = try store.log.forEachTaskEvent().compactMap { event, decoded -> TaskID? in
-      if case .runSucceeded(let id) = decoded { return id } else { return nil }
+      if case .runSucceeded(let id, _) = decoded { return id } else { return nil }
     }
     #expect(Set(succeeded) == Set(jobs).subtracting([blocked]))
   }
@@ -492,7 +492,7 @@ import Testing
         ])
       let outcomes = try store.log.forEachTaskEvent().filter { _, decoded in
         switch decoded {
-        case .runSucceeded(hung), .runFailed(hung, _, _, _), .runInterrupted(hung),
+        case .runSucceeded(hung, _), .runFailed(hung, _, _, _), .runInterrupted(hung),
           .errorRecorded(hung, _, true):
           return true
         default: return false

@@ -80,7 +80,9 @@ enum ClaimSearch {
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
     skips: inout [(TaskID, SkipReason, TaskPriority)], expired: inout [ExpiredTask]
   ) throws -> ClaimStep.Found? {
-    guard !pass.isTouched(id), !handlers.unhandled.contains(id), let row = try queue.row(id) else { return nil }
+    guard !pass.isTouched(id), !handlers.unhandled.contains(id), !handlers.deferred.contains(id, now: now),
+      let row = try queue.row(id)
+    else { return nil }
     if try expireIfDue(id, row, context, now: now) {
       expired.append(ExpiredTask(id: id, row: row))
       return nil
@@ -281,7 +283,8 @@ enum ClaimSearch {
     claimed.attempts = attempt
     claimed.eligibleAt = nil
     claimed.claim = claim
-    return ClaimedRun(task: claimed.task(id: id), claim: claim, payload: payload)
+    return ClaimedRun(
+      task: claimed.task(id: id), claim: claim, payload: payload.bytes, idempotencyKey: payload.key.description)
   }
 }
 
@@ -353,6 +356,7 @@ final class PassControl: Sendable {
     var deadline: Int64?
     var cutShort = false
     var stoppedByPause = false
+    var offline = false
   }
   private let state = Mutex(State())
   /// A pass of automatic running: it claims nothing once the queue is paused (decided in each
@@ -375,6 +379,12 @@ final class PassControl: Sendable {
   /// nothing more to run: a window whose own deadline has not come, or automatic running, runs
   /// another pass after it (another window may have cut it short at an earlier deadline).
   var wasCutShort: Bool { state.withLock { $0.cutShort } }
+
+  /// Whether the pass stopped claiming because the runner's connectivity said offline.
+  var wasOffline: Bool { state.withLock { $0.offline } }
+
+  /// The pass found the device offline and claims nothing more.
+  func markOffline() { state.withLock { $0.offline = true } }
 
   /// The pass stopped claiming: it was cancelled or its deadline came.
   func markCutShort() { state.withLock { $0.cutShort = true } }

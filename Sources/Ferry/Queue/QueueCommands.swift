@@ -172,4 +172,6 @@ struct ClaimedRun: Sendable {
   let task: PendingTask
   let claim: TaskRow.Claim
   let payload: [UInt8]
+  /// ``RunningTask/idempotencyKey``.
+  let idempotencyKey: String
 }

@@ -16,6 +16,13 @@ public struct RunningTask: Sendable {
   /// The payload's JSON bytes as they were added, or as the latest
   /// ``TaskQueue/updatePayload(_:to:)`` before this run's claim left them.
   public let payloadBytes: [UInt8]
+  /// The key a server deduplicates this change on (send it as an `Idempotency-Key` header): the
+  /// same on every attempt, in every process and after every crash, for as long as the payload
+  /// stays; never used by another task or store. It is the id of the event that holds the payload
+  /// — the task's add, or its latest ``TaskQueue/updatePayload(_:to:)``: a new payload is a new
+  /// change, with a key of its own (a server that saw the old one must not drop the new one).
+  /// Kept by compaction, `ferry compact --copy`, `ferry salvage` and `ferry export`/`import`.
+  public let idempotencyKey: String
 
   /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
   /// (a handler that lets this error out fails the task for good: retrying cannot help).
@@ -32,13 +39,76 @@ public struct RunningTask: Sendable {
 public enum TaskResult: Sendable, Equatable {
   /// Done: the task leaves the queue.
   case succeeded
-  /// It failed; a retryable failure runs again after a backoff, until the attempts run out.
+  /// Done, with an output for later tasks and cache keys the success makes stale
+  /// (``succeeded(output:invalidating:)``).
+  case succeededWith(output: TaskOutput?, invalidating: [String])
+  /// It failed; a retryable failure runs again after a backoff, until the attempts run out. A
+  /// retryable failure that ends while the runner's ``TaskRunner/Configuration/connectivity``
+  /// says offline is taken as ``deferred(_:)``: offline is not the server's answer.
   case failed(String, retryable: Bool)
   /// The user must fix something first: the task (and its group) waits until the error is resolved.
   case recordError(String)
+  /// Not now — the device is offline, the server could not be reached, a precondition is not met
+  /// yet. The run gives its attempt back and no backoff grows: the task stays ready, and this
+  /// runner tries it again when connectivity comes back, at ``TaskRunner/conditionsChanged()``,
+  /// or after ``TaskRunner/Configuration/deferralDelay``; another runner or process may try it
+  /// at once. The message is logged (`task.runDeferred`).
+  case deferred(String)
 
   /// A retryable failure.
   public static func failed(_ message: String) -> TaskResult { .failed(message, retryable: true) }
+
+  /// Done, keeping `output` (a server id, an ETag) for the tasks queued after it — read with
+  /// ``TaskQueue/output(of:)`` or ``TaskQueue/output(dataId:tag:)`` — and making the cache keys in
+  /// `invalidating` stale: their next refresh fetches whatever their age.
+  public static func succeeded(output: TaskOutput?, invalidating keys: [String] = []) -> TaskResult {
+    .succeededWith(output: output, invalidating: keys)
+  }
+
+  /// Done, making the cache keys in `keys` stale: their next refresh fetches whatever their age.
+  public static func succeeded(invalidating keys: [String]) -> TaskResult {
+    .succeededWith(output: nil, invalidating: keys)
+  }
+}
+
+/// A small value a task's success leaves for later tasks — the id a server gave a record created
+/// offline, an ETag: JSON, kept in the success's event (at most ``maxSize`` bytes).
+public struct TaskOutput: Sendable, Equatable {
+  /// The largest output, in bytes of JSON: outputs are kept in the queue, not in a blob store.
+  public static let maxSize = 64 * 1024
+  /// The output's JSON bytes.
+  public let bytes: [UInt8]
+
+  /// Encodes `value` as JSON; ``FerryError/invalidArgument(_:)`` when it does not encode or is
+  /// larger than ``maxSize``.
+  public init(_ value: some Encodable) throws {
+    let data: Data
+    do {
+      data = try JSONEncoder().encode(value)
+    } catch {
+      throw FerryError.invalidArgument("the task output does not encode as JSON: \(error)")
+    }
+    try self.init(bytes: Array(data))
+  }
+
+  /// Wraps JSON bytes already encoded; ``FerryError/invalidArgument(_:)`` past ``maxSize``.
+  public init(bytes: [UInt8]) throws {
+    guard bytes.count <= Self.maxSize else {
+      throw FerryError.invalidArgument("a task output has \(bytes.count) bytes; at most \(Self.maxSize) are kept")
+    }
+    self.bytes = bytes
+  }
+
+  init(stored bytes: [UInt8]) { self.bytes = bytes }
+
+  /// Decodes the output as `type`; ``FerryError/invalidArgument(_:)`` when it does not decode.
+  public func decode<Value: Decodable>(as type: Value.Type) throws -> Value {
+    do {
+      return try JSONDecoder().decode(type, from: Data(bytes))
+    } catch {
+      throw FerryError.invalidArgument("the task output does not decode as \(type): \(error)")
+    }
+  }
 }
 
 /// When a failed task may run again: exponential backoff with jitter, and a limit on attempts.
@@ -48,7 +118,9 @@ public enum TaskResult: Sendable, Equatable {
 /// ``delay(afterAttempt:random:)`` for a property set negative afterwards — so a policy never
 /// schedules a retry in the past.
 public struct RetryPolicy: Sendable, Equatable {
-  /// Runs allowed in all; after the last one fails the task is dead.
+  /// Failed runs allowed in all; after the last one fails the task is dead. Only a server's
+  /// answer counts: a deferred run, a run while offline and an interrupted run (the app killed,
+  /// a window's end) give their attempt back. ``unlimited`` by default.
   public var maxAttempts: UInt32
   /// The delay after the first failure.
   public var initialDelay: Duration
@@ -60,11 +132,16 @@ public struct RetryPolicy: Sendable, Equatable {
   /// retry in step.
   public var jitter: Double
 
-  /// A policy; the defaults are 5 attempts, 1 s doubling up to 1 h, ±20 %. A `maxAttempts` of 0
+  /// No limit on attempts: a change is never given up on by itself (``maxAttempts``).
+  public static let unlimited = UInt32.max
+
+  /// A policy; the defaults are no limit on attempts, 1 s doubling up to 1 h, ±20 % — an
+  /// offline-first app's change should outlast any outage; a failure that retrying cannot fix is
+  /// the handler's to say (`.failed(_, retryable: false)` or `.recordError`). A `maxAttempts` of 0
   /// is taken as 1, a negative delay as zero, a multiplier below 1 (or NaN) as 1, and a jitter
   /// outside 0...1 as its nearest end (NaN or infinite: 0).
   public init(
-    maxAttempts: UInt32 = 5, initialDelay: Duration = .seconds(1), multiplier: Double = 2,
+    maxAttempts: UInt32 = RetryPolicy.unlimited, initialDelay: Duration = .seconds(1), multiplier: Double = 2,
     maxDelay: Duration = .seconds(3600), jitter: Double = 0.2
   ) {
     self.maxAttempts = max(1, maxAttempts)
@@ -128,6 +205,12 @@ public enum SkipReason: Sendable, Equatable {
   case noHandler
   /// It left the queue (cancelled or cleared) before its turn.
   case noLongerQueued
+  /// The runner's ``TaskRunner/Configuration/connectivity`` says the device is offline: nothing
+  /// starts, and no attempt is spent, until it is back.
+  case offline
+  /// Its last run in this runner said ``TaskResult/deferred(_:)``: it waits for connectivity to
+  /// come back, ``TaskRunner/conditionsChanged()`` or ``TaskRunner/Configuration/deferralDelay``.
+  case deferred
 }
 
 /// What happened to one task in a pass.
@@ -140,6 +223,8 @@ public enum TaskOutcome: Sendable, Equatable {
   case errorRecorded(String)
   /// The run was cancelled or interrupted; the task is ready again.
   case interrupted
+  /// The handler said not now (or failed while offline): the task is ready again, no attempt spent.
+  case deferred(String)
   /// It was not run.
   case skipped(SkipReason)
   /// Its deadline had passed before a run of it started: it left the queue (`task.expired`).
@@ -160,6 +245,8 @@ public struct RunReport: Sendable, Equatable {
 
   /// Every task the pass considered: the most urgent priority first, then in task-id order.
   public internal(set) var entries: [Entry] = []
+  /// The runner's connectivity said offline, so the pass started nothing more (no attempt spent).
+  public internal(set) var offline = false
 
   /// Tasks whose handler ran.
   public var ran: Int { entries.count - skipped - expired }
@@ -216,6 +303,8 @@ public enum TaskUpdate: Sendable, Equatable {
   case failed(TaskID, message: String, retryAt: Date?)
   /// A run was interrupted; the task is ready again.
   case interrupted(TaskID)
+  /// A run ended with ``TaskResult/deferred(_:)`` (or failed while offline): ready again, no attempt spent.
+  case deferred(TaskID, reason: String)
   /// A pass skipped the task.
   case skipped(TaskID, SkipReason)
   /// An error was recorded on the task.
@@ -241,7 +330,7 @@ public enum TaskUpdate: Sendable, Equatable {
   public var taskId: TaskID? {
     switch self {
     case .current(let id, _), .added(let id), .running(let id, _), .succeeded(let id), .failed(let id, _, _),
-      .interrupted(let id), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
+      .interrupted(let id), .deferred(let id, _), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
       .cancelled(let id), .expired(let id), .revived(let id), .payloadUpdated(let id):
       return id
     case .cleared, .paused, .resumed: return nil
@@ -263,6 +352,8 @@ public struct TaskHistoryEntry: Sendable, Equatable {
     case runFailed(message: String, retryAt: Date?)
     /// A run was interrupted (found at open, or cancelled).
     case runInterrupted
+    /// A run said not now (or failed while offline): it gave its attempt back.
+    case runDeferred(reason: String)
     /// A user-fixable error was recorded.
     case errorRecorded(message: String)
     /// The error was resolved.

@@ -11,7 +11,11 @@ package enum TaskEvent: Equatable, Sendable {
   /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
   /// process's liveness token, ``RunOwner``; empty in events logged before owners existed).
   case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32)
-  case runSucceeded(TaskID)
+  /// A success; version 2 carries what the handler returned with it (``TaskResult/succeeded(output:invalidating:)``).
+  case runSucceeded(TaskID, details: SuccessDetails = .none)
+  /// The handler said "not now" (``TaskResult/deferred(_:)``), or its retryable failure came while
+  /// the device was offline: the run ends and gives its attempt back, with no backoff.
+  case runDeferred(TaskID, reason: String)
   case runFailed(TaskID, message: String, retryable: Bool, nextEligibleAt: Int64?)
   case runInterrupted(TaskID)
   /// `endsRun`: recorded by the task's own run as its outcome (its claim ends), rather than by the
@@ -33,7 +37,12 @@ package enum TaskEvent: Equatable, Sendable {
   package static let types = [
     "task.added", "task.runStarted", "task.runSucceeded", "task.runFailed", "task.runInterrupted",
     "task.errorRecorded", "task.errorResolved", "task.cancelled", "task.revived", "task.payloadUpdated",
-    "task.expired", "queue.cleared", "queue.paused", "queue.resumed",
+    "task.expired", "queue.cleared", "queue.paused", "queue.resumed", "task.runDeferred",
+  ]
+
+  /// The current schema version of each type that has more than version 1.
+  static let schemaVersions: [String: UInt16] = [
+    "task.added": 2, "task.runStarted": 2, "task.errorRecorded": 2, "task.runSucceeded": 2,
   ]
 
   /// Types whose current schema version is 2, with the upcaster from version 1.
@@ -45,6 +54,8 @@ package enum TaskEvent: Equatable, Sendable {
     // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
     // out of `running`), so it ends the run.
     "task.errorRecorded": { v1 in extended(v1, zeros: 0, then: 1) },
+    // v1 had no output and no cache keys: an absent output and an empty list.
+    "task.runSucceeded": { v1 in extended(v1, zeros: 5) },
   ]
 
   /// `bytes` followed by `zeros` zero bytes and then `last` when given, in one allocation (an
@@ -66,6 +77,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .added: return "task.added"
     case .runStarted: return "task.runStarted"
     case .runSucceeded: return "task.runSucceeded"
+    case .runDeferred: return "task.runDeferred"
     case .runFailed: return "task.runFailed"
     case .runInterrupted: return "task.runInterrupted"
     case .errorRecorded: return "task.errorRecorded"
@@ -92,7 +104,10 @@ package enum TaskEvent: Equatable, Sendable {
     case .runFailed(_, let message, _, let next): size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
     case .errorRecorded(_, let message, _): size = 9 + FieldWriter.size(message)
     case .payloadUpdated(_, let payload): size = 12 + payload.count
-    case .runSucceeded, .runInterrupted, .errorResolved, .cancelled, .revived, .expired: size = 8
+    case .runSucceeded(_, let details):
+      size = 8 + 1 + (details.output.map { 4 + $0.count } ?? 0) + 4 + details.invalidates.reduce(0) { $0 + FieldWriter.size($1) }
+    case .runDeferred(_, let reason): size = 8 + FieldWriter.size(reason)
+    case .runInterrupted, .errorResolved, .cancelled, .revived, .expired: size = 8
     case .cleared, .paused, .resumed: size = 0
     }
     if let exact = FieldWriter.encode(size: size, { write(to: &$0) }) { return exact }
@@ -130,8 +145,16 @@ package enum TaskEvent: Equatable, Sendable {
     case .payloadUpdated(let id, let payload):
       writer.write(id)
       writer.write(bytes: payload)
-    case .runSucceeded(let id), .runInterrupted(let id), .errorResolved(let id), .cancelled(let id),
-      .revived(let id), .expired(let id):
+    case .runSucceeded(let id, let details):
+      writer.write(id)
+      writer.write(details.output != nil)
+      if let output = details.output { writer.write(bytes: output) }
+      writer.write(UInt32(details.invalidates.count))
+      for key in details.invalidates { writer.write(key) }
+    case .runDeferred(let id, let reason):
+      writer.write(id)
+      writer.write(reason)
+    case .runInterrupted(let id), .errorResolved(let id), .cancelled(let id), .revived(let id), .expired(let id):
       writer.write(id)
     case .cleared, .paused, .resumed:
       break
@@ -139,12 +162,7 @@ package enum TaskEvent: Equatable, Sendable {
   }
 
   /// The schema version this code writes for the event's type.
-  var schemaVersion: UInt16 {
-    switch self {
-    case .added, .runStarted, .errorRecorded: return 2  // the types in `upcasters`
-    default: return 1
-    }
-  }
+  var schemaVersion: UInt16 { Self.schemaVersions[type] ?? 1 }
 
   var newEvent: NewEvent {
     var event = NewEvent(type: type, schemaVersion: schemaVersion, payload: payload)
@@ -158,6 +176,7 @@ package enum TaskEvent: Equatable, Sendable {
     case .added: return .added
     case .runStarted(_, let attempt, _, _): return .runStarted(attempt: attempt)
     case .runSucceeded: return .runSucceeded
+    case .runDeferred(_, let reason): return .runDeferred(reason: reason)
     case .runFailed(_, let message, _, let next):
       return .runFailed(message: message, retryAt: next.map(Date.init(unixMilliseconds:)))
     case .runInterrupted: return .runInterrupted
@@ -184,7 +203,8 @@ package enum TaskEvent: Equatable, Sendable {
     switch self {
     case .added: return [.added(sequence)]
     case .runStarted(let id, let attempt, _, _): return [.running(id, attempt: attempt)]
-    case .runSucceeded(let id): return [.succeeded(id)]
+    case .runSucceeded(let id, _): return [.succeeded(id)]
+    case .runDeferred(let id, let reason): return [.deferred(id, reason: reason)]
     case .runFailed(let id, let message, _, let next):
       return [.failed(id, message: message, retryAt: next.map(Date.init(unixMilliseconds:)))]
     case .runInterrupted(let id): return [.interrupted(id)]
@@ -252,7 +272,19 @@ package enum TaskEvent: Equatable, Sendable {
         decoded = .runStarted(
           try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
           owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"))
-      case "task.runSucceeded": decoded = .runSucceeded(try reader.read(UInt64.self, "taskId"))
+      case "task.runSucceeded":
+        let id = try reader.read(UInt64.self, "taskId")
+        var details = SuccessDetails.none
+        if try reader.readBool("hasOutput") {
+          details.output = keepingPayload ? try reader.readBytes("output") : try reader.skipBytes("output")
+        }
+        let count = try reader.read(UInt32.self, "invalidates")
+        // Each key takes at least its 4-byte length: a count past what is left is malformed.
+        guard Int(count) <= reader.remaining / 4 else { throw PayloadError("\(count) cache keys do not fit") }
+        for _ in 0..<count { details.invalidates.append(try reader.readString("cacheKey")) }
+        decoded = .runSucceeded(id, details: details)
+      case "task.runDeferred":
+        decoded = .runDeferred(try reader.read(UInt64.self, "taskId"), reason: try reader.readString("reason"))
       case "task.runFailed":
         decoded = .runFailed(
           try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
@@ -284,4 +316,14 @@ package enum TaskEvent: Equatable, Sendable {
       throw .malformedEvent(sequence: sequence, type: type, reason: "\(error)")
     }
   }
+}
+
+/// What a success carries besides itself (`task.runSucceeded` version 2).
+package struct SuccessDetails: Equatable, Sendable {
+  /// The handler's output (JSON), kept for later tasks (``TaskQueue/output(of:)``).
+  package var output: [UInt8]?
+  /// Cache keys the success makes stale: their next refresh fetches, whatever their age.
+  package var invalidates: [String]
+
+  package static let none = SuccessDetails(output: nil, invalidates: [])
 }

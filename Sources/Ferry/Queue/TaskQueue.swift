@@ -471,8 +471,8 @@ public final class TaskQueue: Sendable {
         } else {
           about = nil
         }
-      case .runStarted(let task, _, _, _), .runSucceeded(let task), .runFailed(let task, _, _, _),
-        .runInterrupted(let task),
+      case .runStarted(let task, _, _, _), .runSucceeded(let task, _), .runFailed(let task, _, _, _),
+        .runInterrupted(let task), .runDeferred(let task, _),
         .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
         .payloadUpdated(let task, _), .expired(let task):
         about = task
@@ -491,7 +491,7 @@ public final class TaskQueue: Sendable {
         }
         ended = true
       case .runStarted: inRun = true
-      case .runFailed, .runInterrupted: inRun = false
+      case .runFailed, .runInterrupted, .runDeferred: inRun = false
       case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
       case .runSucceeded, .expired, .cleared: ended = true
       case .added: if event.sequence != id { ended = true }
@@ -501,6 +501,40 @@ public final class TaskQueue: Sendable {
     }
     if !ended, let cancel = heldCancel { entries.append(cancel) }
     return entries
+  }
+
+  /// The output a succeeded task left (``TaskResult/succeeded(output:invalidating:)``), or nil
+  /// when it left none, has not succeeded, or its output was compacted away
+  /// (`Specs/task-events.md` §3.3 says how long outputs are kept).
+  ///
+  /// ```swift
+  /// // An edit queued behind the create of a note made offline: the server's id came with the create.
+  /// guard let created = try queue.output(of: edit.createTask) else { return .deferred("create not sent yet") }
+  /// let serverId = try created.decode(as: String.self)
+  /// ```
+  public func output(of id: TaskID) throws -> TaskOutput? {
+    try queueTables { queue in try queue.output(of: id).map { TaskOutput(stored: $0.output) } }
+  }
+
+  /// The output of the newest succeeded task with this data id (and tag, when given) that left one.
+  public func output(dataId: String, tag: String? = nil) throws -> TaskOutput? {
+    try queueTables { queue in
+      for id in try queue.outputs(dataId: dataId) {
+        guard let (taskTag, output) = try queue.output(of: id) else { continue }
+        if tag == nil || tag == taskTag { return TaskOutput(stored: output) }
+      }
+      return nil
+    }
+  }
+
+  /// The store's identity (``FerryStore/storeId``).
+  public var storeId: String {
+    get throws {
+      guard let id = try log.storeId() else {
+        throw FerryError.malformedEvent(sequence: 0, type: "meta", reason: "the store has no id")
+      }
+      return id.description
+    }
   }
 
   /// The first task of a group, or nil when the group has none queued.
@@ -514,21 +548,22 @@ public final class TaskQueue: Sendable {
     try log.read { view in
       let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
       guard try queue.row(id)?.isQueued == true else { throw FerryError.noSuchTask(id) }
-      return try Self.payload(of: id, at: queue.payloadSource(id)) { try view.event(at: $0) }
+      return try Self.payload(of: id, at: queue.payloadSource(id)) { try view.event(at: $0) }.bytes
     }
   }
 
   /// The payload the event at `sequence` carries for task `id` (its add, or a payload update),
-  /// read with `event`; a missing or other event is a malformed log.
+  /// read with `event`, and that event's id — the payload's idempotency key; a missing or other
+  /// event is a malformed log.
   static func payload(
     of id: TaskID, at sequence: UInt64, _ event: (UInt64) throws -> LoggedEvent?
-  ) throws -> [UInt8] {
+  ) throws -> (bytes: [UInt8], key: EventID) {
     guard let logged = try event(sequence), let payload = try TaskEvent(logged).carriedPayload else {
       throw FerryError.malformedEvent(
         sequence: sequence, type: sequence == id ? "task.added" : "task.payloadUpdated",
         reason: "the event holding queued task \(id)'s payload is missing from the log")
     }
-    return payload
+    return (payload, logged.id)
   }
 
   /// The task a pass would claim next: the most urgent priority first; within it, a retry whose

@@ -6,6 +6,7 @@ struct TaskQueueProjection: InPlaceFolding {
   static let projectionName = "taskQueue"
   static let tableNames = [
     "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines", "state",
+    "outputs", "outputsByData",
   ]
   // Computed, not stored: a projection with no stored properties fits in its existential's
   // inline buffer, and every fold reaches it through one without copying a box.
@@ -17,7 +18,9 @@ struct TaskQueueProjection: InPlaceFolding {
   /// 5: a task cancelled or cleared while a run of it is under way keeps its row (status
   /// cancelled), claim and group entry until that run's outcome: its group waits for the handler,
   /// and it does not run again.
-  var version: UInt32 { 5 }
+  /// 6: the outputs of successes (`task.runSucceeded` v2) in `outputs` and `outputsByData`; an
+  /// interrupted run and a deferred one (`task.runDeferred`) give their attempt back.
+  var version: UInt32 { 6 }
   var tables: [String] { Self.tableNames }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
@@ -71,7 +74,11 @@ struct TaskQueueProjection: InPlaceFolding {
         row.eligibleAt = nil
         row.claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
       }
-    case .runSucceeded(let id), .expired(let id):
+    case .runSucceeded(let id, let details):
+      guard let row = try queue.row(id) else { return }
+      if let output = details.output { try queue.keepOutput(output, of: id, row) }
+      try queue.remove(id, row)
+    case .expired(let id):
       try queue.remove(id)
     case .cancelled(let id):
       // A run under way keeps the row, its claim and its place in its group until its outcome.
@@ -91,9 +98,11 @@ struct TaskQueueProjection: InPlaceFolding {
         row.status = next == nil ? .dead : .waiting
         row.eligibleAt = next
       }
-    case .runInterrupted(let id):
+    case .runInterrupted(let id), .runDeferred(let id, _):
       guard let old = try queue.outcomeTarget(id) else { return }
       try queue.update(id, old) { row in
+        // Not the server's answer (the app killed, a window's end, offline): the attempt is given back.
+        if let claim = row.claim { row.attempts = claim.attempt &- 1 }
         row.claim = nil
         if row.status == .running { row.status = .ready }
       }
@@ -166,6 +175,31 @@ struct QueueTables<Tables: ProjectionTableReading> {
       throw PayloadError("the payload entry of task \(id) has \(value.count) bytes")
     }
     return sequence
+  }
+
+  /// The output a succeeded task left, with its tag; nil when it left none (or it was removed).
+  func output(of id: TaskID) throws -> (tag: String, output: [UInt8])? {
+    guard let value = try tables.get("outputs", key: QueueKey.task(id)) else { return nil }
+    var reader = PayloadReader(value)
+    let tag = try reader.readString("tag")
+    _ = try reader.readOptionalString("dataId")
+    let output = try reader.readBytes("output")
+    try reader.finish("an output")
+    return (tag, output)
+  }
+
+  /// The ids of succeeded tasks with this data id that left an output, newest first.
+  func outputs(dataId: String) throws -> [TaskID] {
+    let prefix = QueueKey.groupPrefix(dataId)
+    var ids: [TaskID] = []
+    try tables.scan("outputsByData", from: prefix) { key, _ in
+      guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key) else {
+        return false
+      }
+      ids.append(id)
+      return true
+    }
+    return ids.reversed()
   }
 
   /// The first task of a group, or nil when the group is empty.
@@ -401,6 +435,16 @@ extension QueueTables where Tables == ProjectionTables {
       try tables.delete("groups", key: QueueKey.group(groupId, id))
       if let head = try head(of: groupId), let headRow = try row(head) { try index(head, headRow) }
     }
+  }
+
+  /// Keeps a succeeded task's output, by id and by data id (`Specs/task-events.md` §3.3).
+  func keepOutput(_ output: [UInt8], of id: TaskID, _ row: TaskRow) throws {
+    var writer = PayloadWriter()
+    writer.write(row.tag)
+    writer.write(row.dataId)
+    writer.write(bytes: output)
+    try tables.put("outputs", key: QueueKey.task(id), value: writer.bytes)
+    if let dataId = row.dataId { try tables.put("outputsByData", key: QueueKey.group(dataId, id), value: []) }
   }
 
   /// Cancels a task whose run is under way (`Specs/task-events.md` §3.2): it leaves the queue for

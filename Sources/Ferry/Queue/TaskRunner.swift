@@ -50,8 +50,19 @@ public final class TaskRunner: Sendable {
     /// what it reads changes. Nil (the default): no such check. With a check, each task is asked
     /// and then claimed (two commits instead of one).
     public var isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
+    /// Whether the device can reach the network (``PathConnectivity`` on Apple platforms, your
+    /// own or ``ManualConnectivity`` elsewhere). While it says offline no run starts — no attempt
+    /// is spent, no backoff grows — and a retryable failure that ends then is a deferral; when it
+    /// comes back, automatic running and every window run a pass at once. Nil (the default): the
+    /// runner assumes it is online.
+    public var connectivity: (any Connectivity)?
+    /// How long a task whose run said ``TaskResult/deferred(_:)`` waits in this runner before it
+    /// is tried again, unless connectivity comes back or ``TaskRunner/conditionsChanged()`` is
+    /// called first.
+    public var deferralDelay: Duration = .seconds(30)
 
-    /// The defaults: one task at a time, 5 attempts with 1 s doubling backoff, no time limit.
+    /// The defaults: one task at a time, no limit on attempts with 1 s doubling backoff up to
+    /// 1 h, no time limit, no connectivity input.
     public init() {}
   }
 
@@ -116,12 +127,27 @@ public final class TaskRunner: Sendable {
   /// This runner's number among the queue's runners: its claims name it, with the process's owner id.
   let number: UInt32
   let unhandled = UnhandledTasks()
+  /// Tasks whose run in this runner was deferred, until when (store-clock ms).
+  let deferred = DeferredTasks()
+
+  /// Whether the runner's connectivity input says it may reach the network.
+  var isOnline: Bool { configuration.connectivity?.isOnline ?? true }
 
   /// A runner for `queue`.
   public init(queue: TaskQueue, configuration: Configuration = Configuration()) {
     self.queue = queue
     self.configuration = configuration
     self.number = queue.nextRunnerNumber()
+    if let connectivity = configuration.connectivity {
+      // Back online: whatever waited for the network (automatic running, windows, deferred tasks) goes on at once.
+      let changes = connectivity.changes()
+      Task { [weak self] in
+        for await online in changes where online {
+          guard let self else { return }
+          self.conditionsChanged()
+        }
+      }
+    }
   }
 
   /// Registers the handler of a tag (replacing any earlier one), with an optional retry policy, an
@@ -266,6 +292,7 @@ public final class TaskRunner: Sendable {
   /// network.onChange { runner.conditionsChanged() }     // e.g. from NWPathMonitor
   /// ```
   public func conditionsChanged() {
+    deferred.removeAll()
     let (automatic, windows) = state.withLock { s in (s.automatic, Array(s.windows.values)) }
     automatic?.wakeup.signal()
     for window in windows { window.wakeup.signal() }
@@ -281,7 +308,9 @@ public final class TaskRunner: Sendable {
     // every runner of the queue add up (`Int.max` beside a run under way overflowed).
     let width = min(max(1, configuration.maxConcurrentTasks), Self.widestPass)
     try await work(pass, control: control, owner: owner, width: width)
-    return queue.observer.passEnded(pass.report())
+    var report = pass.report()
+    report.offline = control.wasOffline
+    return queue.observer.passEnded(report)
   }
 
   /// What a runner's claim command needs to know of its handlers.
@@ -292,6 +321,8 @@ public final class TaskRunner: Sendable {
     let unhandled: UnhandledTasks
     /// The generation of `unhandled` these tags belong to.
     let generation: Int
+    /// Tasks deferred by their last run here: passed over until their time.
+    let deferred: DeferredTasks
   }
 
   private var handlerInfo: HandlerInfo {
@@ -300,7 +331,7 @@ public final class TaskRunner: Sendable {
       HandlerInfo(
         tags: s.handlers.mapValues { $0.isReadyToRun != nil || configuration.isReadyToRun != nil },
         unhandled: unhandled,
-        generation: unhandled.generation)
+        generation: unhandled.generation, deferred: deferred)
     }
   }
 
@@ -336,6 +367,8 @@ public final class TaskRunner: Sendable {
     var pastDeadline = false
     /// The queue was paused and the pass is automatic running's.
     var paused = false
+    /// The connectivity input said offline: the command claimed nothing.
+    var offline = false
   }
 
   /// The pass's loop: one command logs every run that ended since the last one and claims up to
@@ -347,12 +380,14 @@ public final class TaskRunner: Sendable {
     var running = 0
     var finished: [Finished] = []
     var draining = false
+    var offline = false
     try await withThrowingTaskGroup(of: Void.self) { handlers in
       while true {
         if Task.isCancelled || draining {
           // Stopped, or past the pass's deadline: the handlers see cancellation (the window that
-          // set the deadline cancels the pass at it); log every outcome, then end.
-          control.markCutShort()
+          // set the deadline cancels the pass at it); log every outcome, then end. Offline, the
+          // runs under way end as they will, and the pass has run out of what it may start.
+          if offline && !Task.isCancelled { control.markOffline() } else { control.markCutShort() }
           while running > 0 {
             let batch = await ended.takeAll()
             running -= batch.count
@@ -390,6 +425,11 @@ public final class TaskRunner: Sendable {
           // not before the command waited for the writer: a window may have joined meanwhile).
           if let deadline = control.deadline, clock() >= deadline {
             step.pastDeadline = true
+            return step
+          }
+          // Offline: nothing starts, so no attempt is spent (decided here, with the claims).
+          if !self.isOnline {
+            step.offline = true
             return step
           }
           // Automatic running paused while its pass was under way: nothing more is claimed.
@@ -448,8 +488,9 @@ public final class TaskRunner: Sendable {
             pass.add(task.id, .expired, priority: TaskPriority(rawValue: task.row.priority))
           }
         }
-        if step.pastDeadline {
+        if step.pastDeadline || step.offline {
           if step.paused { control.markStoppedByPause() }
+          offline = step.offline
           draining = true
           continue
         }
@@ -613,6 +654,14 @@ public final class TaskRunner: Sendable {
     switch result {
     case .succeeded:
       return Finished(run, [.runSucceeded(task.id)], .succeeded)
+    case .succeededWith(let output, let keys):
+      let details = SuccessDetails(output: output?.bytes, invalidates: keys)
+      return Finished(run, [.runSucceeded(task.id, details: details)], .succeeded)
+    case .deferred(let fullMessage):
+      return deferral(run, TaskQueue.loggable(fullMessage))
+    case .failed(let fullMessage, true) where !isOnline:
+      // The network went away under the run: not the server's answer.
+      return deferral(run, TaskQueue.loggable("offline: " + fullMessage))
     case .failed(let fullMessage, let retryable):
       let message = TaskQueue.loggable(fullMessage)
       let policy = registration.retry ?? configuration.defaultRetry
@@ -633,6 +682,14 @@ public final class TaskRunner: Sendable {
     }
   }
 
+  /// A run that gives its attempt back: logged as `task.runDeferred`, and passed over by this
+  /// runner until connectivity returns, ``conditionsChanged()`` or the deferral delay.
+  private func deferral(_ run: ClaimedRun, _ reason: String) -> Finished {
+    let delay = max(0, configuration.deferralDelay.milliseconds)
+    deferred.insert(run.task.id, until: queue.clock().addingSaturating(delay))
+    return Finished(run, [.runDeferred(run.task.id, reason: reason)], .deferred(reason))
+  }
+
   /// Calls the handler in a task of its own — under its time limit, when it has one. A throw
   /// becomes a failure; a stopped pass's run (``stop()``, a window's deadline or its caller
   /// cancelled) that then throws anything, or does not end within the interruption grace, is
@@ -641,7 +698,7 @@ public final class TaskRunner: Sendable {
     let task = run.task
     let running = RunningTask(
       id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
-      payloadBytes: run.payload)
+      payloadBytes: run.payload, idempotencyKey: run.idempotencyKey)
     let limitMs = (registration.timeLimit ?? configuration.defaultTimeLimit).map { max(1, $0.milliseconds) }
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
     // Made only when a run timed out (every run made it before).
@@ -703,6 +760,12 @@ public final class TaskRunner: Sendable {
     let clock = queue.clock
     var checked = false
     while true {
+      if !isOnline {
+        var report = RunReport()
+        report.entries = [RunReport.Entry(taskId: id, outcome: skip(id, .offline))]
+        report.offline = true
+        return queue.observer.passEnded(report)
+      }
       let handlers = handlerInfo
       let isChecked = checked
       queue.reserveRuns(1)
@@ -765,7 +828,7 @@ public final class TaskRunner: Sendable {
         last = event.sequence
         guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { continue }
         switch decoded {
-        case .runSucceeded(id): return .succeeded
+        case .runSucceeded(id, _): return .succeeded
         case .runFailed(id, let message, _, let next):
           return .failed(message, retryAt: next.map(Date.init(unixMilliseconds:)))
         case .runInterrupted(id): return .interrupted
@@ -874,7 +937,10 @@ public final class TaskRunner: Sendable {
     try? queue.log.read { view in
       var tables = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
       // A deadline wakes the loop too: that pass's sweep expires the task.
-      let times = [try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart)]
+      let times = [
+        try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart),
+        deferred.earliest,
+      ]
       return times.compactMap { $0 }.min()
     }
   }
@@ -902,6 +968,28 @@ final class UnhandledTasks: Sendable {
       s.ids = []
     }
   }
+}
+
+/// The tasks a runner's runs deferred (``TaskResult/deferred(_:)``), each until a time on the
+/// store's clock: its passes pass over them (their group waits with them) until then, or until
+/// connectivity returns or ``TaskRunner/conditionsChanged()`` forgets them all. Kept in memory
+/// only: another runner, process or launch tries them at once, which costs no attempt.
+final class DeferredTasks: Sendable {
+  private let state = Mutex<[TaskID: Int64]>([:])
+
+  func insert(_ id: TaskID, until: Int64) { state.withLock { $0[id] = until } }
+  func contains(_ id: TaskID, now: Int64) -> Bool {
+    state.withLock { s in
+      guard let until = s[id] else { return false }
+      if until > now { return true }
+      s[id] = nil
+      return false
+    }
+  }
+  /// The earliest time a deferred task may be tried again.
+  var earliest: Int64? { state.withLock { $0.values.min() } }
+  var isEmpty: Bool { state.withLock { $0.isEmpty } }
+  func removeAll() { state.withLock { $0.removeAll() } }
 }
 
 /// Where a pass's handlers leave their ended runs: the pass takes everything there, waiting for

@@ -110,8 +110,8 @@ struct RetentionPlan: Sendable {
     let task: TaskID
     switch decoded {
     case .added: task = event.sequence
-    case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
-      .runInterrupted(let id), .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id),
+    case .runStarted(let id, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
+      .runInterrupted(let id), .runDeferred(let id, _), .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id),
       .revived(let id), .payloadUpdated(let id, _), .expired(let id):
       task = id
     case .cleared, .paused, .resumed: return
@@ -138,8 +138,8 @@ struct RetentionPlan: Sendable {
       let task: TaskID?
       switch decoded {
       case .added: task = event.sequence
-      case .runStarted(let id, _, _, _), .runSucceeded(let id), .runFailed(let id, _, _, _),
-        .runInterrupted(let id),
+      case .runStarted(let id, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
+        .runInterrupted(let id), .runDeferred(let id, _),
         .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
         .payloadUpdated(let id, _), .expired(let id):
         task = id

@@ -48,6 +48,8 @@ extension SkipReason: CustomStringConvertible {
     case .notHeadOfGroup: return "an earlier task of its group is still queued"
     case .noHandler: return "no handler for its tag"
     case .noLongerQueued: return "no longer queued"
+    case .offline: return "offline"
+    case .deferred: return "deferred by its last run, until the network is back"
     }
   }
 }
@@ -60,6 +62,7 @@ extension TaskOutcome: CustomStringConvertible {
       return "failed: \(message)" + (retryAt.map { ", retry at \(readableTime($0))" } ?? ", dead")
     case .errorRecorded(let message): return "error recorded: \(message)"
     case .interrupted: return "interrupted"
+    case .deferred(let reason): return "deferred (no attempt spent): \(reason)"
     case .skipped(let reason): return "skipped: \(reason)"
     case .expired: return "expired: its deadline passed before it started"
     }
@@ -76,6 +79,7 @@ extension TaskUpdate: CustomStringConvertible {
     case .failed(let id, let message, let retryAt):
       return "task \(id) failed: \(message)" + (retryAt.map { ", retry at \(readableTime($0))" } ?? ", dead")
     case .interrupted(let id): return "task \(id) interrupted"
+    case .deferred(let id, let reason): return "task \(id) deferred (no attempt spent): \(reason)"
     case .skipped(let id, let reason): return "task \(id) skipped: \(reason)"
     case .errorRecorded(let id, let message): return "task \(id) error recorded: \(message)"
     case .errorResolved(let id): return "task \(id) error resolved"

@@ -127,9 +127,15 @@ public struct EventSummary: Sendable, Equatable {
         text =
           "task \(id) run started (attempt \(attempt))"
           + (owner.isEmpty ? "" : " by runner \(runner) of owner \(owner)")
-      case .runSucceeded(let id):
+      case .runSucceeded(let id, let details):
         taskId = id
-        text = "task \(id) succeeded"
+        var parts = ["task \(id) succeeded"]
+        if let output = details.output { parts.append("output \(String(decoding: output.prefix(120), as: UTF8.self))") }
+        if !details.invalidates.isEmpty { parts.append("stales \(details.invalidates.joined(separator: ", "))") }
+        text = parts.joined(separator: ", ")
+      case .runDeferred(let id, let reason):
+        taskId = id
+        text = "task \(id) run deferred (no attempt spent): \(reason)"
       case .runFailed(let id, let message, let retryable, let next):
         taskId = id
         text =

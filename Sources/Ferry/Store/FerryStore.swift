@@ -171,6 +171,11 @@ public final class FerryStore: Sendable {
     self.ledger = ledger
   }
 
+  /// The store's identity: random, made with the store, never changed — kept by compaction,
+  /// `ferry compact --copy`, `ferry salvage` and `ferry import`; a store created anew has another.
+  /// (Each task's ``RunningTask/idempotencyKey`` is unique across stores by itself.)
+  public var storeId: String { get throws { try queue.storeId } }
+
   /// Waits for pending writes and closes the store (both sides).
   public func close() {
     automaticCompaction.withLock { $0?.cancel() }

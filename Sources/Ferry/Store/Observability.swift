@@ -97,6 +97,9 @@ final class QueueObserver: Sendable {
     case .cleared: logger?.debug("queue cleared")
     case .paused: logger?.debug("automatic running paused")
     case .resumed: logger?.debug("automatic running resumed")
+    case .deferred(let id, let reason):
+      logger?.info(
+        "run deferred, no attempt spent", metadata: [FerryLogMetadata.taskId: "\(id)", FerryLogMetadata.message: "\(reason)"])
     case .expired(let id):
       metrics?.expired.increment()
       logger?.debug("task expired: its deadline passed before it started", metadata: [FerryLogMetadata.taskId: "\(id)"])

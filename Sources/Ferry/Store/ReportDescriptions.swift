@@ -18,8 +18,14 @@ extension TaskResult: CustomStringConvertible {
   public var description: String {
     switch self {
     case .succeeded: return "succeeded"
+    case .succeededWith(let output, let keys):
+      var parts = ["succeeded"]
+      if let output { parts.append("output \(String(decoding: output.bytes.prefix(120), as: UTF8.self))") }
+      if !keys.isEmpty { parts.append("stales \(keys.joined(separator: ", "))") }
+      return parts.joined(separator: ", ")
     case .failed(let message, let retryable): return (retryable ? "failed: " : "failed for good: ") + message
     case .recordError(let message): return "error for the user: \(message)"
+    case .deferred(let message): return "deferred: \(message)"
     }
   }
 }
@@ -118,6 +124,7 @@ extension TaskHistoryEntry.Kind: CustomStringConvertible {
     case .runFailed(let message, let retryAt):
       return "failed: \(message)" + (retryAt.map { ", retry at \(readableTime($0))" } ?? ", dead")
     case .runInterrupted: return "run interrupted"
+    case .runDeferred(let reason): return "run deferred (no attempt spent): \(reason)"
     case .errorRecorded(let message): return "error recorded: \(message)"
     case .errorResolved: return "error resolved"
     case .revived: return "revived"
