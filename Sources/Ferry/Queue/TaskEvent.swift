@@ -276,7 +276,8 @@ package enum TaskEvent: Equatable, Sendable {
         let id = try reader.read(UInt64.self, "taskId")
         var details = SuccessDetails.none
         if try reader.readBool("hasOutput") {
-          details.output = keepingPayload ? try reader.readBytes("output") : try reader.skipBytes("output")
+          // Kept in the fold too: the projection stores it (`outputs`).
+          details.output = try reader.readBytes("output")
         }
         let count = try reader.read(UInt32.self, "invalidates")
         // Each key takes at least its 4-byte length: a count past what is left is malformed.

@@ -266,6 +266,12 @@ extension TaskRunner {
       // Another window's earlier deadline (or its caller's cancellation) cut the pass this window
       // ran or joined: what that pass left is this window's to run until its own deadline.
       if cutShort { continue }
+      if !isOnline, try queue.nextDue(excluding: []) != nil {
+        // Offline with work queued: the network's return (``conditionsChanged()``) or the
+        // deadline wakes the window; nothing starts meanwhile, so no attempt is spent.
+        await handle.wakeup.wait()
+        continue
+      }
       guard let next = nextRetryTime(from: passStart), next < deadline else {
         end = .outOfWork
         break
