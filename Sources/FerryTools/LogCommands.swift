@@ -23,7 +23,7 @@ package struct LogFilter: Sendable {
   func accepts(_ event: LoggedEvent, _ summary: EventSummary) -> Bool {
     if let type, event.type != type { return false }
     if let task, summary.taskId != task { return false }
-    if let key, summary.key != key { return false }
+    if let key, summary.key != key && !summary.staleKeys.contains(key) { return false }
     if let since, event.timestamp < since { return false }
     return true
   }

@@ -76,7 +76,7 @@ import Testing
       // Its group waits with it; its attempt is back and it is ready, with no retry time.
       #expect(report.outcome(of: behind) == nil)
       let task = try #require(try queue.task(id))
-      #expect(task.attempts == 0)
+      #expect(task.attemptsSpent == 0)
       #expect(task.status == .ready)
       // Passed over by this runner until the deferral delay (or the network's return).
       #expect(try await run.run().entries.isEmpty)
@@ -103,7 +103,7 @@ import Testing
     }
     let report = try await run.run()
     #expect(report.outcome(of: dropped) == .deferred("offline: The Internet connection appears to be offline."))
-    #expect(try queue.task(dropped)?.attempts == 0)
+    #expect(try queue.task(dropped)?.attemptsSpent == 0)
     #expect(report.outcome(of: refused) == nil, "nothing starts once offline")
     #expect(try await run.run(.task(refused)).outcome(of: refused) == .skipped(.offline))
     network.set(online: true)
@@ -162,7 +162,8 @@ import Testing
     run.stop()
     _ = try? await pass.value
     let task = try #require(try queue.task(id))
-    #expect(task.attempts == 0)
+    #expect(task.attempts == 1)
+    #expect(task.attemptsSpent == 0)
     #expect(task.status == .ready)
     try expectConsistent(queue)
   }

@@ -21,6 +21,19 @@ public struct CacheRecord: Sendable, Equatable {
   public internal(set) var nextPage: [UInt8]?
   /// Whether more pages are available.
   public internal(set) var morePagesAvailable: Bool
+  /// Whether a task's success made the cache stale after its last successful fetch
+  /// (``TaskResult/succeeded(output:invalidating:)``): its next refresh fetches, whatever its age.
+  public var isInvalidated: Bool { (invalidatedAt ?? 0) > (lastSuccessAt ?? 0) }
+  /// When the last refresh was skipped because tasks it waits for could still run, and how many.
+  public var lastSkip: (at: Date, pendingTasks: UInt32)? {
+    lastSkipMs.map { (Date(unixMilliseconds: $0.at), $0.pendingTasks) }
+  }
+
+  /// The sequence of the last success that made the key stale, and of the last successful fetch.
+  package internal(set) var invalidatedAt: UInt64?
+  package internal(set) var lastSuccessAt: UInt64?
+  /// ``lastSkip`` as the log keeps it.
+  package internal(set) var lastSkipMs: (at: Int64, pendingTasks: UInt32)?
 
   /// ``lastSuccess`` as the log keeps it (Unix milliseconds).
   package internal(set) var lastSuccessMs: Int64?
@@ -36,6 +49,8 @@ public struct CacheRecord: Sendable, Equatable {
       && lhs.lastAttemptMs == rhs.lastAttemptMs && lhs.lastFailureMs?.at == rhs.lastFailureMs?.at
       && lhs.lastFailureMs?.message == rhs.lastFailureMs?.message && lhs.fetchCount == rhs.fetchCount
       && lhs.nextPage == rhs.nextPage && lhs.morePagesAvailable == rhs.morePagesAvailable
+      && lhs.invalidatedAt == rhs.invalidatedAt && lhs.lastSuccessAt == rhs.lastSuccessAt
+      && lhs.lastSkipMs?.at == rhs.lastSkipMs?.at && lhs.lastSkipMs?.pendingTasks == rhs.lastSkipMs?.pendingTasks
   }
 
   init(key: String) {
@@ -56,6 +71,10 @@ public struct CacheRecord: Sendable, Equatable {
     writer.write(nextPage != nil)
     if let nextPage { writer.write(bytes: nextPage) }
     writer.write(morePagesAvailable)
+    writer.write(invalidatedAt)
+    writer.write(lastSuccessAt)
+    writer.write(lastSkipMs?.at)
+    writer.write(lastSkipMs?.pendingTasks ?? 0)
     return writer.bytes
   }
 
@@ -71,6 +90,11 @@ public struct CacheRecord: Sendable, Equatable {
     fetchCount = try reader.read(UInt64.self, "fetchCount")
     nextPage = try reader.readBool("hasNextPage") ? try reader.readBytes("nextPage") : nil
     morePagesAvailable = try reader.readBool("morePagesAvailable")
+    invalidatedAt = try reader.readOptional(UInt64.self, "invalidatedAt")
+    lastSuccessAt = try reader.readOptional(UInt64.self, "lastSuccessAt")
+    let skipAt = try reader.readOptional(Int64.self, "lastSkipAt")
+    let skipPending = try reader.read(UInt32.self, "lastSkipPendingTasks")
+    lastSkipMs = skipAt.map { ($0, skipPending) }
     try reader.finish("a cache record")
   }
 }
@@ -94,7 +118,9 @@ struct CacheAgesProjection: InPlaceFolding {
   // Computed, not stored: a projection with no stored properties fits in its existential's
   // inline buffer, and every fold reaches it through one without copying a box.
   var name: String { Self.projectionName }
-  var version: UInt32 { 1 }
+  /// 2: a task's success makes keys stale (`task.runSucceeded` v2), and skipped refreshes
+  /// (`cache.refreshSkipped`) are kept.
+  var version: UInt32 { 2 }
   var tables: [String] { Self.tableNames }
 
   /// A replay's fold: the other side's events pass without their payload copied.
@@ -106,13 +132,33 @@ struct CacheAgesProjection: InPlaceFolding {
   /// Whether an event of `type` changes the cache's tables: every cache type starts with "c" (one
   /// byte read, where the set's lookup hashed each task event's type).
   private static func folds(_ type: String) -> Bool {
-    type.utf8.first == UInt8(ascii: "c") && CacheEvent.typeSet.contains(type)
+    switch type.utf8.first {
+    case UInt8(ascii: "c"): return CacheEvent.typeSet.contains(type)
+    case UInt8(ascii: "t"): return type == "task.runSucceeded"
+    default: return false
+    }
   }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     // The other side's events pass.
     guard Self.folds(event.type) else { return }
+    if event.type == "task.runSucceeded" {
+      // A push that makes keys stale: their next refresh fetches, whatever their age.
+      guard case .runSucceeded(_, let details) = try TaskEvent(event) else { return }
+      for key in details.invalidates where Self.isValidKey(key) {
+        var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
+        let old = record
+        record.invalidatedAt = event.sequence
+        try Self.save(record, replacing: old, in: tables)
+      }
+      return
+    }
     switch try CacheEvent(event) {
+    case .refreshSkipped(let key, let pendingTasks):
+      var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
+      let old = record
+      record.lastSkipMs = (event.timestamp, pendingTasks)
+      try Self.save(record, replacing: old, in: tables)
     case .fetched(let key, let at, let outcome):
       var record = try Self.record(key, in: tables) ?? CacheRecord(key: key)
       let old = record
@@ -122,6 +168,8 @@ struct CacheAgesProjection: InPlaceFolding {
       case .success(let isEmpty):
         record.lastSuccessMs = at
         record.lastSuccessWasEmpty = isEmpty
+        record.lastSuccessAt = event.sequence
+        record.lastSkipMs = nil
       case .failure(let message):
         record.lastFailureMs = (at, message)
       }
@@ -138,6 +186,10 @@ struct CacheAgesProjection: InPlaceFolding {
       try Self.save(record, replacing: old, in: tables)
     }
   }
+
+  /// Whether a cache key named by a task can be a row's key (the ledger validates its own; a
+  /// handler's list is checked here, so one bad name never fails a success's commit).
+  static func isValidKey(_ key: String) -> Bool { !key.isEmpty && key.utf8.count <= CacheLedger.maxKeyLength }
 
   static func record(_ key: String, in tables: some ProjectionTableReading) throws -> CacheRecord? {
     try tables.get("keys", key: CacheKey.key(key)).map { try CacheRecord(key: key, bytes: $0) }

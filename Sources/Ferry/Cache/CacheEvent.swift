@@ -8,8 +8,10 @@ enum CacheEvent: Equatable, Sendable {
   case forgotten(key: String)
   /// Paging state of `key`: what the next page needs, and whether more pages are available.
   case paging(key: String, next: [UInt8]?, morePagesAvailable: Bool)
+  /// A repository's refresh was held back: `pendingTasks` tasks it waits for could still run.
+  case refreshSkipped(key: String, pendingTasks: UInt32)
 
-  static let types = ["cache.fetched", "cache.forgotten", "cache.paging"]
+  static let types = ["cache.fetched", "cache.forgotten", "cache.paging", "cache.refreshSkipped"]
   static let typeSet = Set(types)
 
   var type: String {
@@ -17,6 +19,7 @@ enum CacheEvent: Equatable, Sendable {
     case .fetched: return "cache.fetched"
     case .forgotten: return "cache.forgotten"
     case .paging: return "cache.paging"
+    case .refreshSkipped: return "cache.refreshSkipped"
     }
   }
 
@@ -41,6 +44,9 @@ enum CacheEvent: Equatable, Sendable {
       writer.write(next != nil)
       if let next { writer.write(bytes: next) }
       writer.write(more)
+    case .refreshSkipped(let key, let pending):
+      writer.write(key)
+      writer.write(pending)
     }
     return NewEvent(type: type, payload: writer.bytes)
   }
@@ -64,6 +70,8 @@ enum CacheEvent: Equatable, Sendable {
         let key = try reader.readString("key")
         let next = try reader.readBool("hasNext") ? try reader.readBytes("next") : nil
         self = .paging(key: key, next: next, morePagesAvailable: try reader.readBool("morePagesAvailable"))
+      case "cache.refreshSkipped":
+        self = .refreshSkipped(key: try reader.readString("key"), pendingTasks: try reader.read(UInt32.self, "pendingTasks"))
       default:
         throw PayloadError("not an event of the cache ledger")
       }

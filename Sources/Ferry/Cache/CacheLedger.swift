@@ -101,9 +101,14 @@ public final class CacheLedger: Sendable {
   /// extension refreshing a cache, say).
   private func observeOtherProcesses() {
     foreignTail.start(log) { [weak self] event in
-      guard let self, CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) else { return }
+      guard let self else { return }
+      if event.type == "task.runSucceeded", case .runSucceeded(_, let details)? = try? TaskEvent(event) {
+        self.invalidated(details.invalidates)
+        return
+      }
+      guard CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) else { return }
       switch decoded {
-      case .fetched(let key, _, _), .forgotten(let key), .paging(let key, _, _):
+      case .fetched(let key, _, _), .forgotten(let key), .paging(let key, _, _), .refreshSkipped(let key, _):
         self.changes.publish(.changed, for: CacheKeyBytes(key))
       }
     } missed: { [weak self] in
@@ -158,6 +163,18 @@ public final class CacheLedger: Sendable {
     changes.publish(.changed, for: CacheKeyBytes(key))
   }
 
+  /// Tells observers of `keys` that a push made them stale.
+  func invalidated(_ keys: [String]) {
+    for key in keys { changes.publish(.invalidated, for: CacheKeyBytes(key)) }
+  }
+
+  /// Logs that a refresh of `key` was held back by `pendingTasks` tasks that could still run
+  /// (`cache.refreshSkipped`): visible in ``CacheRecord/lastSkip`` and `ferry log --key`.
+  func recordSkip(key: String, pendingTasks: UInt32) async throws {
+    _ = try await log.append(CacheEvent.refreshSkipped(key: key, pendingTasks: pendingTasks).newEvent)
+    changes.publish(.changed, for: CacheKeyBytes(key))
+  }
+
   /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
   public func forget(_ key: String) async throws {
     try Self.validate(key)
@@ -178,11 +195,12 @@ public final class CacheLedger: Sendable {
   public func state(key: String, maxAge: Duration) throws -> CacheAge {
     try Self.validate(key)
     try Self.validate(maxAge: maxAge)
-    guard let lastFetched = try record(key)?.lastSuccessMs else { return .noCache }
+    guard let record = try record(key), let lastFetched = record.lastSuccessMs else { return .noCache }
     let now = clock()
     let maxAgeMs = maxAge.milliseconds
     let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
-    let isTooOld = !overflow && lastFetched < threshold
+    // A push that made the key stale after its last fetch: too old, whatever its age.
+    let isTooOld = (!overflow && lastFetched < threshold) || record.isInvalidated
     // A time from an imported or older store can be anything: the age saturates, never wraps.
     let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
     let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
@@ -250,6 +268,8 @@ enum CacheNotice: Sendable, Equatable {
   case refreshFinished(RefreshResult, firstFetch: Bool)
   /// The key's cache just became too old (a repository's timer).
   case crossedMaxAge
+  /// A task's success made the key stale (here or in another process): observers refresh it.
+  case invalidated
 }
 
 /// A cache key as the ledger stores it: its UTF-8 bytes. What this process keeps per key

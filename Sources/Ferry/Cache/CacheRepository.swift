@@ -53,6 +53,14 @@ public struct CacheState<Value: Sendable>: Sendable {
   public var justFinishedFirstFetch: Bool
   /// True in the state right after a successful refresh.
   public var justFinishedSuccessfulRefresh: Bool
+  /// Tasks of the repository's ``PendingTasksGate`` that can no longer run by themselves — dead,
+  /// blocked by an error for the user, manual, or queued behind one of those in their group. The
+  /// gate no longer waits for them (a refresh fetches), so their changes have not reached the
+  /// server: revive, resolve or run them. Empty without a gate.
+  public var stuckTasks: [PendingTask] = []
+  /// How many tasks the gate waited for when it last held a refresh back (``RefreshSkipReason/pendingTasks``),
+  /// while no fetch has succeeded since; nil when it did not. Other processes' skips count too.
+  public var heldBackByPendingTasks: UInt32?
 }
 
 /// What a repository's observer reacts to: the ledger's notices and the app's observed cache.
@@ -89,6 +97,30 @@ public struct PendingTasksGate: Sendable {
     }
     self.runner = runner
     self.collection = collection
+  }
+
+  /// The collection's queued tasks: those that can still run by themselves (ready, running,
+  /// waiting for a retry or for their group's head, deferred) — the gate waits for them — and
+  /// those that cannot (dead, blocked by an error, manual, or behind one of those in their group).
+  func pendingTasks() throws -> (runnable: [PendingTask], stuck: [PendingTask]) {
+    let tags = Set(runner.configuration.collections[collection] ?? [])
+    let all = try runner.queue.pendingTasks()
+    var headOfGroup: [String: PendingTask] = [:]
+    for task in all { if let group = task.groupId, headOfGroup[group] == nil { headOfGroup[group] = task } }
+    func cannotRunByItself(_ task: PendingTask) -> Bool {
+      if task.manual { return true }
+      switch task.status {
+      case .dead, .blockedByError: return true
+      default: return false
+      }
+    }
+    var runnable: [PendingTask] = []
+    var stuck: [PendingTask] = []
+    for task in all where tags.contains(task.tag) {
+      let head = task.groupId.flatMap { headOfGroup[$0] }
+      if cannotRunByItself(task) || head.map(cannotRunByItself) == true { stuck.append(task) } else { runnable.append(task) }
+    }
+    return (runnable, stuck)
   }
 
   /// Throws unless the gate's runner runs the queue of `ledger`'s store.
@@ -139,8 +171,16 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     self.gate = gate
   }
 
-  /// Refreshes the cache if it is too old or there is none (always, with `force`). One refresh per
-  /// key runs at a time: callers and repositories of the same key share it.
+  /// Refreshes the cache if it is too old, made stale by a push
+  /// (``TaskResult/succeeded(output:invalidating:)``) or missing. One refresh per key runs at a
+  /// time: callers and repositories of the same key share it.
+  ///
+  /// `force` fetches whatever the cache's age; it does not pass the ``PendingTasksGate``: tasks
+  /// of the gate that can still run are run first and, while any is queued, the refresh is
+  /// skipped (``RefreshSkipReason/pendingTasks``, logged as `cache.refreshSkipped`) — a forced
+  /// refresh must not overwrite a change the server has not seen either. Tasks that cannot run by
+  /// themselves (dead, blocked by an error, manual) hold nothing back: the refresh fetches, and
+  /// ``CacheState/stuckTasks`` names them.
   public func refresh(force: Bool = false) async -> RefreshResult {
     if !force, case .cache(_, _, isTooOld: false) = (try? ledger.state(key: key, maxAge: maxAge)) {
       return .skipped(.notTooOld)
@@ -191,9 +231,12 @@ public final class CacheRepository<Value: Sendable>: Sendable {
         // The pass may be a shared `.all` pass whose report covers other tags too: what counts is
         // whether any task of the collection is still queued after it (a failed, skipped or
         // blocked one is; a succeeded or cancelled one is not).
+        // The pass starts only what may start now — never a retry before its time, nothing while
+        // offline — so refreshing often spends no attempt the backoff would not have.
         _ = try await gate.runner.run(.collection(gate.collection))
-        let tags = gate.runner.configuration.collections[gate.collection] ?? []
-        if try gate.runner.queue.pendingTasks().contains(where: { tags.contains($0.tag) }) {
+        let held = try gate.pendingTasks().runnable.count
+        if held > 0 {
+          try await ledger.recordSkip(key: key, pendingTasks: UInt32(clamping: held))
           return .skipped(.pendingTasks)
         }
       } catch {
@@ -269,9 +312,12 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       if let observed { value = observed } else { value = try? await source.load() }
       content = .cache(value, lastFetched: lastFetched, age: age, isTooOld: isTooOld)
     }
-    return CacheState(
+    var state = CacheState(
       content: content, isRefreshing: refreshing, refreshError: error, justFinishedFirstFetch: firstFetch,
       justFinishedSuccessfulRefresh: success)
+    if let gate { state.stuckTasks = try gate.pendingTasks().stuck }
+    state.heldBackByPendingTasks = try ledger.record(key)?.lastSkipMs?.pendingTasks
+    return state
   }
 
   /// The repository's states: the current one first, then one after every change — a refresh
@@ -353,7 +399,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           let hasCache = (try? ledger.record(key))??.lastSuccess != nil
           if !refreshing { lastError = self.lastError() }
           await emit(mayRefresh: yieldedCache && !hasCache)
-        case .crossedMaxAge: await emit(mayRefresh: true)
+        case .crossedMaxAge, .invalidated: await emit(mayRefresh: true)
         case .refreshStarted:
           refreshing = true
           await emit()

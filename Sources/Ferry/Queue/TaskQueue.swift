@@ -68,6 +68,8 @@ public final class TaskQueue: Sendable {
 
   /// Logging and metrics (Observability.swift).
   let observer: QueueObserver
+  /// Told the cache keys a run's success made stale (the store's ledger tells its observers).
+  let cacheInvalidated = Mutex<(@Sendable ([String]) -> Void)?>(nil)
 
   func setInterruptedAtOpen(_ ids: [TaskID]) { interruptedOnOpen.withLock { $0 = ids } }
 

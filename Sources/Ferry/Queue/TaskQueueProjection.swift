@@ -19,7 +19,8 @@ struct TaskQueueProjection: InPlaceFolding {
   /// cancelled), claim and group entry until that run's outcome: its group waits for the handler,
   /// and it does not run again.
   /// 6: the outputs of successes (`task.runSucceeded` v2) in `outputs` and `outputsByData`; an
-  /// interrupted run and a deferred one (`task.runDeferred`) give their attempt back.
+  /// interrupted run and a deferred one (`task.runDeferred`) give their attempt back (the row's
+  /// `givenBack`).
   var version: UInt32 { 6 }
   var tables: [String] { Self.tableNames }
 
@@ -101,8 +102,9 @@ struct TaskQueueProjection: InPlaceFolding {
     case .runInterrupted(let id), .runDeferred(let id, _):
       guard let old = try queue.outcomeTarget(id) else { return }
       try queue.update(id, old) { row in
-        // Not the server's answer (the app killed, a window's end, offline): the attempt is given back.
-        if let claim = row.claim { row.attempts = claim.attempt &- 1 }
+        // Not the server's answer (the app killed, a window's end, offline): the attempt is given
+        // back; the run keeps its number, so (task, attempt) still names one run.
+        if row.claim != nil { row.givenBack &+= 1 }
         row.claim = nil
         if row.status == .running { row.status = .ready }
       }

@@ -28,6 +28,9 @@ struct TaskRow: Equatable {
   var priority: Int8 = 0
   /// No run starts after this time (Unix ms), from the add.
   var deadline: Int64?
+  /// Runs that gave their attempt back (deferred or interrupted): `attempts − givenBack` count
+  /// toward the retry policy's limit.
+  var givenBack: UInt32 = 0
 
   /// Whether the task is in the queue as its callers see it: every row but a cancelled one whose
   /// run is still under way (`Status.cancelled`).
@@ -73,7 +76,7 @@ struct TaskRow: Equatable {
   private var size: Int {
     FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
       + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner) + 4
-      + 4 + 1 + FieldWriter.size(deadline)
+      + 4 + 1 + FieldWriter.size(deadline) + 4
   }
 
   /// The stored row, as an array.
@@ -109,6 +112,7 @@ struct TaskRow: Equatable {
     writer.write(claim?.attempt ?? 0)
     writer.write(UInt8(bitPattern: priority))
     writer.write(deadline)
+    writer.write(givenBack)
   }
 
   init(
@@ -156,6 +160,7 @@ struct TaskRow: Equatable {
     claim = owner.map { Claim(owner: $0, runner: runner, attempt: attempt) }
     priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
     deadline = try reader.readOptional(Int64.self, "deadline")
+    givenBack = try reader.read(UInt32.self, "givenBack")
     try reader.finish("a task row")
   }
 
@@ -174,7 +179,8 @@ struct TaskRow: Equatable {
     return PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
       addedAtMs: addedAt, lastFailure: lastFailure, errorCount: errorCount,
-      priority: TaskPriority(rawValue: priority), deadline: deadline.map(Date.init(unixMilliseconds:)))
+      priority: TaskPriority(rawValue: priority), deadline: deadline.map(Date.init(unixMilliseconds:)),
+      attemptsGivenBack: givenBack)
   }
 }
 

@@ -620,7 +620,12 @@ public final class TaskRunner: Sendable {
   /// Tells observers of a run's logged outcome.
   private func publish(_ finished: Finished) {
     queue.observer.runFinished(finished.run, events: finished.events)
-    for event in finished.events { for update in event.updates(sequence: 0) { queue.publish(update) } }
+    for event in finished.events {
+      for update in event.updates(sequence: 0) { queue.publish(update) }
+      if case .runSucceeded(_, let details) = event, !details.invalidates.isEmpty {
+        queue.cacheInvalidated.withLock { $0 }?(details.invalidates)
+      }
+    }
   }
 
   /// Puts a run whose outcome a command logged (or refused) in the pass's report.
@@ -666,7 +671,8 @@ public final class TaskRunner: Sendable {
       let message = TaskQueue.loggable(fullMessage)
       let policy = registration.retry ?? configuration.defaultRetry
       var retryAt: Int64?
-      if retryable && attempt < policy.maxAttempts {
+      // Runs that gave their attempt back do not count toward the limit.
+      if retryable && attempt &- task.attemptsGivenBack < policy.maxAttempts {
         // Saturating: a clock near the end of time must not wrap the retry around to the past.
         let (at, overflow) = queue.clock().addingReportingOverflow(
           policy.delayMilliseconds(afterAttempt: attempt, random: configuration.random()))

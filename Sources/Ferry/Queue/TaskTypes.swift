@@ -86,8 +86,14 @@ public struct PendingTask: Sendable, Equatable {
   public let manual: Bool
   /// Where it stands.
   public let status: TaskStatus
-  /// Runs started so far.
+  /// Runs started so far (each run's ``RunningTask/attempt`` is its number among them).
   public let attempts: UInt32
+  /// The runs that count toward the retry policy's ``RetryPolicy/maxAttempts``: ``attempts``
+  /// less the runs that gave their attempt back — deferred (``TaskResult/deferred(_:)``, or a
+  /// failure while offline) or interrupted (the app killed, a window's end, a stop).
+  public var attemptsSpent: UInt32 { attempts &- attemptsGivenBack }
+  /// Runs that gave their attempt back.
+  package let attemptsGivenBack: UInt32
   /// When it was added (whole milliseconds, as the log keeps it).
   public var addedAt: Date { Date(unixMilliseconds: addedAtMs) }
   /// The message of its last failed run, if any.
@@ -105,8 +111,9 @@ public struct PendingTask: Sendable, Equatable {
   init(
     id: TaskID, tag: String, dataId: String?, groupId: String?, manual: Bool, status: TaskStatus,
     attempts: UInt32, addedAtMs: Int64, lastFailure: String?, errorCount: UInt32,
-    priority: TaskPriority = .normal, deadline: Date? = nil
+    priority: TaskPriority = .normal, deadline: Date? = nil, attemptsGivenBack: UInt32 = 0
   ) {
+    self.attemptsGivenBack = attemptsGivenBack
     self.id = id
     self.tag = tag
     self.dataId = dataId
@@ -126,7 +133,7 @@ public struct PendingTask: Sendable, Equatable {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
       addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount, priority: priority,
-      deadline: deadline)
+      deadline: deadline, attemptsGivenBack: attemptsGivenBack)
   }
 }
 

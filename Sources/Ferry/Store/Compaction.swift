@@ -84,6 +84,7 @@ struct RetentionPlan: Sendable {
   var seenSuccess = Set<String>()
   var seenFailure = Set<String>()
   var seenPaging = Set<String>()
+  var seenSkip = Set<String>()
   var seenPauseOrResume = false
   /// Whether each task met so far goes (decided at its newest event).
   var finishedTaskDecision: [TaskID: Bool] = [:]
@@ -170,6 +171,8 @@ struct RetentionPlan: Sendable {
       case .fetched(let key, _, .success): return !seenSuccess.insert(key).inserted
       case .fetched(let key, _, .failure): return !seenFailure.insert(key).inserted
       case .paging(let key, _, _): return !seenPaging.insert(key).inserted
+      // A trace for the operator, folded into the key's row: the newest stays, within the retention.
+      case .refreshSkipped(let key, _): return !seenSkip.insert(key).inserted || time < cutoff
       case .forgotten(let key):
         // The newest forget of a key stays while it is within the retention window; everything
         // older of that key goes in any case, so removing the forget later brings nothing back.

@@ -97,6 +97,8 @@ public struct EventSummary: Sendable, Equatable {
   public let taskId: TaskID?
   /// The cache key the event is about, if any.
   public let key: String?
+  /// The cache keys a task's success made stale (``TaskResult/succeeded(output:invalidating:)``).
+  public private(set) var staleKeys: [String] = []
   /// What happened, in words.
   public let text: String
 
@@ -129,6 +131,7 @@ public struct EventSummary: Sendable, Equatable {
           + (owner.isEmpty ? "" : " by runner \(runner) of owner \(owner)")
       case .runSucceeded(let id, let details):
         taskId = id
+        staleKeys = details.invalidates
         var parts = ["task \(id) succeeded"]
         if let output = details.output { parts.append("output \(String(decoding: output.prefix(120), as: UTF8.self))") }
         if !details.invalidates.isEmpty { parts.append("stales \(details.invalidates.joined(separator: ", "))") }
@@ -181,6 +184,9 @@ public struct EventSummary: Sendable, Equatable {
       case .paging(let k, _, let more):
         key = k
         text = "cache \(k) paging: \(more ? "more pages" : "no more pages")"
+      case .refreshSkipped(let k, let pending):
+        key = k
+        text = "cache \(k) refresh skipped: \(pending) pending task\(pending == 1 ? "" : "s") could still run"
       }
     } else {
       kind = .other

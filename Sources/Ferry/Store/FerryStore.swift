@@ -169,6 +169,7 @@ public final class FerryStore: Sendable {
     self.log = log
     self.queue = queue
     self.ledger = ledger
+    queue.cacheInvalidated.withLock { $0 = { [weak ledger] keys in ledger?.invalidated(keys) } }
   }
 
   /// The store's identity: random, made with the store, never changed — kept by compaction,
