@@ -134,4 +134,27 @@ import Testing
       #expect(try await notes.currentState().heldBackByPendingTasks == nil)
     }
   }
+
+  @Test func aPushLandingWhileAFetchIsInFlightIsFetchedAgain() async throws {
+    try await withStore { store, _, _ in
+      let backend = NotesBackend(blocks: true)
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: backend.source)
+      let refresh = Task { await notes.refresh() }
+      #expect(try await pollUntil { backend.fetches == 1 })
+      // The fetch read the server before the push; the push's success lands before the fetch is recorded.
+      let run = runner(store.queue)
+      run.register(tag: "save-note") { _ in
+        backend.state.withLock { $0.serverValue = ["milk", "bread"] }
+        return .succeeded(invalidating: ["notes"])
+      }
+      try await store.queue.add(tag: "save-note", payload: Item(name: "bread"))
+      _ = try await run.run()
+      backend.release.open()
+      #expect(await refresh.value == .successful)
+      #expect(backend.fetches == 2)
+      #expect(backend.state.withLock { $0.saved } == ["milk", "bread"])
+      #expect(await notes.refresh() == .skipped(.notTooOld))
+    }
+  }
 }

@@ -245,6 +245,20 @@ public final class CacheRepository<Value: Sendable>: Sendable {
             stage: .pendingTasks, message: "the pending tasks could not be run: \(error)", underlying: error))
       }
     }
+    // A push that makes the key stale while the fetch is in flight may not be in what it got:
+    // fetch again (a few times at most) until no such push came after the fetch began.
+    for _ in 0..<3 {
+      let began = (try? ledger.log.head()) ?? 0
+      let result = await fetchSaveAndRecord()
+      guard result == .successful, let stale = (try? ledger.record(key))??.invalidatedAt, stale > began else {
+        return result
+      }
+    }
+    return .successful
+  }
+
+  /// One fetch, its save and its record.
+  private func fetchSaveAndRecord() async -> RefreshResult {
     if Task.isCancelled { return .skipped(.cancelled) }
     let value: Value
     do {
