@@ -101,4 +101,30 @@ import Testing
     #expect(details.invalidates == ["notes"])
     #expect(details.output.map { try? JSONDecoder().decode([String: String].self, from: Data($0)) } == ["etag": "W/1"])
   }
+
+  @Test func compactionKeepsAnOutputsEventsWhileAQueuedTaskMayReadIt() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    let queue = store.queue
+    let readBy = try await queue.add(tag: "create", payload: Item(name: "a"), dataId: "local-a", groupId: "local-a")
+    let alone = try await queue.add(tag: "create", payload: Item(name: "b"), dataId: "local-b", groupId: "local-b")
+    let run = runner(queue)
+    run.register(tag: "create") { task in .succeeded(output: try TaskOutput(Created(serverId: "s\(task.id)"))) }
+    #expect(try await run.run().succeeded == 2)
+    // An edit of note a is queued (offline, say); nothing is queued for note b.
+    try await queue.add(tag: "edit", payload: Edit(createTask: readBy, text: "x"), groupId: "local-a")
+    fixture.time += 3_600_000
+    _ = try await store.compact(retention: .zero)
+    let successes = try store.log.events(after: 0, limit: 100).compactMap { event -> TaskID? in
+      guard event.type == "task.runSucceeded", case .runSucceeded(let id, _) = try TaskEvent(event) else { return nil }
+      return id
+    }
+    // A rebuild from the log alone (no snapshot) still finds the output an edit may read.
+    #expect(successes == [readBy])
+    #expect(try queue.output(of: alone) != nil, "the snapshot keeps the row itself")
+    let report = try store.log.verify()
+    #expect(report.isHealthy, "\(report.problems)")
+  }
 }

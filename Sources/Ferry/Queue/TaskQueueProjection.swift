@@ -182,12 +182,19 @@ struct QueueTables<Tables: ProjectionTableReading> {
   /// The output a succeeded task left, with its tag; nil when it left none (or it was removed).
   func output(of id: TaskID) throws -> (tag: String, output: [UInt8])? {
     guard let value = try tables.get("outputs", key: QueueKey.task(id)) else { return nil }
+    let entry = try Self.outputEntry(value)
+    return (entry.tag, entry.output)
+  }
+
+  /// An `outputs` row's fields.
+  static func outputEntry(_ value: [UInt8]) throws -> (tag: String, dataId: String?, groupId: String?, output: [UInt8]) {
     var reader = PayloadReader(value)
     let tag = try reader.readString("tag")
-    _ = try reader.readOptionalString("dataId")
+    let dataId = try reader.readOptionalString("dataId")
+    let groupId = try reader.readOptionalString("groupId")
     let output = try reader.readBytes("output")
     try reader.finish("an output")
-    return (tag, output)
+    return (tag, dataId, groupId, output)
   }
 
   /// The ids of succeeded tasks with this data id that left an output, newest first.
@@ -444,6 +451,7 @@ extension QueueTables where Tables == ProjectionTables {
     var writer = PayloadWriter()
     writer.write(row.tag)
     writer.write(row.dataId)
+    writer.write(row.groupId)
     writer.write(bytes: output)
     try tables.put("outputs", key: QueueKey.task(id), value: writer.bytes)
     if let dataId = row.dataId { try tables.put("outputsByData", key: QueueKey.group(dataId, id), value: []) }

@@ -47,9 +47,26 @@ extension FerryStore {
     // the plan's head and stays.
     let (pending, head) = try log.read { view -> (Set<TaskID>, UInt64) in
       var ids = Set<TaskID>()
-      try view.tables(of: TaskQueueProjection.projectionName).scan("tasks", from: nil) { key, _ in
+      var groups = Set<String>()
+      var dataIds = Set<String>()
+      let tables = try view.tables(of: TaskQueueProjection.projectionName)
+      try tables.scan("tasks", from: nil) { key, value in
         if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
+        if let row = try? TaskRow(value) {
+          if let group = row.groupId { groups.insert(group) }
+          if let dataId = row.dataId { dataIds.insert(dataId) }
+        }
         return true
+      }
+      // A succeeded task's output stays readable, with the events it comes from, while a queued
+      // task shares its group or data id (it may read it): kept like a queued task.
+      if try !tables.isCertainlyEmpty("outputs") {
+        try tables.scan("outputs", from: nil) { key, value in
+          guard let id = UInt64(bigEndianBytes: key), let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
+          else { return true }
+          if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true { ids.insert(id) }
+          return true
+        }
       }
       return (ids, try view.head())
     }
