@@ -43,6 +43,11 @@ public enum TaskResult: Sendable, Equatable {
 
 /// When a failed task may run again: exponential backoff with jitter, and a limit on attempts.
 ///
+/// The delay after run number *n* fails is `initialDelay × multiplier^(n − 1)`, times a random
+/// factor in `[1 − jitter, 1 + jitter]`, then capped at ``maxDelay``: jitter first, the cap last,
+/// so the delay never exceeds ``maxDelay``. (A growth already past the cap is taken as the cap
+/// before the factor, so retries at the cap still spread out below it.)
+///
 /// Delays are kept in whole milliseconds (as the log keeps retry times): a delay's sub-millisecond
 /// part is dropped. A negative delay is taken as zero — the initializer clamps it, and so does
 /// ``delay(afterAttempt:random:)`` for a property set negative afterwards — so a policy never
@@ -54,10 +59,10 @@ public struct RetryPolicy: Sendable, Equatable {
   public var initialDelay: Duration
   /// Each further failure multiplies the delay by this.
   public var multiplier: Double
-  /// The delay never exceeds this.
+  /// The delay never exceeds this: it is applied after the jitter.
   public var maxDelay: Duration
   /// The delay varies by up to this fraction either way (0 = exact), so that many clients do not
-  /// retry in step.
+  /// retry in step — within ``maxDelay``, which caps the varied delay.
   public var jitter: Double
 
   /// A policy; the defaults are 5 attempts, 1 s doubling up to 1 h, ±20 %. A `maxAttempts` of 0
@@ -75,7 +80,7 @@ public struct RetryPolicy: Sendable, Equatable {
   }
 
   /// The delay after the failure of run number `attempt`, for a random number in 0..<1: whole
-  /// milliseconds, never negative.
+  /// milliseconds, never negative, never more than ``maxDelay``.
   public func delay(afterAttempt attempt: UInt32, random: Double) -> Duration {
     .milliseconds(delayMilliseconds(afterAttempt: attempt, random: random))
   }
@@ -89,9 +94,10 @@ public struct RetryPolicy: Sendable, Equatable {
     let base = grown.isFinite ? min(grown, Double(maxMs)) : Double(maxMs)
     let unit = random.isFinite ? min(max(random, 0), 1) : 0.5
     let jitter = self.jitter.isFinite ? min(max(self.jitter, 0), 1) : 0
-    let delay = base * (1 - jitter + 2 * jitter * unit)
+    // Jitter, then the cap: the cap is a promise ("never exceeds"), the jitter a spread within it.
+    let delay = min(base * (1 - jitter + 2 * jitter * unit), Double(maxMs))
     guard delay.isFinite else { return min(maxMs, Int64.max / 2) }
-    return Int64(min(max(delay, 0), Double(Int64.max / 2)))
+    return min(maxMs, Int64(min(max(delay, 0), Double(Int64.max / 2))))
   }
 }
 
