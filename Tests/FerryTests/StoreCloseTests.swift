@@ -1,6 +1,5 @@
 import FerryLog
 import Foundation
-import Synchronization
 import TestSupport
 import Testing
 
@@ -13,26 +12,28 @@ import Testing
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let store = try await fixture.openStore()
-    let acknowledged = Mutex<[TaskID]>([])
-    let refused = Mutex(0)
-    await withTaskGroup(of: Void.self) { group in
+    // Each add returns its id once durable, or nil when the store refused it as closed.
+    let results = await withTaskGroup(of: TaskID?.self) { group -> [TaskID?] in
       for n in 0..<40 {
         group.addTask {
           do {
-            let id = try await store.queue.add(tag: "t", payload: Item(name: "\(n)"))
-            acknowledged.withLock { $0.append(id) }
+            return try await store.queue.add(tag: "t", payload: Item(name: "\(n)"))
           } catch FerryLogError.closed {
-            refused.withLock { $0 += 1 }
+            return nil
           } catch {
             Issue.record("an add failed otherwise: \(error)")
+            return nil
           }
         }
       }
       await Task.yield()
       store.close()  // no await: it waits for the writer to commit what it was handed
+      var results: [TaskID?] = []
+      for await result in group { results.append(result) }
+      return results
     }
-    let ids = acknowledged.withLock { $0 }
-    #expect(ids.count + refused.withLock { $0 } == 40)
+    #expect(results.count == 40)
+    let ids = results.compactMap { $0 }
     await #expect(throws: FerryLogError.self) { try await store.queue.add(tag: "t", payload: Item(name: "late")) }
     let reopened = try await fixture.openStore()
     defer { reopened.close() }
