@@ -115,7 +115,8 @@ public enum RunFilter: Sendable, Equatable {
 
 /// Why a pass did not run a task. Skips are reported, not logged.
 public enum SkipReason: Sendable, Equatable {
-  /// An earlier task of its group failed, was skipped or is blocked in this pass.
+  /// An earlier task of its group failed, recorded an error, or was skipped in this pass (not ready, no handler, blocked, dead, waiting for its retry): the rest of the group
+  /// waits for a later pass.
   case partOfFailedGroup
   /// Its tag's `isReadyToRun` check, or the runner's (``TaskRunner/Configuration/isReadyToRun``),
   /// said no. ``TaskRunner/conditionsChanged()`` has them asked again.
@@ -164,7 +165,9 @@ public struct RunReport: Sendable, Equatable {
     public internal(set) var priority: TaskPriority = .normal
   }
 
-  /// Every task the pass considered: the most urgent priority first, then in task-id order.
+  /// Every task the pass decided about: those it ran, skipped or expired — including the tasks
+  /// behind a group head that failed, recorded an error or was skipped in this pass
+  /// (``SkipReason/partOfFailedGroup``) — the most urgent priority first, then in task-id order.
   public internal(set) var entries: [Entry] = []
 
   /// Tasks whose handler ran.
@@ -173,13 +176,20 @@ public struct RunReport: Sendable, Equatable {
   public var expired: Int { entries.filter { $0.outcome == .expired }.count }
   /// Tasks that succeeded.
   public var succeeded: Int { entries.filter { $0.outcome == .succeeded }.count }
-  /// Tasks that failed (retryable or not) or recorded an error.
+  /// Tasks whose handler failed (retryable or not). Errors recorded for the user are counted
+  /// apart, in ``errorsRecorded``.
   public var failed: Int {
     entries.filter {
-      switch $0.outcome {
-      case .failed, .errorRecorded: return true
-      default: return false
-      }
+      if case .failed = $0.outcome { return true }
+      return false
+    }.count
+  }
+  /// Tasks whose handler recorded an error for the user (``TaskResult/recordError(_:)``): blocked
+  /// until it is resolved. Not failures: no attempt was spent on a retry.
+  public var errorsRecorded: Int {
+    entries.filter {
+      if case .errorRecorded = $0.outcome { return true }
+      return false
     }.count
   }
   /// Tasks skipped.
@@ -193,7 +203,7 @@ public struct RunReport: Sendable, Equatable {
   public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
   /// Runs cut short by ``TaskRunner/stop()`` or a window's end; their tasks are ready again.
   public var interrupted: Int { entries.filter { $0.outcome == .interrupted }.count }
-  /// The first task that failed or recorded an error, if any.
+  /// The first task that failed or recorded an error (either), if any.
   public var firstFailure: Entry? {
     entries.first {
       switch $0.outcome {

@@ -281,7 +281,49 @@ public final class TaskRunner: Sendable {
     // every runner of the queue add up (`Int.max` beside a run under way overflowed).
     let width = min(max(1, configuration.maxConcurrentTasks), Self.widestPass)
     try await work(pass, control: control, owner: owner, width: width)
+    try reportFailedGroups(pass)
     return queue.observer.passEnded(pass.report())
+  }
+
+  /// The most tasks behind one failed head a report names (``SkipReason/partOfFailedGroup``).
+  static let failedGroupReportLimit = 1000
+
+  /// Puts in the report the tasks the pass passed over because an earlier task of their group
+  /// failed, recorded an error or was skipped in it (not only interrupted): each such group's queued
+  /// tasks that the pass would otherwise have gone on to (not manual, no run under way, ready or
+  /// waiting, selected by the filter), up to ``failedGroupReportLimit`` a group. Read from the
+  /// `groups` table for those groups only: a pass whose groups all went well reads nothing more.
+  private func reportFailedGroups(_ pass: PassState) throws {
+    let groups = pass.failedGroups
+    if groups.isEmpty { return }
+    let limit = Self.failedGroupReportLimit
+    let found = try queue.log.read { view -> [(TaskID, TaskPriority)] in
+      let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+      var found: [(TaskID, TaskPriority)] = []
+      for group in groups.sorted() {
+        let prefix = QueueKey.groupPrefix(group)
+        var ids: [TaskID] = []
+        try queue.tables.scan("groups", from: prefix) { key, _ in
+          guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key) else {
+            return false
+          }
+          ids.append(id)
+          return ids.count <= limit  // the failed head itself, then up to `limit` behind it
+        }
+        var named = 0
+        for id in ids where named < limit && !pass.isTouched(id) {
+          guard let row = try queue.row(id), row.isQueued, row.claim == nil, !row.manual,
+            row.status == .ready || row.status == .waiting, pass.matches(row)
+          else { continue }
+          found.append((id, TaskPriority(rawValue: row.priority)))
+          named += 1
+        }
+      }
+      return found
+    }
+    for (id, priority) in found where pass.touch(id) {
+      pass.add(id, skip(id, .partOfFailedGroup), priority: priority)
+    }
   }
 
   /// What a runner's claim command needs to know of its handlers.
@@ -323,7 +365,7 @@ public final class TaskRunner: Sendable {
   struct BatchStep: Sendable {
     var logged: [QueueCommand.FinishOutcome] = []
     var claims: [ClaimedRun] = []
-    var skips: [(TaskID, SkipReason, TaskPriority)] = []
+    var skips: [PassSkip] = []
     /// Tasks this command expired (their deadline passed): swept, or met by the search.
     var expired: [ExpiredTask] = []
     var check: PendingTask?
@@ -454,9 +496,10 @@ public final class TaskRunner: Sendable {
           continue
         }
         pass.advance(cursors: step.cursors, claimed: step.claims)
-        for (id, reason, priority) in step.skips where pass.touch(id) {
-          if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
-          pass.add(id, skip(id, reason), priority: priority)
+        for found in step.skips where pass.touch(found.id) {
+          if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) { continue }
+          pass.add(found.id, skip(found.id, found.reason), priority: found.priority)
+          pass.failGroup(found.groupId)
         }
         var claimed = step.claims
         if let task = step.check,
@@ -586,7 +629,9 @@ public final class TaskRunner: Sendable {
   private func report(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
     let id = finished.run.task.id
     pass.add(id, logged == .logged ? finished.outcome : .interrupted, priority: finished.run.task.priority)
-    if finished.outcome != .succeeded { pass.failGroup(finished.run.task.groupId) }
+    if finished.outcome != .succeeded {
+      pass.failGroup(finished.run.task.groupId, reported: logged == .logged && finished.outcome != .interrupted)
+    }
   }
 
   /// Calls the handler of a claimed run and turns its result into the events that end the run.
