@@ -64,13 +64,21 @@ public final class TaskRunner: Sendable {
   }
 
   /// The run whose handler the current task is in: set around every handler call (and so seen
-  /// by every task the handler starts, but not by detached ones).
+  /// by every task the handler starts, structured or not, but not by detached ones).
   struct HandlerScope: Sendable {
     /// The store the run is on (its directory).
     let store: String
     let taskId: TaskID
     /// The pass that called the handler; nil for a single-task run.
     let pass: ObjectIdentifier?
+    /// The handler's own call: which task runs it, and whether it is still under way.
+    let call: HandlerCall
+
+    /// Whether the caller is the handler itself, its call still under way: a request from it
+    /// that waits for its pass (or its own run) would wait for itself. A task the handler
+    /// started and does not await sees this scope too, but cannot hold the handler: its request
+    /// waits for the pass like anyone's.
+    var isTheHandlerItself: Bool { call.isCurrentTask }
   }
 
   @TaskLocal static var handlerScope: HandlerScope?
@@ -79,10 +87,12 @@ public final class TaskRunner: Sendable {
   public static let widestPass = 1 << 16
 
   /// Throws ``FerryError/invalidArgument(_:)`` when the caller is a handler called by this
-  /// runner's pass under way: a request that joins that pass, or waits for it to end, would wait
-  /// for the handler that waits for it — forever.
+  /// runner's pass under way, asking from its own task while its call is under way: a request
+  /// that joins that pass, or waits for it to end, would wait for the handler that waits for it —
+  /// forever. A task the handler started is not refused: unless the handler awaits it, the
+  /// handler returns and the pass ends (the runner cannot see whether it is awaited).
   func refuseWaitingForOwnPass(_ what: String) throws {
-    guard let mine = Self.handlerScope?.pass else { return }
+    guard let scope = Self.handlerScope, let mine = scope.pass, scope.isTheHandlerItself else { return }
     let waitsForItself = state.withLock { s in s.pass.map { ObjectIdentifier($0.control) == mine } ?? false }
     if waitsForItself {
       throw FerryError.invalidArgument(
@@ -172,6 +182,12 @@ public final class TaskRunner: Sendable {
   /// or a collection): the joined pass goes on until it has looked at the queue as it stood when
   /// the request came, so a task added before `run()` is in its report.
   ///
+  /// A handler may call it, from its own task or from a task it starts (`Task {}`). Asked from
+  /// the handler's own task for the pass that called it (or, by any runner, for its own task) it
+  /// throws ``FerryError/invalidArgument(_:)``: it would wait for itself. From a task the handler
+  /// starts it runs like any request, once the handler has returned — as long as the handler does
+  /// not await that task.
+  ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
   public func run(_ filter: RunFilter = .all) async throws -> RunReport {
@@ -179,7 +195,7 @@ public final class TaskRunner: Sendable {
       throw FerryError.unknownCollection(name)
     }
     if case .task(let id) = filter {
-      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path {
+      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path, scope.isTheHandlerItself {
         // It would wait for this very run's outcome, which waits for it.
         throw FerryError.invalidArgument("task \(id)'s own handler cannot run it: the run would wait for itself")
       }
@@ -648,10 +664,16 @@ public final class TaskRunner: Sendable {
       // be logged): the handler is not called, and the run ends at once, ready again.
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
-    let scope = HandlerScope(store: queue.log.path, taskId: task.id, pass: control.map(ObjectIdentifier.init))
+    let handlerCall = HandlerCall()
+    let scope = HandlerScope(
+      store: queue.log.path, taskId: task.id, pass: control.map(ObjectIdentifier.init), call: handlerCall)
     let called: Result<TaskResult, CancellationError> = await Self.$handlerScope.withValue(scope) {
-      do throws(CancellationError) { return .success(try await call(registration, run)) } catch { return .failure(error) }
+      do throws(CancellationError) { return .success(try await call(registration, run, handlerCall)) } catch {
+        return .failure(error)
+      }
     }
+    // Returned, or left behind: nothing the handler does from now on holds this run.
+    handlerCall.end()
     guard case .success(let result) = called else {
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
@@ -682,7 +704,9 @@ public final class TaskRunner: Sendable {
   /// becomes a failure; a stopped pass's run (``stop()``, a window's deadline or its caller
   /// cancelled) that then throws anything, or does not end within the interruption grace, is
   /// rethrown as `CancellationError`: interrupted. A result returned in time is the outcome.
-  private func call(_ registration: Registration, _ run: ClaimedRun) async throws(CancellationError) -> TaskResult {
+  private func call(
+    _ registration: Registration, _ run: ClaimedRun, _ handlerCall: HandlerCall
+  ) async throws(CancellationError) -> TaskResult {
     let task = run.task
     let running = RunningTask(
       id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
@@ -691,8 +715,12 @@ public final class TaskRunner: Sendable {
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
     // Made only when a run timed out (every run made it before).
     func timedOut() -> String { "timed out after \(Self.readable(milliseconds: limitMs ?? 0))" }
+    let handler = registration.run
     switch await HandlerRun.run(
-      registration.run, running, limitMs: limitMs, graceMs: graceMs,
+      { task in
+        handlerCall.enter()  // in the handler's own task: what tells it apart from tasks it starts
+        return try await handler(task)
+      }, running, limitMs: limitMs, graceMs: graceMs,
       stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
     {
     case .ended(.success(let result), _, _):
@@ -922,6 +950,30 @@ public final class TaskRunner: Sendable {
       let times = [try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart)]
       return times.compactMap { $0 }.min()
     }
+  }
+}
+
+/// One handler call: the task that runs it (known once it starts) and whether it is still under
+/// way. A request made from that very task while it runs would wait for itself; one made from a
+/// task it started is another task, and one made after it ended waits for nothing of it.
+final class HandlerCall: Sendable {
+  private let state = Mutex<(task: Int?, ended: Bool)>((nil, false))
+
+  /// Called first thing in the handler's own task.
+  func enter() {
+    let task = withUnsafeCurrentTask { $0?.hashValue }
+    state.withLock { $0.task = task }
+  }
+
+  /// The runner is done with the call (it returned, threw, or was left behind).
+  func end() { state.withLock { $0.ended = true } }
+
+  /// Whether the current task is the handler's own and its call is still under way. (A task's
+  /// identity is unique among live tasks; once the call ended, a new task that took its place in
+  /// memory is not mistaken for it.)
+  var isCurrentTask: Bool {
+    guard let current = withUnsafeCurrentTask(body: { $0?.hashValue }) else { return false }
+    return state.withLock { !$0.ended && $0.task == current }
   }
 }
 
