@@ -174,7 +174,9 @@ public final class TaskRunner: Sendable {
   /// retries first (oldest retry time first), then ready tasks in task-id order, and within a
   /// group strictly in order — so blocked, dead, waiting, manual and non-head tasks cost nothing
   /// and are not in the report. A task whose handler is missing or whose `isReadyToRun` says no is
-  /// skipped; one that fails or records an error keeps the rest of its group for a later pass.
+  /// skipped; one that fails or records an error keeps the rest of its group for a later pass, and
+  /// the report names that rest (``SkipReason/partOfFailedGroup``). A `.group` pass whose head may
+  /// not start says why.
   ///
   /// `.task(id)` runs that task (manual or not) alongside any pass; when another runner or
   /// process is running it, it waits for that run and reports its outcome. A pass asked for while
