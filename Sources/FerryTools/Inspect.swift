@@ -1,5 +1,6 @@
 import Ferry
 import FerryLog
+import Foundation
 
 /// The stable JSON form of `ferry inspect --json`.
 package struct InspectReport: Codable, Sendable, Equatable {
@@ -15,7 +16,10 @@ package struct InspectReport: Codable, Sendable, Equatable {
     package var dataId: String?
     /// Whether it is manual.
     package var manual: Bool
-    /// ready, running, waiting, blocked, dead or waitingForGroup.
+    /// The task's ``TaskStatus`` as a stable key for scripts: `ready`, `running`, `waiting`
+    /// (`waiting(until:)`, the time in `eligibleAt`), `blocked` (`blockedByError`), `dead` or
+    /// `waitingForGroup` (`waitingForGroup(behind:)`, the head in `behind`). The table prints the
+    /// API's words for it instead (``statusWords``).
     package var status: String
     /// When a waiting task may run again (Unix ms).
     package var eligibleAt: Int64?
@@ -33,6 +37,23 @@ package struct InspectReport: Codable, Sendable, Equatable {
     package var priority: Int8?
     /// Its deadline (Unix ms), if any: no run starts after it.
     package var deadline: Int64?
+
+    /// The status as the API reads it (``TaskStatus``), rebuilt from the JSON's key and times.
+    package var taskStatus: TaskStatus? {
+      switch status {
+      case "ready": return .ready
+      case "running": return .running
+      case "waiting": return .waiting(until: Date(unixMilliseconds: eligibleAt ?? 0))
+      case "blocked": return .blockedByError
+      case "dead": return .dead
+      case "waitingForGroup": return .waitingForGroup(behind: behind ?? 0)
+      default: return nil
+      }
+    }
+
+    /// The status in the API's words (``TaskStatus``'s description: "blocked by an error",
+    /// "waiting for its group (behind task 3)"): what people read, in the table as in an app.
+    package var statusWords: String { taskStatus.map(\.description) ?? status }
   }
   /// One group and its tasks in order.
   package struct Group: Codable, Sendable, Equatable {
@@ -182,7 +203,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
       out.append("  (none)")
     } else {
       out.append(
-        "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 16)
+        "  " + column("id", 6) + column("tag", 22) + column("group", 14) + column("status", 40)
           + column("attempts", 9)
           + column("next eligible", 40) + "error / last failure")
       for task in tasks {
@@ -197,7 +218,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
         ].compactMap { $0 }.joined(separator: "; ")
         out.append(
           "  " + column("\(task.id)", 6) + column(task.tag + (task.manual ? " (manual)" : ""), 22)
-            + column(task.group ?? "-", 14) + column(task.status, 16) + column("\(task.attempts)", 9)
+            + column(task.group ?? "-", 14) + column(task.statusWords, 40) + column("\(task.attempts)", 9)
             + column(next, 40)
             + note)
       }
@@ -234,7 +255,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
     out.append("")
     out.append(
       "totals: \(plural(totals.tasks, "task")) (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
-        + "\(totals.blocked) blocked, \(totals.dead) dead, \(totals.waitingForGroup) waiting for their group, "
+        + "\(totals.blocked) blocked by an error, \(totals.dead) dead, \(totals.waitingForGroup) waiting for their group, "
         + "\(totals.manual) manual), \(plural(totals.groups, "group")), "
         + "\(plural(totals.errors, "error")), \(plural(totals.caches, "cache")) (\(totals.tooOld) too old)")
     return out

@@ -145,7 +145,12 @@ import Testing
       fixture.time += 2000
       _ = try await run.run()
       #expect(sent.all == ["new"], "the replaced task sent its stale payload after its replacement: \(sent.all)")
-      #expect(try queue.history(of: old).last?.event == .replaced(by: new))
+      // The replace ends its history; the run under way then logged its outcome, which follows.
+      let ending = try queue.history(of: old).suffix(2).map(\.event)
+      #expect(ending.first == .replaced(by: new))
+      if case .runFailed(let message, _)? = ending.last { #expect(message == "offline") } else {
+        Issue.record("the replaced run's outcome should follow the replace: \(ending)")
+      }
       #expect(try Self.order(store, [old: "old", new: "new"]) == ["start old", "fail old", "start new", "end new"])
       #expect(try store.log.verify().isHealthy)
     }

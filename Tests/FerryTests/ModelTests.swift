@@ -53,7 +53,8 @@ struct Model {
 
   func head(of group: String) -> UInt64? { tasks.first { $0.group == group }?.id }
 
-  /// Adds a task; with `keep` and a queued twin nothing is logged and the twin's id comes back.
+  /// Adds a task; with `keep` and a queued twin that is not dead nothing is logged and the twin's
+  /// id comes back (a dead twin keeps nothing out).
   @discardableResult
   mutating func add(
     tag: String, group: String?, dataId: String?, manual: Bool, unique: UniquePolicy, payload: Int,
@@ -62,7 +63,9 @@ struct Model {
     var replaced: Set<UInt64> = []
     if let dataId, unique != .append {
       let same = tasks.filter { $0.tag == tag && $0.dataId == dataId }.map(\.id)
-      if unique == .keep, let first = same.first { return first }
+      if unique == .keep, let kept = tasks.first(where: { same.contains($0.id) && $0.status != .dead }) {
+        return kept.id
+      }
       if unique == .replace { replaced = Set(same) }
     }
     let id = log()
@@ -82,12 +85,11 @@ struct Model {
     return ids
   }
 
-  /// The tasks as the queue shows them (`Specs/task-events.md` §3.3): a ready task behind a group
-  /// head that cannot start now (not ready, or manual) is waiting for its group.
+  /// The tasks as the queue shows them (`Specs/task-events.md` §3.3): a ready task behind its
+  /// group's head, whatever the head's state, is waiting for its group.
   var shown: [Task] {
     tasks.map { task in
-      guard task.status == .ready, let group = task.group, let head = head(of: group), head != task.id,
-        let headTask = tasks.first(where: { $0.id == head }), headTask.status != .ready || headTask.manual
+      guard task.status == .ready, let group = task.group, let head = head(of: group), head != task.id
       else { return task }
       var shown = task
       shown.status = .waitingForGroup(behind: head)

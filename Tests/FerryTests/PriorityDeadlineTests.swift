@@ -89,7 +89,7 @@ import Testing
       let highBehind = try await queue.add(tag: "t", payload: ["n": "g2"], groupId: "g", priority: .high)
       let low = try await queue.add(tag: "t", payload: ["n": "low"], priority: .low)
       let high = try await queue.add(tag: "t", payload: ["n": "high"], priority: .high)
-      #expect(try queue.task(highBehind)?.status == .ready)
+      #expect(try queue.task(highBehind)?.status == .waitingForGroup(behind: lowHead))
       #expect(try queue.task(high)?.priority == .high)
       #expect(try queue.nextRunnable()?.id == high)
       order.reset()

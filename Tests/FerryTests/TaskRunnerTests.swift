@@ -84,8 +84,8 @@ func runner(
     var report = try await run.run()
     let start = fixture.time
     #expect(report.outcome(of: bad) == .failed("offline", retryAt: at(start + 1000)))
-    // Behind a waiting head, the rest of the group is not runnable: a pass never touches it.
-    #expect(report.outcome(of: after) == nil)
+    // Behind a head that failed in the pass, the rest of the group waits: the report says so.
+    #expect(report.outcome(of: after) == .skipped(.partOfFailedGroup))
     #expect(report.outcome(of: loose) == .succeeded)
     #expect(report.firstFailure?.taskId == bad)
 
@@ -199,7 +199,7 @@ func runner(
     var report = try await run.run(.collection("uploads"))
     #expect(report.outcome(of: photo) == .succeeded)
     #expect(report.outcome(of: video) == .skipped(.notReady))
-    #expect(report.outcome(of: afterVideo) == nil)  // behind its group's head: not touched
+    #expect(report.outcome(of: afterVideo) == .skipped(.partOfFailedGroup))  // its head was skipped
     #expect(report.outcome(of: orphan) == nil)
     report = try await run.run()
     #expect(report.outcome(of: orphan) == .skipped(.noHandler))

@@ -108,7 +108,7 @@ struct DemoStore {
   }
 
   /// Issue 14's status and payload updates as the tools show them: a task behind a blocked group
-  /// head is `waitingForGroup` (after that head) in `ferry inspect`, and `ferry log` reads a
+  /// head is "waiting for its group" (after that head) in `ferry inspect`, and `ferry log` reads a
   /// `task.payloadUpdated` out.
   @Test func inspectShowsTasksWaitingForTheirGroupAndLogShowsPayloadUpdates() async throws {
     let demo = DemoStore()
@@ -123,7 +123,7 @@ struct DemoStore {
     }
     let table = try ferry(["inspect", demo.path])
     #expect(table.status == 0)
-    let behind = table.stdout.split(separator: "\n").first { $0.contains("waitingForGroup") }
+    let behind = table.stdout.split(separator: "\n").first { $0.contains("waiting for its group (behind task 1)") }
     #expect(behind?.contains("after task 1") == true, "\(table.stdout)")
     #expect(table.stdout.contains("1 waiting for their group"))
     let json = try ferry(["inspect", demo.path, "--json"])

@@ -17,7 +17,7 @@ struct ClaimStep: Sendable {
 
   var found: Found
   /// Tasks found in the indexes that the pass skips (no handler), with their priority.
-  var skips: [(TaskID, SkipReason, TaskPriority)] = []
+  var skips: [PassSkip] = []
   /// Where the search stopped in each priority level of the indexes.
   var cursors: PassCursors
 }
@@ -35,6 +35,22 @@ struct PassCursors: Sendable, Equatable {
   mutating func merge(_ other: PassCursors) {
     ready.merge(other.ready) { max($0, $1) }
     retry.merge(other.retry) { $0.lexicographicallyPrecedes($1) ? $1 : $0 }
+  }
+}
+
+/// A task a pass's command found it may not run, and why (reported, not logged).
+struct PassSkip: Sendable {
+  let id: TaskID
+  let reason: SkipReason
+  let priority: TaskPriority
+  /// Its group, which the skip fails for the rest of the pass.
+  let groupId: String?
+
+  init(id: TaskID, reason: SkipReason, row: TaskRow) {
+    self.id = id
+    self.reason = reason
+    self.priority = TaskPriority(rawValue: row.priority)
+    self.groupId = row.groupId
   }
 }
 
@@ -78,7 +94,7 @@ enum ClaimSearch {
   static func consider(
     _ id: TaskID, _ context: CommandContext, _ queue: QueueTables<ProjectionReader>, pass: PassState,
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
-    skips: inout [(TaskID, SkipReason, TaskPriority)], expired: inout [ExpiredTask]
+    skips: inout [PassSkip], expired: inout [ExpiredTask]
   ) throws -> ClaimStep.Found? {
     guard !pass.isTouched(id), !handlers.unhandled.contains(id), !handlers.deferred.contains(id, now: now),
       let row = try queue.row(id)
@@ -90,7 +106,7 @@ enum ClaimSearch {
     guard mayStart(row, now: now), pass.matches(row) else { return nil }
     if let group = row.groupId, pass.isFailed(group) { return nil }
     guard let needsCheck = handlers.tags[row.tag] else {
-      skips.append((id, .noHandler, TaskPriority(rawValue: row.priority)))
+      skips.append(PassSkip(id: id, reason: .noHandler, row: row))
       return nil
     }
     if needsCheck { return .check(row.task(id: id)) }
@@ -102,7 +118,7 @@ enum ClaimSearch {
   static func successor(
     of group: String, _ context: CommandContext, pass: PassState, cursors: PassCursors,
     handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64,
-    skips: inout [(TaskID, SkipReason, TaskPriority)], expired: inout [ExpiredTask]
+    skips: inout [PassSkip], expired: inout [ExpiredTask]
   ) throws -> ClaimStep.Found? {
     let queue = try QueueCommand.tables(context)
     guard let head = try queue.head(of: group), let row = try queue.row(head),
@@ -111,6 +127,21 @@ enum ClaimSearch {
     return try consider(
       head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now, skips: &skips,
       expired: &expired)
+  }
+
+  /// Why a queued head that may not start now does not run, for a report; nil when no reason
+  /// fits (a manual head, which runs only when asked for by id; a row cancelled during its run).
+  static func whyNot(_ row: TaskRow, now: Int64) -> SkipReason? {
+    guard row.isQueued, !row.manual else { return nil }
+    if row.claim != nil { return .running }
+    switch row.status {
+    case .blocked: return .blockedByError
+    case .dead: return .dead
+    case .waiting where (row.eligibleAt ?? .min) > now:
+      return .waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0))
+    case .running: return .running
+    case .ready, .waiting, .cancelled: return nil
+    }
   }
 
   /// Logs `task.expired` when the task has no claim and its deadline is at or before `now`.
@@ -158,7 +189,13 @@ enum ClaimSearch {
     }
 
     if case .group(let group) = pass.filter {
-      if let head = try queue.head(of: group), let found = try consider(head) { step.found = found }
+      guard let head = try queue.head(of: group) else { return step }
+      if let found = try consider(head) {
+        step.found = found
+      } else if !pass.isTouched(head), let row = try queue.row(head), let reason = whyNot(row, now: now) {
+        // Asked for this group, the pass says why its head does not run (and so the rest of it).
+        step.skips.append(PassSkip(id: head, reason: reason, row: row))
+      }
       return step
     }
     var examined = 0
@@ -297,6 +334,9 @@ final class PassState: Sendable {
     var cursors = PassCursors()
     var touched: Set<TaskID> = []
     var failedGroups: Set<String> = []
+    /// The failed groups whose rest the report names: not those failed only by an interrupted
+    /// run (the pass was cut short; it decided nothing about the rest of them).
+    var reportedGroups: Set<String> = []
     var entries: [RunReport.Entry] = []
   }
   private let state = Mutex(State())
@@ -327,9 +367,16 @@ final class PassState: Sendable {
   func touch(_ id: TaskID) -> Bool { state.withLock { $0.touched.insert(id).inserted } }
   func isTouched(_ id: TaskID) -> Bool { state.withLock { $0.touched.contains(id) } }
   func isFailed(_ group: String) -> Bool { state.withLock { $0.failedGroups.contains(group) } }
-  func failGroup(_ group: String?) {
+  /// The groups that failed in this pass so far, other than by an interruption: the rest of
+  /// each is reported ``SkipReason/partOfFailedGroup``.
+  var failedGroups: Set<String> { state.withLock { $0.reportedGroups } }
+  /// Fails a group for the rest of the pass; `reported`: its rest is named in the report.
+  func failGroup(_ group: String?, reported: Bool = true) {
     guard let group else { return }
-    _ = state.withLock { $0.failedGroups.insert(group) }
+    state.withLock { s in
+      s.failedGroups.insert(group)
+      if reported { s.reportedGroups.insert(group) }
+    }
   }
   func add(_ id: TaskID, _ outcome: TaskOutcome, priority: TaskPriority) {
     state.withLock {

@@ -12,7 +12,8 @@ enum QueueCommand {
   enum AddOutcome: Sendable {
     /// A new task, and the tasks the add replaced.
     case added(TaskID, replaced: [TaskID])
-    /// Kept: a task of the same tag and data id is queued or running; nothing was appended.
+    /// Kept: a task of the same tag and data id is queued or running, and not dead; nothing was
+    /// appended.
     case kept(TaskID)
   }
 
@@ -25,7 +26,7 @@ enum QueueCommand {
     if let dataId, unique != .append {
       let queue = try tables(context)
       let existing = try queue.tasks(tag: tag, dataId: dataId)
-      if unique == .keep, let first = existing.first { return .kept(first) }
+      if unique == .keep, let kept = try queue.keptTwin(existing) { return .kept(kept) }
       if unique == .replace {
         // Every twin is replaced. The add removes those without a claim; one whose run is under
         // way is cancelled by its own `task.cancelled`, logged just before the add: that run ends

@@ -113,6 +113,11 @@ public struct TaskOutput: Sendable, Equatable {
 
 /// When a failed task may run again: exponential backoff with jitter, and a limit on attempts.
 ///
+/// The delay after run number *n* fails is `initialDelay × multiplier^(n − 1)`, times a random
+/// factor in `[1 − jitter, 1 + jitter]`, then capped at ``maxDelay``: jitter first, the cap last,
+/// so the delay never exceeds ``maxDelay``. (A growth already past the cap is taken as the cap
+/// before the factor, so retries at the cap still spread out below it.)
+///
 /// Delays are kept in whole milliseconds (as the log keeps retry times): a delay's sub-millisecond
 /// part is dropped. A negative delay is taken as zero — the initializer clamps it, and so does
 /// ``delay(afterAttempt:random:)`` for a property set negative afterwards — so a policy never
@@ -126,10 +131,10 @@ public struct RetryPolicy: Sendable, Equatable {
   public var initialDelay: Duration
   /// Each further failure multiplies the delay by this.
   public var multiplier: Double
-  /// The delay never exceeds this.
+  /// The delay never exceeds this: it is applied after the jitter.
   public var maxDelay: Duration
   /// The delay varies by up to this fraction either way (0 = exact), so that many clients do not
-  /// retry in step.
+  /// retry in step — within ``maxDelay``, which caps the varied delay.
   public var jitter: Double
 
   /// No limit on attempts: a change is never given up on by itself (``maxAttempts``).
@@ -152,7 +157,7 @@ public struct RetryPolicy: Sendable, Equatable {
   }
 
   /// The delay after the failure of run number `attempt`, for a random number in 0..<1: whole
-  /// milliseconds, never negative.
+  /// milliseconds, never negative, never more than ``maxDelay``.
   public func delay(afterAttempt attempt: UInt32, random: Double) -> Duration {
     .milliseconds(delayMilliseconds(afterAttempt: attempt, random: random))
   }
@@ -166,9 +171,10 @@ public struct RetryPolicy: Sendable, Equatable {
     let base = grown.isFinite ? min(grown, Double(maxMs)) : Double(maxMs)
     let unit = random.isFinite ? min(max(random, 0), 1) : 0.5
     let jitter = self.jitter.isFinite ? min(max(self.jitter, 0), 1) : 0
-    let delay = base * (1 - jitter + 2 * jitter * unit)
+    // Jitter, then the cap: the cap is a promise ("never exceeds"), the jitter a spread within it.
+    let delay = min(base * (1 - jitter + 2 * jitter * unit), Double(maxMs))
     guard delay.isFinite else { return min(maxMs, Int64.max / 2) }
-    return Int64(min(max(delay, 0), Double(Int64.max / 2)))
+    return min(maxMs, Int64(min(max(delay, 0), Double(Int64.max / 2))))
   }
 }
 
@@ -186,7 +192,8 @@ public enum RunFilter: Sendable, Equatable {
 
 /// Why a pass did not run a task. Skips are reported, not logged.
 public enum SkipReason: Sendable, Equatable {
-  /// An earlier task of its group failed, was skipped or is blocked in this pass.
+  /// An earlier task of its group failed, recorded an error, or was skipped in this pass (not ready, no handler, blocked, dead, waiting for its retry): the rest of the group
+  /// waits for a later pass.
   case partOfFailedGroup
   /// Its tag's `isReadyToRun` check, or the runner's (``TaskRunner/Configuration/isReadyToRun``),
   /// said no. ``TaskRunner/conditionsChanged()`` has them asked again.
@@ -243,7 +250,9 @@ public struct RunReport: Sendable, Equatable {
     public internal(set) var priority: TaskPriority = .normal
   }
 
-  /// Every task the pass considered: the most urgent priority first, then in task-id order.
+  /// Every task the pass decided about: those it ran, skipped or expired — including the tasks
+  /// behind a group head that failed, recorded an error or was skipped in this pass
+  /// (``SkipReason/partOfFailedGroup``) — the most urgent priority first, then in task-id order.
   public internal(set) var entries: [Entry] = []
   /// The runner's connectivity said offline, so the pass started nothing more (no attempt spent).
   public internal(set) var offline = false
@@ -254,13 +263,20 @@ public struct RunReport: Sendable, Equatable {
   public var expired: Int { entries.filter { $0.outcome == .expired }.count }
   /// Tasks that succeeded.
   public var succeeded: Int { entries.filter { $0.outcome == .succeeded }.count }
-  /// Tasks that failed (retryable or not) or recorded an error.
+  /// Tasks whose handler failed (retryable or not). Errors recorded for the user are counted
+  /// apart, in ``errorsRecorded``.
   public var failed: Int {
     entries.filter {
-      switch $0.outcome {
-      case .failed, .errorRecorded: return true
-      default: return false
-      }
+      if case .failed = $0.outcome { return true }
+      return false
+    }.count
+  }
+  /// Tasks whose handler recorded an error for the user (``TaskResult/recordError(_:)``): blocked
+  /// until it is resolved. Not failures: no attempt was spent on a retry.
+  public var errorsRecorded: Int {
+    entries.filter {
+      if case .errorRecorded = $0.outcome { return true }
+      return false
     }.count
   }
   /// Tasks skipped.
@@ -274,7 +290,7 @@ public struct RunReport: Sendable, Equatable {
   public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
   /// Runs cut short by ``TaskRunner/stop()`` or a window's end; their tasks are ready again.
   public var interrupted: Int { entries.filter { $0.outcome == .interrupted }.count }
-  /// The first task that failed or recorded an error, if any.
+  /// The first task that failed or recorded an error (either), if any.
   public var firstFailure: Entry? {
     entries.first {
       switch $0.outcome {

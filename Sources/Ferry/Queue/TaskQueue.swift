@@ -73,8 +73,12 @@ public final class TaskQueue: Sendable {
 
   func setInterruptedAtOpen(_ ids: [TaskID]) { interruptedOnOpen.withLock { $0 = ids } }
 
-  /// Waits for pending writes, ends the update streams, gives up this process's liveness token
-  /// and closes the store.
+  /// Closes the store beneath the queue: returns once every write already handed to the writer is
+  /// committed (blocking the calling thread meanwhile; a write asked for after that throws
+  /// `FerryLogError.closed`), ends the update streams and gives up this process's liveness token —
+  /// once no handler of this queue still runs. Handlers are not waited for: a run whose outcome
+  /// can no longer be logged is interrupted by the next open. Synchronous, like
+  /// ``FerryStore/close()``.
   public func close() {
     foreignTail.stop()
     log.close()
@@ -251,9 +255,10 @@ public final class TaskQueue: Sendable {
 
   /// Adds a task and returns its id once the add is durable.
   ///
-  /// With ``UniquePolicy/keep`` and a queued task of the same tag and `dataId`, nothing is added
-  /// and that task's id is returned. With ``UniquePolicy/replace`` those tasks (unless running)
-  /// leave the queue first. Unique policies need a `dataId`.
+  /// With ``UniquePolicy/keep`` and a queued task of the same tag and `dataId` that is not dead,
+  /// nothing is added and that task's id is returned. With ``UniquePolicy/replace`` those tasks
+  /// leave the queue first (see ``UniquePolicy`` for twins that are running). Unique policies
+  /// need a `dataId`.
   ///
   /// `priority`: among the tasks that may start, a pass claims the more urgent first (within a
   /// priority: due retries by retry time, then by id). It never reorders a group: a group's tasks
@@ -422,8 +427,11 @@ public final class TaskQueue: Sendable {
   }
 
   /// A task's history, read from the log: its add, every run start and outcome, errors recorded
-  /// and resolved, payload updates, revival and its end (succeeded, cancelled, expired, cleared). Works for finished tasks
-  /// too, as long as the log holds their events. Reads the log from the task's add onward.
+  /// and resolved, payload updates, revival and its end (succeeded, cancelled, expired, cleared,
+  /// replaced). A task that ended so while a run of it was under way has that run's outcome after
+  /// its end, once logged: the handler ran on, and what it returned is part of the story. Works
+  /// for finished tasks too, as long as the log holds their events. Reads the log from the task's
+  /// add onward.
   public func history(of id: TaskID) throws -> [TaskHistoryEntry] {
     guard let added = try log.event(at: id), added.type == "task.added" else {
       throw FerryError.noSuchTask(id)
@@ -446,16 +454,35 @@ public final class TaskQueue: Sendable {
       // `String`s but two data ids.
       return Self.sameBytes(otherTag, tag) && Self.sameBytes(otherDataId, dataId)
     }
+    /// The history ended (cancelled, cleared, replaced) while a run of it was under way: that
+    /// run's outcome, logged later, is still its history's last entry.
+    var awaitingOutcome = false
+    func isOutcome(_ decoded: TaskEvent) -> Bool {
+      switch decoded {
+      case .runSucceeded(id, _), .runFailed(id, _, _, _), .runInterrupted(id), .runDeferred(id, _),
+        .errorRecorded(id, _, true):
+        return true
+      default: return false
+      }
+    }
     try log.forEachEvent(from: id, chunkSize: 2000) { event in
-      if ended || !TaskEvent.typeSet.contains(event.type) { return }
+      if ended && !awaitingOutcome || !TaskEvent.typeSet.contains(event.type) { return }
       let decoded = try TaskEvent(event)
-      if let cancel = heldCancel {
+      if let cancel = heldCancel, !ended {
         if case .cancelled = decoded { return }  // the same command's cancel of another twin
         ended = true
+        awaitingOutcome = true  // a held cancel is one made while the task ran
         entries.append(
           isReplace(decoded)
             ? TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
             : cancel)
+        // The event that ended the wait may be the run's outcome itself.
+      }
+      if ended {
+        if isOutcome(decoded) {
+          entries.append(TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: decoded.historyKind))
+          awaitingOutcome = false
+        }
         return
       }
       let about: TaskID?
@@ -495,7 +522,10 @@ public final class TaskQueue: Sendable {
       case .runStarted: inRun = true
       case .runFailed, .runInterrupted, .runDeferred: inRun = false
       case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
-      case .runSucceeded, .expired, .cleared: ended = true
+      case .runSucceeded, .expired: ended = true
+      case .cleared:
+        ended = true
+        awaitingOutcome = inRun
       case .added: if event.sequence != id { ended = true }
       default: break
       }
@@ -539,9 +569,13 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// The first task of a group, or nil when the group has none queued.
+  /// The first queued task of a group — the one that runs next — or nil when the group has none
+  /// queued. It is always a task ``task(_:)`` returns. A task cancelled (or cleared, or replaced)
+  /// while a run of it is under way is no longer queued and is never returned, although it holds
+  /// its group until that run ends: meanwhile the task returned reads
+  /// ``TaskStatus/waitingForGroup(behind:)`` naming the cancelled task.
   public func head(of groupId: String) throws -> TaskID? {
-    try queueTables { queue in try queue.head(of: groupId) }
+    try queueTables { queue in try queue.firstQueued(of: groupId) }
   }
 
   /// A queued task's current payload (JSON bytes): read where the queue says it is, in the same

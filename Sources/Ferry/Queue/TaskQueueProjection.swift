@@ -21,6 +21,8 @@ struct TaskQueueProjection: InPlaceFolding {
   /// 6: the outputs of successes (`task.runSucceeded` v2) in `outputs` and `outputsByData`; an
   /// interrupted run and a deferred one (`task.runDeferred`) give their attempt back (the row's
   /// `givenBack`).
+  ///    And an add with keep whose only twins are dead is stored (the add command now logs it): a
+  /// dead twin never swallows a newer change. Rebuilt so that old logs fold by the same rule.
   var version: UInt32 { 6 }
   var tables: [String] { Self.tableNames }
 
@@ -47,7 +49,8 @@ struct TaskQueueProjection: InPlaceFolding {
     case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
-        if unique == .keep && !existing.isEmpty { return }
+        // The command's rule (`keptTwin`): a dead twin keeps nothing out (version 6).
+        if unique == .keep, try queue.keptTwin(existing) != nil { return }
         if unique == .replace {
           // A twin whose run is under way stays: the add command logs its `task.cancelled` first
           // (version 5; logs of earlier versions left it queued, and still fold so).
@@ -222,6 +225,26 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return found
   }
 
+  /// The first task of a group that is queued as callers see it (``TaskRow/isQueued``): the
+  /// group's head, or the task after a head cancelled during its run. Reads the group's entries
+  /// up to it (a cancelled row waiting for its run is rare, and only ever at the front).
+  func firstQueued(of groupId: String) throws -> TaskID? {
+    let prefix = QueueKey.groupPrefix(groupId)
+    var from = prefix
+    while true {
+      var found: TaskID?
+      try tables.scan("groups", from: from) { key, _ in
+        if key.count == prefix.count + 8 && key.starts(with: prefix) { found = QueueKey.trailingID(key) }
+        return false
+      }
+      // One seek per entry passed over; no id follows the largest.
+      guard let id = found else { return nil }
+      if try row(id)?.isQueued == true { return id }
+      guard id < TaskID.max else { return nil }
+      from = QueueKey.group(groupId, id + 1)
+    }
+  }
+
   /// Every queued task with this tag and data id, in id order.
   func tasks(tag: String, dataId: String) throws -> [TaskID] {
     let prefix = QueueKey.uniquePrefix(tag: tag, dataId: dataId)
@@ -235,6 +258,18 @@ struct QueueTables<Tables: ProjectionTableReading> {
       return true
     }
     return ids
+  }
+
+  /// The twin an add with keep keeps (returns its id, adding nothing): the first of `twins` that
+  /// is not dead — queued, waiting, blocked (it runs once resolved) or running. A dead twin will
+  /// never send the change again by itself, so it keeps nothing out: it stays dead and visible,
+  /// and the new task is added after it. Shared by the add command and the fold, which must agree.
+  func keptTwin(_ twins: [TaskID]) throws -> TaskID? {
+    for id in twins {
+      guard let row = try row(id), row.isQueued else { continue }
+      if row.status != .dead { return id }
+    }
+    return nil
   }
 
   /// The priority levels that have entries in an index whose keys lead with the level, most
@@ -347,31 +382,22 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return earliest
   }
 
-  /// The task holding a group back: its head, when the head cannot start now — claimed, manual,
-  /// blocked, dead or waiting for a retry (whatever its time: a status never depends on the
-  /// clock). Nil when the head may start, or the group is empty.
-  func holder(of groupId: String) throws -> TaskID? {
-    guard let head = try head(of: groupId), let row = try row(head) else { return nil }
-    let mayStart = row.status == .ready && row.claim == nil && !row.manual
-    return mayStart ? nil : head
-  }
-
   /// A queued task as the API shows it (`Specs/task-events.md` §3.3): its row's status, except
-  /// that a ready task behind a group head that cannot start now is
-  /// ``TaskStatus/waitingForGroup(behind:)``. Derived at read time: nothing of it is stored.
-  /// `holders` keeps each group's answer for the rest of a scan.
-  func task(_ id: TaskID, _ row: TaskRow, holders: inout [String: TaskID?]) throws -> PendingTask {
+  /// that a ready task behind its group's head — whatever the head's status, since only a head
+  /// may start — is ``TaskStatus/waitingForGroup(behind:)``. Derived at read time: nothing of it
+  /// is stored. `heads` keeps each group's head for the rest of a scan.
+  func task(_ id: TaskID, _ row: TaskRow, heads: inout [String: TaskID?]) throws -> PendingTask {
     let task = row.task(id: id)
     guard row.status == .ready, row.claim == nil, let groupId = row.groupId else { return task }
-    let holder: TaskID?
-    if let known = holders[groupId] {
-      holder = known
+    let head: TaskID?
+    if let known = heads[groupId] {
+      head = known
     } else {
-      holder = try self.holder(of: groupId)
-      holders[groupId] = .some(holder)
+      head = try self.head(of: groupId)
+      heads[groupId] = .some(head)
     }
-    guard let holder, holder != id else { return task }
-    return task.with(status: .waitingForGroup(behind: holder))
+    guard let head, head != id else { return task }
+    return task.with(status: .waitingForGroup(behind: head))
   }
 
   /// Every queued task `including` accepts, in id order, as the API shows them (one scan of
@@ -379,14 +405,14 @@ struct QueueTables<Tables: ProjectionTableReading> {
   func allTasks(including: (TaskRow) -> Bool = { _ in true }) throws -> [PendingTask] {
     var result: [PendingTask] = []
     var failure: (any Error)?
-    var holders: [String: TaskID?] = [:]
+    var heads: [String: TaskID?] = [:]
     try tables.scan("tasks", from: nil) { key, value in
       do {
         guard let id = UInt64(bigEndianBytes: key) else {
           throw PayloadError("a task key has \(key.count) bytes")
         }
         let row = try TaskRow(value)
-        if row.isQueued && including(row) { result.append(try task(id, row, holders: &holders)) }
+        if row.isQueued && including(row) { result.append(try task(id, row, heads: &heads)) }
         return true
       } catch {
         failure = error
@@ -397,11 +423,11 @@ struct QueueTables<Tables: ProjectionTableReading> {
     return result
   }
 
-  /// ``task(_:_:holders:)`` for one task.
+  /// ``task(_:_:heads:)`` for one task.
   func task(_ id: TaskID) throws -> PendingTask? {
     guard let row = try row(id), row.isQueued else { return nil }
-    var holders: [String: TaskID?] = [:]
-    return try task(id, row, holders: &holders)
+    var heads: [String: TaskID?] = [:]
+    return try task(id, row, heads: &heads)
   }
 
   func isEligible(_ id: TaskID, _ row: TaskRow) throws -> Bool {

@@ -75,13 +75,21 @@ public final class TaskRunner: Sendable {
   }
 
   /// The run whose handler the current task is in: set around every handler call (and so seen
-  /// by every task the handler starts, but not by detached ones).
+  /// by every task the handler starts, structured or not, but not by detached ones).
   struct HandlerScope: Sendable {
     /// The store the run is on (its directory).
     let store: String
     let taskId: TaskID
     /// The pass that called the handler; nil for a single-task run.
     let pass: ObjectIdentifier?
+    /// The handler's own call: which task runs it, and whether it is still under way.
+    let call: HandlerCall
+
+    /// Whether the caller is the handler itself, its call still under way: a request from it
+    /// that waits for its pass (or its own run) would wait for itself. A task the handler
+    /// started and does not await sees this scope too, but cannot hold the handler: its request
+    /// waits for the pass like anyone's.
+    var isTheHandlerItself: Bool { call.isCurrentTask }
   }
 
   @TaskLocal static var handlerScope: HandlerScope?
@@ -90,10 +98,12 @@ public final class TaskRunner: Sendable {
   public static let widestPass = 1 << 16
 
   /// Throws ``FerryError/invalidArgument(_:)`` when the caller is a handler called by this
-  /// runner's pass under way: a request that joins that pass, or waits for it to end, would wait
-  /// for the handler that waits for it — forever.
+  /// runner's pass under way, asking from its own task while its call is under way: a request
+  /// that joins that pass, or waits for it to end, would wait for the handler that waits for it —
+  /// forever. A task the handler started is not refused: unless the handler awaits it, the
+  /// handler returns and the pass ends (the runner cannot see whether it is awaited).
   func refuseWaitingForOwnPass(_ what: String) throws {
-    guard let mine = Self.handlerScope?.pass else { return }
+    guard let scope = Self.handlerScope, let mine = scope.pass, scope.isTheHandlerItself else { return }
     let waitsForItself = state.withLock { s in s.pass.map { ObjectIdentifier($0.control) == mine } ?? false }
     if waitsForItself {
       throw FerryError.invalidArgument(
@@ -190,13 +200,21 @@ public final class TaskRunner: Sendable {
   /// retries first (oldest retry time first), then ready tasks in task-id order, and within a
   /// group strictly in order — so blocked, dead, waiting, manual and non-head tasks cost nothing
   /// and are not in the report. A task whose handler is missing or whose `isReadyToRun` says no is
-  /// skipped; one that fails or records an error keeps the rest of its group for a later pass.
+  /// skipped; one that fails or records an error keeps the rest of its group for a later pass, and
+  /// the report names that rest (``SkipReason/partOfFailedGroup``). A `.group` pass whose head may
+  /// not start says why.
   ///
   /// `.task(id)` runs that task (manual or not) alongside any pass; when another runner or
   /// process is running it, it waits for that run and reports its outcome. A pass asked for while
   /// one runs joins it when that pass covers the request (the same filter, or `.all` for a group
   /// or a collection): the joined pass goes on until it has looked at the queue as it stood when
   /// the request came, so a task added before `run()` is in its report.
+  ///
+  /// A handler may call it, from its own task or from a task it starts (`Task {}`). Asked from
+  /// the handler's own task for the pass that called it (or, by any runner, for its own task) it
+  /// throws ``FerryError/invalidArgument(_:)``: it would wait for itself. From a task the handler
+  /// starts it runs like any request, once the handler has returned — as long as the handler does
+  /// not await that task.
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
@@ -205,7 +223,7 @@ public final class TaskRunner: Sendable {
       throw FerryError.unknownCollection(name)
     }
     if case .task(let id) = filter {
-      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path {
+      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path, scope.isTheHandlerItself {
         // It would wait for this very run's outcome, which waits for it.
         throw FerryError.invalidArgument("task \(id)'s own handler cannot run it: the run would wait for itself")
       }
@@ -308,9 +326,51 @@ public final class TaskRunner: Sendable {
     // every runner of the queue add up (`Int.max` beside a run under way overflowed).
     let width = min(max(1, configuration.maxConcurrentTasks), Self.widestPass)
     try await work(pass, control: control, owner: owner, width: width)
+    try reportFailedGroups(pass)
     var report = pass.report()
     report.offline = control.wasOffline
     return queue.observer.passEnded(report)
+  }
+
+  /// The most tasks behind one failed head a report names (``SkipReason/partOfFailedGroup``).
+  static let failedGroupReportLimit = 1000
+
+  /// Puts in the report the tasks the pass passed over because an earlier task of their group
+  /// failed, recorded an error or was skipped in it (not only interrupted): each such group's queued
+  /// tasks that the pass would otherwise have gone on to (not manual, no run under way, ready or
+  /// waiting, selected by the filter), up to ``failedGroupReportLimit`` a group. Read from the
+  /// `groups` table for those groups only: a pass whose groups all went well reads nothing more.
+  private func reportFailedGroups(_ pass: PassState) throws {
+    let groups = pass.failedGroups
+    if groups.isEmpty { return }
+    let limit = Self.failedGroupReportLimit
+    let found = try queue.log.read { view -> [(TaskID, TaskPriority)] in
+      let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
+      var found: [(TaskID, TaskPriority)] = []
+      for group in groups.sorted() {
+        let prefix = QueueKey.groupPrefix(group)
+        var ids: [TaskID] = []
+        try queue.tables.scan("groups", from: prefix) { key, _ in
+          guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key) else {
+            return false
+          }
+          ids.append(id)
+          return ids.count <= limit  // the failed head itself, then up to `limit` behind it
+        }
+        var named = 0
+        for id in ids where named < limit && !pass.isTouched(id) {
+          guard let row = try queue.row(id), row.isQueued, row.claim == nil, !row.manual,
+            row.status == .ready || row.status == .waiting, pass.matches(row)
+          else { continue }
+          found.append((id, TaskPriority(rawValue: row.priority)))
+          named += 1
+        }
+      }
+      return found
+    }
+    for (id, priority) in found where pass.touch(id) {
+      pass.add(id, skip(id, .partOfFailedGroup), priority: priority)
+    }
   }
 
   /// What a runner's claim command needs to know of its handlers.
@@ -354,7 +414,7 @@ public final class TaskRunner: Sendable {
   struct BatchStep: Sendable {
     var logged: [QueueCommand.FinishOutcome] = []
     var claims: [ClaimedRun] = []
-    var skips: [(TaskID, SkipReason, TaskPriority)] = []
+    var skips: [PassSkip] = []
     /// Tasks this command expired (their deadline passed): swept, or met by the search.
     var expired: [ExpiredTask] = []
     var check: PendingTask?
@@ -495,9 +555,10 @@ public final class TaskRunner: Sendable {
           continue
         }
         pass.advance(cursors: step.cursors, claimed: step.claims)
-        for (id, reason, priority) in step.skips where pass.touch(id) {
-          if reason == .noHandler && !info.unhandled.insert(id, generation: info.generation) { continue }
-          pass.add(id, skip(id, reason), priority: priority)
+        for found in step.skips where pass.touch(found.id) {
+          if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) { continue }
+          pass.add(found.id, skip(found.id, found.reason), priority: found.priority)
+          pass.failGroup(found.groupId)
         }
         var claimed = step.claims
         if let task = step.check,
@@ -632,7 +693,9 @@ public final class TaskRunner: Sendable {
   private func report(_ finished: Finished, logged: QueueCommand.FinishOutcome, pass: PassState) {
     let id = finished.run.task.id
     pass.add(id, logged == .logged ? finished.outcome : .interrupted, priority: finished.run.task.priority)
-    if finished.outcome != .succeeded { pass.failGroup(finished.run.task.groupId) }
+    if finished.outcome != .succeeded {
+      pass.failGroup(finished.run.task.groupId, reported: logged == .logged && finished.outcome != .interrupted)
+    }
   }
 
   /// Calls the handler of a claimed run and turns its result into the events that end the run.
@@ -649,10 +712,16 @@ public final class TaskRunner: Sendable {
       // be logged): the handler is not called, and the run ends at once, ready again.
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
-    let scope = HandlerScope(store: queue.log.path, taskId: task.id, pass: control.map(ObjectIdentifier.init))
+    let handlerCall = HandlerCall()
+    let scope = HandlerScope(
+      store: queue.log.path, taskId: task.id, pass: control.map(ObjectIdentifier.init), call: handlerCall)
     let called: Result<TaskResult, CancellationError> = await Self.$handlerScope.withValue(scope) {
-      do throws(CancellationError) { return .success(try await call(registration, run)) } catch { return .failure(error) }
+      do throws(CancellationError) { return .success(try await call(registration, run, handlerCall)) } catch {
+        return .failure(error)
+      }
     }
+    // Returned, or left behind: nothing the handler does from now on holds this run.
+    handlerCall.end()
     guard case .success(let result) = called else {
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
@@ -700,7 +769,9 @@ public final class TaskRunner: Sendable {
   /// becomes a failure; a stopped pass's run (``stop()``, a window's deadline or its caller
   /// cancelled) that then throws anything, or does not end within the interruption grace, is
   /// rethrown as `CancellationError`: interrupted. A result returned in time is the outcome.
-  private func call(_ registration: Registration, _ run: ClaimedRun) async throws(CancellationError) -> TaskResult {
+  private func call(
+    _ registration: Registration, _ run: ClaimedRun, _ handlerCall: HandlerCall
+  ) async throws(CancellationError) -> TaskResult {
     let task = run.task
     let running = RunningTask(
       id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
@@ -709,8 +780,12 @@ public final class TaskRunner: Sendable {
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
     // Made only when a run timed out (every run made it before).
     func timedOut() -> String { "timed out after \(Self.readable(milliseconds: limitMs ?? 0))" }
+    let handler = registration.run
     switch await HandlerRun.run(
-      registration.run, running, limitMs: limitMs, graceMs: graceMs,
+      { task in
+        handlerCall.enter()  // in the handler's own task: what tells it apart from tasks it starts
+        return try await handler(task)
+      }, running, limitMs: limitMs, graceMs: graceMs,
       stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
     {
     case .ended(.success(let result), _, _):
@@ -949,6 +1024,30 @@ public final class TaskRunner: Sendable {
       ]
       return times.compactMap { $0 }.min()
     }
+  }
+}
+
+/// One handler call: the task that runs it (known once it starts) and whether it is still under
+/// way. A request made from that very task while it runs would wait for itself; one made from a
+/// task it started is another task, and one made after it ended waits for nothing of it.
+final class HandlerCall: Sendable {
+  private let state = Mutex<(task: Int?, ended: Bool)>((nil, false))
+
+  /// Called first thing in the handler's own task.
+  func enter() {
+    let task = withUnsafeCurrentTask { $0?.hashValue }
+    state.withLock { $0.task = task }
+  }
+
+  /// The runner is done with the call (it returned, threw, or was left behind).
+  func end() { state.withLock { $0.ended = true } }
+
+  /// Whether the current task is the handler's own and its call is still under way. (A task's
+  /// identity is unique among live tasks; once the call ended, a new task that took its place in
+  /// memory is not mistaken for it.)
+  var isCurrentTask: Bool {
+    guard let current = withUnsafeCurrentTask(body: { $0?.hashValue }) else { return false }
+    return state.withLock { !$0.ended && $0.task == current }
   }
 }
 

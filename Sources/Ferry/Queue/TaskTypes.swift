@@ -5,13 +5,19 @@ import Foundation
 /// order is the order tasks were added (FIFO by log order, never by wall clock).
 public typealias TaskID = UInt64
 
-/// What `add` does when a task with the same tag and data id is already queued.
+/// What `add` does when a task with the same tag and data id (a *twin*) is already queued.
 public enum UniquePolicy: UInt8, Sendable, CaseIterable {
   /// Add another task regardless (the default).
   case append = 0
-  /// Keep the existing task and add nothing; `add` returns the existing task's id.
+  /// Keep the existing task and add nothing; `add` returns the existing task's id. Only a twin
+  /// that will still run keeps the new task out: one ready, waiting for a retry, running, or
+  /// blocked by an error (it runs once the error is resolved). A dead twin never does — it would
+  /// never send the newer change: the new task is added after it, and the dead one stays, dead and
+  /// visible, until it is revived or cancelled.
   case keep = 1
-  /// Remove the existing tasks that are not running, then add the new one.
+  /// Cancel every twin, then add the new one. A twin whose run is under way is cancelled too: its
+  /// handler runs on and its outcome is logged, but it leaves the queue at once and never runs
+  /// again, and its group's next task waits until that handler has ended.
   case replace = 2
 }
 
@@ -53,8 +59,7 @@ public struct TaskPriority: RawRepresentable, Hashable, Comparable, Sendable, Cu
 
 /// Where a queued task stands.
 public enum TaskStatus: Sendable, Equatable {
-  /// May run: it heads its group (or has none) and is not manual — or it is behind a group head
-  /// that may start now, and runs after it in the normal course.
+  /// May run now: it has no group or heads it (a manual task runs only when asked for by id).
   case ready
   /// A handler is running it (or was, when the process died; see `runInterrupted`).
   case running
@@ -65,10 +70,11 @@ public enum TaskStatus: Sendable, Equatable {
   case blockedByError
   /// Failed for good (not retryable, or out of attempts); kept until revived or cancelled.
   case dead
-  /// Ready itself, but queued behind the head of its group (the task `behind`), which cannot start
-  /// now: it is running, blocked by an error, dead, waiting for a retry time, or manual. It is
-  /// ready again once that head leaves the queue or may start (an error resolved, a revival, a
-  /// run's end). Derived when the task is read; nothing of it is logged or stored.
+  /// Ready itself, but queued behind the head of its group (the task `behind`): only a group's
+  /// head may run, so every task behind it waits, whatever the head's state — about to start,
+  /// running, waiting for a retry time, blocked, dead or manual. It reads ready once it is the
+  /// head. A task behind its head whose own state says more (waiting for its retry time, blocked,
+  /// dead) reads that instead. Derived when the task is read; nothing of it is logged or stored.
   case waitingForGroup(behind: TaskID)
 }
 

@@ -43,13 +43,19 @@ public struct WindowReport: Sendable, Equatable {
 
   /// Tasks whose last run in the window succeeded.
   public var succeeded: Int { count { $0 == .succeeded } }
-  /// Tasks whose last run failed (retryable or not) or recorded an error.
+  /// Tasks whose last run failed (retryable or not). Errors recorded are counted apart, in
+  /// ``errorsRecorded``.
   public var failed: Int {
     count {
-      switch $0 {
-      case .failed, .errorRecorded: return true
-      default: return false
-      }
+      if case .failed = $0 { return true }
+      return false
+    }
+  }
+  /// Tasks whose last run recorded an error for the user: blocked until it is resolved.
+  public var errorsRecorded: Int {
+    count {
+      if case .errorRecorded = $0 { return true }
+      return false
     }
   }
   /// Tasks whose last run was interrupted (the deadline, a stop): they are ready again, their
@@ -74,7 +80,8 @@ extension WindowReport: CustomStringConvertible {
   public var description: String {
     var counts: [String] = []
     for (count, word) in [
-      (succeeded, "succeeded"), (failed, "failed"), (interrupted, "interrupted"), (skipped, "skipped"),
+      (succeeded, "succeeded"), (failed, "failed"), (errorsRecorded, errorsRecorded == 1 ? "error recorded" : "errors recorded"),
+      (interrupted, "interrupted"), (skipped, "skipped"),
     ] where count > 0 {
       counts.append("\(count) \(word)")
     }

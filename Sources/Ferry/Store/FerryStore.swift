@@ -177,7 +177,12 @@ public final class FerryStore: Sendable {
   /// (Each task's ``RunningTask/idempotencyKey`` is unique across stores by itself.)
   public var storeId: String { get throws { try queue.storeId } }
 
-  /// Waits for pending writes and closes the store (both sides).
+  /// Closes the store (both sides). Synchronous: it returns once every write already handed to
+  /// the writer (an add, a run's outcome, a recorded fetch whose call is under way) is committed —
+  /// blocking the calling thread meanwhile — and the store is closed. A write asked for after it
+  /// began throws `FerryLogError.closed`. It does not wait for handlers still running: their
+  /// outcomes can no longer be logged, and the next open interrupts those runs (their tasks run
+  /// again). Call it without `await`, from a `defer` too.
   public func close() {
     automaticCompaction.withLock { $0?.cancel() }
     stopObserving()

@@ -193,7 +193,8 @@ final class QueueObserver: Sendable {
       "pass ended",
       metadata: [
         "ferry.pass.ran": "\(report.ran)", "ferry.pass.succeeded": "\(report.succeeded)",
-        "ferry.pass.failed": "\(report.failed)", "ferry.pass.skipped": "\(report.skipped)",
+        "ferry.pass.failed": "\(report.failed)", "ferry.pass.errorsRecorded": "\(report.errorsRecorded)",
+        "ferry.pass.skipped": "\(report.skipped)",
       ])
     refreshGauges()
     return report

@@ -46,9 +46,10 @@ extension RunReport.Entry: CustomStringConvertible {
 }
 
 extension RunReport: CustomStringConvertible {
-  /// A one-line summary: "3 ran (2 succeeded, 1 failed), 1 skipped".
+  /// A one-line summary: "3 ran (2 succeeded, 1 failed, 1 error recorded), 1 skipped".
   public var description: String {
     var parts = ["\(ran) ran (\(succeeded) succeeded, \(failed) failed"]
+    if errorsRecorded > 0 { parts[0] += ", \(errorsRecorded) error" + (errorsRecorded == 1 ? "" : "s") + " recorded" }
     if interrupted > 0 { parts[0] += ", \(interrupted) interrupted" }
     parts[0] += ")"
     if skipped > 0 { parts.append("\(skipped) skipped") }
