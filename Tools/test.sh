@@ -99,6 +99,12 @@ if [ "$#" -eq 0 ]; then
   rm -f "$segment_log"
 fi
 
+# The end-to-end proof against a real HTTP server (Tools/SyncE2E, its own package and build):
+# client kills, a minute offline, server failures and restarts. Skipped when a filter was given.
+if [ "$#" -eq 0 ]; then
+  bash Tools/sync-e2e.sh
+fi
+
 bash Tools/cost.sh --check
 
 # Power loss (not just process death): skipped, saying so, where root or loop devices are missing.

@@ -202,7 +202,13 @@ final class NotesApp: Sendable {
     runner.startAutomaticRunning()
     defer { runner.stop() }
     while true {
-      let left = try store.queue.pendingTasks().filter { $0.status != .blockedByError && $0.status != .dead }
+      // What waits for the user (an error to fix, a dead task) holds its whole group back.
+      let pending = try store.queue.pendingTasks()
+      let stuck = pending.filter { $0.status == .blockedByError || $0.status == .dead }
+      let stuckGroups = Set(stuck.compactMap(\.groupId))
+      let left = pending.filter { task in
+        task.status != .blockedByError && task.status != .dead && !(task.groupId.map(stuckGroups.contains) ?? false)
+      }
       if left.isEmpty { return .done }
       if ContinuousClock.now >= deadline { return .timeUp }
       try await Task.sleep(for: .milliseconds(25))
