@@ -228,12 +228,14 @@ while [ "$kills" -lt "$kill_target" ] && [ "$round" -lt $((kill_target * 2)) ]; 
   client_background "$work/sync-kill.json" sync --for 30
   pid=$last_pid
   sleep "0.$((30 + RANDOM % 60))"
+  killed_at=$(now_ms)
   kill -9 "$pid" 2>/dev/null || true
   status=0
   # (bash's own "Killed" notice for the job is not news here.)
   { wait "$pid" || status=$?; } 2>/dev/null
   if [ "$status" -eq 137 ]; then
     kills=$((kills + 1))
+    event "{\"event\":\"kill\",\"t\":$killed_at,\"delayMs\":300}"
   elif [ "$status" -ge 128 ]; then
     die "a sync died by signal $((status - 128)) before it was killed" 4
   fi

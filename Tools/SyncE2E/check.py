@@ -143,6 +143,19 @@ def main():
             under_server_id += 1
     print(f"dependent edits: {under_server_id}/{len(dependent)} reached the server under the server's id")
 
+    # Kills that landed while the server held the answer to a change it had applied (it waits
+    # delayMs after the apply and its record): the client died not knowing the change was made.
+    kill_events = [e for e in events if e["event"] == "kill"]
+    mid_request = 0
+    for e in kill_events:
+        if any(e["t"] - e["delayMs"] <= r["time"] <= e["t"] for r in applied):
+            mid_request += 1
+    if kill_events:
+        print(
+            f"kills: {len(kill_events)} kill -9 of a syncing client, {mid_request} of them while the server "
+            f"held the answer to a change it had applied"
+        )
+
     deduplicated = sum(1 for r in record if r["outcome"] == "deduplicated")
     injected = sum(1 for r in record if r["status"] == 500)
     refused = sum(1 for r in record if r["outcome"] == "rejected")
