@@ -28,6 +28,10 @@ die() {
   exit "${2:-5}"
 }
 
+for tool in python3 curl timeout; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is needed and missing" 1
+done
+
 build_log=$(mktemp)
 say "building $package (its own .build; the first build takes minutes)..."
 build_status=0
@@ -54,12 +58,12 @@ mkdir -p "$net" "$home"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 url="http://127.0.0.1:$port"
 server_pid=""
-background=()
 started_at=$(date +%s)
 
 cleanup() {
   local status=$?
-  for pid in "${background[@]}" $server_pid; do
+  # Only this shell's jobs still running (never a pid already reaped, which may be reused).
+  for pid in $(jobs -p); do
     kill -9 "$pid" 2>/dev/null || true
   done
   wait 2>/dev/null || true
@@ -131,7 +135,6 @@ client_background() {
   shift
   "$bin/notes-client" --home "$home" --server "$url" --net "$net" "$@" >"$out" 2>>"$work/client.err" &
   last_pid=$!
-  background+=("$last_pid")
 }
 
 # Waits for a background client that nobody kills; it must exit 0.
