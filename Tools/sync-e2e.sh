@@ -200,9 +200,10 @@ while [ $(($(date +%s) - offline_started)) -lt "$offline_seconds" ]; do
 done
 client "$work/status-offline.json" status || die "status failed"
 dead=$(json_field "$work/status-offline.json" dead)
-attempts=$(json_field "$work/status-offline.json" attempts)
+attempts=$(json_field "$work/status-offline.json" attemptsSpent)
+runs=$(json_field "$work/status-offline.json" runsStarted)
 pending=$(json_field "$work/status-offline.json" pending)
-say "  after ${offline_seconds} s offline: $pending tasks queued, dead tasks $dead, attempts spent $attempts while offline (read from the store by notes-client status)"
+say "  after ${offline_seconds} s offline: $pending tasks queued, dead tasks $dead, attempts spent $attempts while offline ($runs runs started; read from the store by notes-client status)"
 [ "$dead" -eq 0 ] && [ "$attempts" -eq 0 ] || die "offline spent attempts or killed tasks" 6
 event "{\"event\":\"online\",\"t\":$(now_ms)}"
 rm -f "$net/offline"

@@ -252,8 +252,10 @@ final class NotesApp: Sendable {
     var blocked = 0
     var dead = 0
     var behindGroupHead = 0
-    /// Attempts spent by the tasks still queued.
-    var attempts: UInt32 = 0
+    /// Runs started by the tasks still queued.
+    var runsStarted: UInt32 = 0
+    /// Of those, the runs that count toward the retry policy (not deferred, not interrupted).
+    var attemptsSpent: UInt32 = 0
     var online = true
   }
 
@@ -262,7 +264,8 @@ final class NotesApp: Sendable {
     status.online = connectivity.isOnline
     for task in try store.queue.pendingTasks() {
       status.pending += 1
-      status.attempts += task.attempts
+      status.runsStarted += task.attempts
+      status.attemptsSpent += task.attemptsSpent
       switch task.status {
       case .ready: status.ready += 1
       case .running: status.running += 1
