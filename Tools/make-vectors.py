@@ -488,7 +488,42 @@ def build_task_vectors():
         }),
     ]
     vectors += build_priority_vectors(ts, event_id)
+    vectors += build_sync_vectors(ts, event_id)
     return vectors
+
+
+def build_sync_vectors(ts, event_id):
+    """task.runSucceeded at schema version 2 (an output and the cache keys it makes stale), its
+    version 1 and upcast, and task.runDeferred (Specs/task-events.md 2, 2.1)."""
+    task_id = struct.pack(">Q", 42)
+    output = b'{"id":"srv-7"}'
+    succeeded_v2 = (task_id + b"\x01" + struct.pack(">I", len(output)) + output + struct.pack(">I", 2)
+                    + payload_string("notes") + payload_string("note/7"))
+    deferred = task_id + payload_string("offline")
+    return [
+        ("upcast-005-task-runSucceeded-v1", {
+            "description": "task.runSucceeded at schema version 1 (taskId 42). Version 2 adds an output "
+                           "(bool, then bytes when present) and the cache keys it makes stale (u32 count, "
+                           "then strings); the upcaster appends an absent output (0) and a count of 0.",
+            "sequence": 59, "hex": encode("task.runSucceeded", 1, ts, event_id, task_id, sequence=59).hex(),
+            "type": "task.runSucceeded", "storedSchemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "v1PayloadHex": task_id.hex(), "upcastSchemaVersion": 2,
+            "upcastPayloadHex": (task_id + b"\x00" + struct.pack(">I", 0)).hex(),
+        }),
+        ("task-007-runSucceeded-v2", {
+            "description": "task.runSucceeded at schema version 2: taskId 42, output {\"id\":\"srv-7\"}, "
+                           "cache keys \"notes\" and \"note/7\".",
+            "sequence": 60, "hex": encode("task.runSucceeded", 2, ts, event_id, succeeded_v2, sequence=60).hex(),
+            "type": "task.runSucceeded", "schemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": succeeded_v2.hex(),
+        }),
+        ("task-008-runDeferred", {
+            "description": "task.runDeferred at schema version 1: taskId 42, reason \"offline\".",
+            "sequence": 61, "hex": encode("task.runDeferred", 1, ts, event_id, deferred, sequence=61).hex(),
+            "type": "task.runDeferred", "schemaVersion": 1, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": deferred.hex(),
+        }),
+    ]
 
 
 def payload_optional_string(text):

@@ -111,6 +111,9 @@ public final class EventLog: Sendable {
     public var segmentCheckpointCommits: Int = 256
     /// With the segment on: checkpoint after this many bytes of frames since the last checkpoint.
     public var segmentCheckpointBytes: Int = 4 << 20
+    /// The id a store created by this open gets (a new one when nil): `ferry salvage` gives the
+    /// store it rebuilds the damaged store's id, so the store stays the same store.
+    package var storeIdAtCreation: EventID?
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -444,7 +447,8 @@ public final class EventLog: Sendable {
         createdHere = true
         try txn.put(meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
         try txn.put(meta, key: MetaKey.createdAt, value: clock().bigEndianBytes)
-        try txn.put(meta, key: MetaKey.storeId, value: EventID.make(milliseconds: clock()).bytes)
+        let storeId = configuration.storeIdAtCreation ?? EventID.make(milliseconds: clock())
+        try txn.put(meta, key: MetaKey.storeId, value: storeId.bytes)
         // An empty log's projections are current: their state goes in with the store's creation,
         // so a crash right after it never leaves a store whose projections were "never built".
         for projection in projections {
@@ -862,9 +866,16 @@ public final class EventLog: Sendable {
     try guarded { try environment.read { txn in try core.head(txn) } }
   }
 
+  /// The store id a directory's head mark names, read without opening the store — a damaged
+  /// store's too (the mark is a file of its own); nil when there is none.
+  package static func markedStoreId(at path: String) -> EventID? {
+    guard case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating else { return nil }
+    return EventID(bytes: mark.storeId)
+  }
+
   /// The store's identity: made at random when the store was created and never changed — kept
-  /// by compaction, `ferry compact --copy`, `ferry salvage` and `ferry import`; a store created
-  /// anew (even at the same path) has another. Nil only for a store whose creation never finished.
+  /// by compaction, `ferry compact --copy` and `ferry salvage`; a store created anew (even at the
+  /// same path, or by `ferry import`) has another. Nil only for a store whose creation never finished.
   public func storeId() throws -> EventID? {
     try guarded {
       try environment.read { txn in try txn.get(core.meta, key: MetaKey.storeId).flatMap(EventID.init(bytes:)) }

@@ -53,8 +53,12 @@ package enum OperatorAction: Sendable, Equatable {
   case cancelGroup(String)
   /// Make a dead task ready again.
   case revive(UInt64)
+  /// Make every dead task of a tag, of a group, or of the whole queue (both nil) ready again.
+  case reviveMany(tag: String?, group: String?)
   /// Resolve a task's recorded error.
   case resolve(UInt64)
+  /// Resolve the errors of every blocked task of a tag, of a group, or of the whole queue.
+  case resolveMany(tag: String?, group: String?)
   /// Forget everything about a cache key.
   case forget(String)
   /// Stop automatic running.
@@ -128,6 +132,22 @@ private func apply(_ action: OperatorAction, to store: FerryStore) async throws 
       report.refused.append(.init(id: id, reason: "not dead (only a dead task can be revived)"))
     }
     return report
+  case .reviveMany(let tag, let group):
+    let revived: [TaskID]
+    if let tag { revived = try await queue.revive(tag: tag) } else if let group {
+      revived = try await queue.revive(group: group)
+    } else {
+      revived = try await queue.reviveAll()
+    }
+    return OperatorReport(command: "revive", changed: revived, running: [])
+  case .resolveMany(let tag, let group):
+    let result: BulkChangeReport
+    if let tag { result = try await queue.resolveErrors(tag: tag) } else if let group {
+      result = try await queue.resolveErrors(group: group)
+    } else {
+      result = try await queue.resolveAllErrors()
+    }
+    return OperatorReport(command: "resolve", changed: result.changed, running: result.running)
   case .resolve(let id):
     var report = OperatorReport(command: "resolve")
     do {

@@ -203,8 +203,11 @@ package func salvage(
   report.fileBytes = file.size
   report.pageSizeSource = sizeSource.rawValue
   report.pageSizeGuessed = sizeSource == .guessed
+  // The rebuilt store is the same store: it keeps the damaged one's id (its head mark, a file of
+  // its own, names it even when the data file's metadata is gone).
+  let storeId = EventLog.markedStoreId(at: URL(fileURLWithPath: dataPath).deletingLastPathComponent().path)
   report.interruptedRuns = try await destination.build(output: output) { directory throws(ToolError) in
-    try await plan.write(into: directory, output: output)
+    try await plan.write(into: directory, storeId: storeId, output: output)
   }
   return report
 }
@@ -866,9 +869,9 @@ struct SalvagePlan: Sendable {
   /// are removed by a compaction at that point, so the new store has the same compaction point and
   /// gaps. Then every run under way is interrupted, the store closed and verified. Returns how many
   /// runs were interrupted.
-  func write(into directory: String, output: Output) async throws(ToolError) -> Int {
+  func write(into directory: String, storeId: EventID?, output: Output) async throws(ToolError) -> Int {
     do {
-      let interrupted = try await append(into: directory, output: output)
+      let interrupted = try await append(into: directory, storeId: storeId, output: output)
       let check = try FerryStore.openReadOnly(at: directory)
       defer { check.close() }
       let verified = try check.log.verify()
@@ -893,8 +896,10 @@ struct SalvagePlan: Sendable {
     }
   }
 
-  private func append(into directory: String, output: Output) async throws -> Int {
-    let store = try await FerryStore.open(at: directory)
+  private func append(into directory: String, storeId: EventID?, output: Output) async throws -> Int {
+    var configuration = FerryStore.Configuration()
+    configuration.storeIdAtCreation = storeId
+    let store = try await FerryStore.open(at: directory, configuration: configuration)
     defer { store.close() }
     var batch: [NewEvent] = []
     var next: UInt64 = 1

@@ -220,6 +220,7 @@ struct Failing: Encodable {
     writer.write(row.claim?.attempt ?? 0)
     writer.write(UInt8(bitPattern: row.priority))
     writer.write(row.deadline)
+    writer.write(row.givenBack)
     return writer.bytes
   }
 
@@ -235,6 +236,7 @@ struct Failing: Encodable {
         addedAt: time, lastFailure: n % 7 == 0 ? b.joined() + "failed" : nil, errorCount: UInt32(n / 3),
         priority: Int8(truncatingIfNeeded: n), deadline: n % 6 == 0 ? time / 2 : nil)
       if n % 2 == 1 { row.claim = TaskRow.Claim(owner: b.joined(), runner: UInt32(n), attempt: UInt32(n / 2)) }
+      row.givenBack = UInt32(n / 7)
       #expect(row.bytes == Self.referenceRow(row))
       #expect((try? TaskRow(bytes: row.bytes)) == row)
     }

@@ -49,6 +49,7 @@ import Testing
     ("upcast-002-task-runStarted-v1", TaskEvent.runStarted(42, attempt: 3, owner: "", runner: 0)),
     ("upcast-003-task-errorRecorded-v1", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: true)),
     ("upcast-004-task-added-v1", Self.noteAdd(priority: 0, deadline: nil)),
+    ("upcast-005-task-runSucceeded-v1", TaskEvent.runSucceeded(42)),
   ])
   func versionOneRecordsUpcastAsSpecified(_ name: String, _ expected: TaskEvent) throws {
     let vector = try Self.load(name)
@@ -67,6 +68,12 @@ import Testing
     ("task-004-added-v2-high-deadline", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
     ("task-005-added-v2-low", Self.noteAdd(priority: -1, deadline: nil)),
     ("task-006-expired", TaskEvent.expired(42)),
+    (
+      "task-007-runSucceeded-v2",
+      TaskEvent.runSucceeded(
+        42, details: SuccessDetails(output: Array(#"{"id":"srv-7"}"#.utf8), invalidates: ["notes", "note/7"]))
+    ),
+    ("task-008-runDeferred", TaskEvent.runDeferred(42, reason: "offline")),
   ])
   func currentEventsEncodeToTheGeneratorsBytes(_ name: String, _ event: TaskEvent) throws {
     let vector = try Self.load(name)

@@ -199,3 +199,36 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     #expect(try decodeReport(json).key == "evil\u{1B}[31m\nkey")
   }
 }
+
+/// `ferry revive|resolve --tag|--group|--all` beside another process's run.
+@Suite(.timeLimit(.minutes(3)), .serialized) struct BulkOperatorCommandTests {
+  @Test func bulkReviveAndResolveChangeEveryMatchingTaskAndNeverAnotherProcesssRun() async throws {
+    let worked = try await WorkedStore()
+    defer { worked.finish() }
+    let path = worked.store.path
+    let store = try await FerryStore.open(at: path)
+    var dead: [UInt64] = []
+    var blocked: [UInt64] = []
+    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], manual: true)) }
+    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], manual: true)) }
+    let runner = TaskRunner(queue: store.queue)
+    runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
+    runner.register(tag: "err") { _ in .recordError("fix it") }
+    for id in dead + blocked { _ = try await runner.run(.task(id)) }
+    store.close()
+
+    let usage = try ferry(["revive", path, "--tag", "die", "--all"])
+    #expect(usage.status != 0)
+    let byTag = try ferry(["revive", path, "--tag", "die", "--json"])
+    #expect(byTag.status == 0, "\(byTag.stderr)")
+    #expect(try decodeReport(byTag).changed == dead)
+    #expect(try decodeReport(ferry(["revive", path, "--all", "--json"])).changed.isEmpty)
+    let resolved = try ferry(["resolve", path, "--all", "--json"])
+    #expect(resolved.status == 0, "\(resolved.stderr)")
+    #expect(try decodeReport(resolved).changed == blocked)
+    #expect(try worked.events(after: 0).filter { $0.type == "task.revived" }.map(\.taskId) == dead)
+    let reopened = try FerryStore.openReadOnly(at: path)
+    defer { reopened.close() }
+    #expect(try reopened.queue.task(worked.hang)?.status == .running)
+  }
+}

@@ -64,4 +64,36 @@ import Testing
     #expect(output.contains("notes: [\"buy milk\", \"call Sam\"]"), "\(output)")
     #expect(output.hasSuffix("readme examples: ok\n"), "\(output)")
   }
+
+  /// Every line of the "Syncing with a server" article's client-side Swift (its code blocks, less
+  /// the one marked server side, less end-of-line comments) is a line of the compiled
+  /// Tools/readme-examples/Sync.swift, which the example run executes.
+  @Test func theSyncArticlesExamplesAreCompiledLines() throws {
+    let article = try String(
+      contentsOf: Self.root.appendingPathComponent("Sources/Ferry/Ferry.docc/SyncingWithAServer.md"), encoding: .utf8)
+    let compiled = Set(
+      try String(contentsOf: Self.root.appendingPathComponent("Tools/readme-examples/Sync.swift"), encoding: .utf8)
+        .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
+    var blocks: [[String]] = []
+    var current: [String]?
+    for line in article.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {
+      if line == "```swift" {
+        current = []
+      } else if line == "```", let block = current {
+        blocks.append(block)
+        current = nil
+      } else if current != nil {
+        current?.append(line)
+      }
+    }
+    let client = blocks.filter { $0.first?.hasPrefix("// Server side") != true }
+    #expect(client.count >= 4)
+    for line in client.joined() {
+      var code = line
+      if let comment = code.range(of: "   //") { code = String(code[..<comment.lowerBound]) }
+      code = code.trimmingCharacters(in: .whitespaces)
+      if code.isEmpty { continue }
+      #expect(compiled.contains(code), "not in Sync.swift: \(code)")
+    }
+  }
 }

@@ -193,6 +193,12 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     #expect(exported.stdout == original.export, "same header, events, sequences, ids, timestamps, payloads")
     #expect(try queuedTasks(place.target) == original.queue)
     #expect(try ferry(["verify", place.target]).status == 0)
+    // The same store, repaired: its id (and every event id, so every idempotency key) is kept.
+    let before = try FerryStore.openReadOnly(at: place.source)
+    let after = try FerryStore.openReadOnly(at: place.target)
+    #expect(try after.storeId == before.storeId)
+    before.close()
+    after.close()
     print(
       "salvage of an undamaged \(original.head)-event store: recovered \(salvaged.recovered) "
         + "(\(salvaged.recordsFound) valid record copies in \(salvaged.pagesScanned) pages)")

@@ -65,11 +65,47 @@ enum QueueCommand {
   /// Cancels every queued task of a tag, or of a group, that has no run under way — one
   /// `task.cancelled` each, in this one command — and names the tasks left because they run.
   static func cancel(
-    _ selection: CancelSelection, _ context: CommandContext
+    _ selection: TaskSelection, _ context: CommandContext
   ) throws -> CancelReport {
     let queue = try tables(context)
+    var cancelled: [TaskID] = []
+    var running: [TaskID] = []
+    for (id, row) in try selected(selection, queue) {
+      if row.claim != nil { running.append(id) } else { cancelled.append(id) }
+    }
+    try context.append(cancelled.map { TaskEvent.cancelled($0).newEvent })
+    return CancelReport(cancelled: cancelled, running: running)
+  }
+
+  /// Revives every dead task of the selection (a dead task has no run under way), in one commit.
+  static func revive(_ selection: TaskSelection, _ context: CommandContext) throws -> [TaskID] {
+    let dead = try selected(selection, tables(context)).filter { $0.1.status == .dead }.map(\.0)
+    try context.append(dead.map { TaskEvent.revived($0).newEvent })
+    return dead
+  }
+
+  /// Resolves the error of every blocked task of the selection that has no run under way (one
+  /// recorded by the app during a run is left to that run), in one commit.
+  static func resolve(_ selection: TaskSelection, _ context: CommandContext) throws -> BulkChangeReport {
+    var report = BulkChangeReport()
+    for (id, row) in try selected(selection, tables(context)) where row.status == .blocked {
+      if row.claim != nil { report.running.append(id) } else { report.changed.append(id) }
+    }
+    try context.append(report.changed.map { TaskEvent.errorResolved($0).newEvent })
+    return report
+  }
+
+  /// The queued tasks of a selection, in id order, with their rows.
+  private static func selected(
+    _ selection: TaskSelection, _ queue: QueueTables<ProjectionReader>
+  ) throws -> [(TaskID, TaskRow)] {
     var candidates: [TaskID] = []
     switch selection {
+    case .all:
+      try queue.tables.scan("tasks", from: nil) { key, _ in
+        if let id = UInt64(bigEndianBytes: key) { candidates.append(id) }
+        return true
+      }
     case .group(let groupId):
       let prefix = QueueKey.groupPrefix(groupId)
       try queue.tables.scan("groups", from: prefix) { key, _ in
@@ -94,16 +130,14 @@ enum QueueCommand {
       }
       if let failure { throw failure }
     }
-    var cancelled: [TaskID] = []
-    var running: [TaskID] = []
+    var rows: [(TaskID, TaskRow)] = []
     for id in candidates {
       // A task cancelled while it runs has left the queue already (its row waits for the run).
       guard let row = try queue.row(id), row.isQueued else { continue }
       if case .tag(let tag) = selection, row.tag != tag { continue }
-      if row.claim != nil { running.append(id) } else { cancelled.append(id) }
+      rows.append((id, row))
     }
-    try context.append(cancelled.map { TaskEvent.cancelled($0).newEvent })
-    return CancelReport(cancelled: cancelled, running: running)
+    return rows
   }
 
   /// Pauses or resumes; returns whether the state changed (nothing is appended when it did not).
@@ -163,9 +197,10 @@ enum QueueCommand {
 }
 
 /// Which tasks a cancel by selection looks at.
-enum CancelSelection: Sendable {
+enum TaskSelection: Sendable {
   case tag(String)
   case group(String)
+  case all
 }
 
 /// A claimed run: the task, its attempt and claim, and its payload (read in the claim's command).

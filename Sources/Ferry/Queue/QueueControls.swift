@@ -53,9 +53,51 @@ extension TaskQueue {
     try await cancel(.group(groupId))
   }
 
-  private func cancel(_ selection: CancelSelection) async throws -> CancelReport {
+  private func cancel(_ selection: TaskSelection) async throws -> CancelReport {
     let report = try await log.execute { context in try QueueCommand.cancel(selection, context) }
     for id in report.cancelled { publish(.cancelled(id)) }
+    return report
+  }
+
+  /// Makes every dead task with this tag ready again, in one commit, and returns them in id
+  /// order (their attempt counts are kept). After an outage that outlasted a policy's
+  /// ``RetryPolicy/maxAttempts``, one call brings the whole tag back.
+  @discardableResult
+  public func revive(tag: String) async throws -> [TaskID] { try await revive(.tag(tag)) }
+
+  /// Makes every dead task of a group ready again, in one commit; returns them in id order.
+  @discardableResult
+  public func revive(group groupId: String) async throws -> [TaskID] { try await revive(.group(groupId)) }
+
+  /// Makes every dead task ready again, in one commit; returns them in id order.
+  @discardableResult
+  public func reviveAll() async throws -> [TaskID] { try await revive(.all) }
+
+  private func revive(_ selection: TaskSelection) async throws -> [TaskID] {
+    let revived = try await log.execute { context in try QueueCommand.revive(selection, context) }
+    for id in revived { publish(.revived(id)) }
+    return revived
+  }
+
+  /// Resolves the recorded error of every blocked task with this tag, in one commit: they (and
+  /// their groups) may run again. A task whose error the app recorded while a run of it is under
+  /// way is left to that run, and listed in ``BulkChangeReport/running``.
+  @discardableResult
+  public func resolveErrors(tag: String) async throws -> BulkChangeReport { try await resolve(.tag(tag)) }
+
+  /// Resolves the recorded error of every blocked task of a group, in one commit (as ``resolveErrors(tag:)``).
+  @discardableResult
+  public func resolveErrors(group groupId: String) async throws -> BulkChangeReport {
+    try await resolve(.group(groupId))
+  }
+
+  /// Resolves the recorded error of every blocked task, in one commit (as ``resolveErrors(tag:)``).
+  @discardableResult
+  public func resolveAllErrors() async throws -> BulkChangeReport { try await resolve(.all) }
+
+  private func resolve(_ selection: TaskSelection) async throws -> BulkChangeReport {
+    let report = try await log.execute { context in try QueueCommand.resolve(selection, context) }
+    for id in report.changed { publish(.errorResolved(id)) }
     return report
   }
 

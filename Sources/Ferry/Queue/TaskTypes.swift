@@ -143,6 +143,14 @@ public struct PendingTask: Sendable, Equatable {
   }
 }
 
+/// What a change of many tasks at once did (``TaskQueue/resolveErrors(tag:)``, …).
+public struct BulkChangeReport: Sendable, Equatable {
+  /// The tasks changed, in id order.
+  public internal(set) var changed: [TaskID] = []
+  /// The tasks left alone because a run of them is under way, in id order.
+  public internal(set) var running: [TaskID] = []
+}
+
 /// What ``TaskQueue/cancel(tag:)-(String)`` or ``TaskQueue/cancel(group:)`` did.
 public struct CancelReport: Sendable, Equatable {
   /// The tasks cancelled, in id order: they left the queue, and no run of them starts again.

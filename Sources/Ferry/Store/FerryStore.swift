@@ -95,6 +95,8 @@ public final class FerryStore: Sendable {
     /// `.zero` never polls; nil, the default, polls 50 µs with the write-ahead segment and not
     /// without it.
     public var writerSpin: Duration? = nil
+    /// The id a store created by this open gets (``EventLog/Configuration/storeIdAtCreation``).
+    package var storeIdAtCreation: EventID?
 
     /// The defaults.
     public init() {}
@@ -146,6 +148,7 @@ public final class FerryStore: Sendable {
     logConfiguration.metricsDimensions = configuration.metricsDimensions
     logConfiguration.writeAheadSegment = configuration.writeAheadSegment
     logConfiguration.writerSpin = configuration.writerSpin
+    logConfiguration.storeIdAtCreation = configuration.storeIdAtCreation
     let log = try EventLog.open(at: path, configuration: logConfiguration)
     do {
       let (clock, sleep) = (time.now, time.sleep)
@@ -173,8 +176,9 @@ public final class FerryStore: Sendable {
   }
 
   /// The store's identity: random, made with the store, never changed — kept by compaction,
-  /// `ferry compact --copy`, `ferry salvage` and `ferry import`; a store created anew has another.
-  /// (Each task's ``RunningTask/idempotencyKey`` is unique across stores by itself.)
+  /// `ferry compact --copy` and `ferry salvage` (the same store, repaired); a store created anew
+  /// has another, and so does one `ferry import` builds (a new store with the old one's events:
+  /// each task's ``RunningTask/idempotencyKey``, an event id, comes along unchanged).
   public var storeId: String { get throws { try queue.storeId } }
 
   /// Closes the store (both sides). Synchronous: it returns once every write already handed to

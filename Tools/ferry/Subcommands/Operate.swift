@@ -55,28 +55,49 @@ struct Cancel: OperatorCommand {
   }
 }
 
+/// Which tasks a revive or resolve changes: one id, or every one of a tag, of a group, or all.
+struct TaskChoice: ParsableArguments {
+  @Argument(help: "The task's id.") var task: UInt64?
+  @Option(help: "Every such task with this tag.") var tag: String?
+  @Option(help: "Every such task of this group.") var group: String?
+  @Flag(help: "Every such task in the queue.") var all = false
+
+  func validate() throws {
+    let chosen = (task == nil ? 0 : 1) + (tag == nil ? 0 : 1) + (group == nil ? 0 : 1) + (all ? 1 : 0)
+    guard chosen == 1 else { throw ValidationError("give a task id, or --tag, or --group, or --all (exactly one of them)") }
+  }
+}
+
 struct Revive: OperatorCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Make a dead task ready again (its attempt count is kept).",
-    discussion: writes + "\n\nExample: ferry revive /tmp/groceries 4")
+    abstract: "Make dead tasks ready again (their attempt counts are kept): one, or every one of a tag, a group or the queue.",
+    discussion: writes + "\n\nExamples: ferry revive /tmp/groceries 4   ferry revive /tmp/groceries --tag sync   "
+      + "ferry revive /tmp/groceries --all")
 
   @OptionGroup var store: StoreArgument
-  @Argument(help: "The dead task's id.") var task: UInt64
+  @OptionGroup var choice: TaskChoice
   @OptionGroup var output: OperatorJSON
 
-  var action: OperatorAction { .revive(task) }
+  var action: OperatorAction {
+    if let task = choice.task { return .revive(task) }
+    return .reviveMany(tag: choice.tag, group: choice.group)
+  }
 }
 
 struct Resolve: OperatorCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Resolve a task's recorded error: it, and its group, may run again.",
-    discussion: writes + "\n\nExample: ferry resolve /tmp/groceries 4")
+    abstract: "Resolve recorded errors: the tasks, and their groups, may run again — one, or every one of a tag, a group or the queue.",
+    discussion: writes + "\n\nExamples: ferry resolve /tmp/groceries 4   ferry resolve /tmp/groceries --group list   "
+      + "ferry resolve /tmp/groceries --all")
 
   @OptionGroup var store: StoreArgument
-  @Argument(help: "The blocked task's id.") var task: UInt64
+  @OptionGroup var choice: TaskChoice
   @OptionGroup var output: OperatorJSON
 
-  var action: OperatorAction { .resolve(task) }
+  var action: OperatorAction {
+    if let task = choice.task { return .resolve(task) }
+    return .resolveMany(tag: choice.tag, group: choice.group)
+  }
 }
 
 struct Forget: OperatorCommand {
