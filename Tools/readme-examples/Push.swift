@@ -15,7 +15,7 @@ runner.register(tag: Work.upload, retry: RetryPolicy(maxAttempts: 5)) { task in
   let upload = try task.payload(as: Upload.self)
   switch await api.send(upload) {
   case .ok: return .succeeded
-  case .offline: return .failed("offline")                          // retried with backoff
+  case .offline: return .deferred("offline")                        // no attempt spent, no backoff
   case .unauthorized: return .recordError("Log in again to upload")  // waits for resolveError
   case .rejected(let why): return .failed(why, retryable: false)     // dead: kept, revivable
   }
@@ -25,9 +25,9 @@ runner.register(tag: Work.upload, retry: RetryPolicy(maxAttempts: 5)) { task in
 let id = try await store.queue.add(tag: Work.upload, payload: Upload(photo: "cat.jpg"), groupId: "album-7")
 try await store.queue.add(tag: Work.upload, payload: Upload(photo: "dog.jpg"), dataId: "dog", unique: .replace)
 
-let report = try await runner.run()          // one pass: "2 ran (1 succeeded, 1 failed)"
+let report = try await runner.run()          // one pass: "2 ran (1 succeeded, 0 failed, 1 deferred)"
 print(report, report.outcome(of: id) ?? .skipped(.noLongerQueued))
-print(try store.queue.pendingTasks())        // the failed one waits for its retry
+print(try store.queue.pendingTasks())        // the deferred one waits for the network, its attempt back
 runner.startAutomaticRunning()               // or run whenever there is work (pause() is durable)
 // snippet.hide
 runner.stop()

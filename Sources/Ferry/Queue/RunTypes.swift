@@ -279,6 +279,14 @@ public struct RunReport: Sendable, Equatable {
       return false
     }.count
   }
+  /// Tasks whose run said not now (``TaskResult/deferred(_:)``, or failed while offline): ready
+  /// again, no attempt spent.
+  public var deferred: Int {
+    entries.filter {
+      if case .deferred = $0.outcome { return true }
+      return false
+    }.count
+  }
   /// Tasks skipped.
   public var skipped: Int {
     entries.filter {

@@ -51,7 +51,9 @@ extension RunReport: CustomStringConvertible {
     var parts = ["\(ran) ran (\(succeeded) succeeded, \(failed) failed"]
     if errorsRecorded > 0 { parts[0] += ", \(errorsRecorded) error" + (errorsRecorded == 1 ? "" : "s") + " recorded" }
     if interrupted > 0 { parts[0] += ", \(interrupted) interrupted" }
+    if deferred > 0 { parts[0] += ", \(deferred) deferred" }
     parts[0] += ")"
+    if offline { parts.append("offline") }
     if skipped > 0 { parts.append("\(skipped) skipped") }
     return parts.joined(separator: ", ")
   }
