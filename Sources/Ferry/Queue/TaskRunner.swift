@@ -50,7 +50,7 @@ public final class TaskRunner: Sendable {
     /// what it reads changes. Nil (the default): no such check. With a check, each task is asked
     /// and then claimed (two commits instead of one).
     public var isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
-    /// Whether the device can reach the network (``PathConnectivity`` on Apple platforms, your
+    /// Whether the device can reach the network (`PathConnectivity` on Apple platforms, your
     /// own or ``ManualConnectivity`` elsewhere). While it says offline no run starts — no attempt
     /// is spent, no backoff grows — and a retryable failure that ends then is a deferral; when it
     /// comes back, automatic running and every window run a pass at once. Nil (the default): the
