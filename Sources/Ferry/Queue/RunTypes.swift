@@ -265,34 +265,27 @@ public struct RunReport: Sendable, Equatable {
   public var succeeded: Int { entries.filter { $0.outcome == .succeeded }.count }
   /// Tasks whose handler failed (retryable or not). Errors recorded for the user are counted
   /// apart, in ``errorsRecorded``.
-  public var failed: Int {
-    entries.filter {
-      if case .failed = $0.outcome { return true }
-      return false
-    }.count
-  }
+  public var failed: Int { count(.failed) }
   /// Tasks whose handler recorded an error for the user (``TaskResult/recordError(_:)``): blocked
   /// until it is resolved. Not failures: no attempt was spent on a retry.
-  public var errorsRecorded: Int {
-    entries.filter {
-      if case .errorRecorded = $0.outcome { return true }
-      return false
-    }.count
-  }
+  public var errorsRecorded: Int { count(.errorRecorded) }
   /// Tasks whose run said not now (``TaskResult/deferred(_:)``, or failed while offline): ready
   /// again, no attempt spent.
-  public var deferred: Int {
-    entries.filter {
-      if case .deferred = $0.outcome { return true }
-      return false
-    }.count
-  }
+  public var deferred: Int { count(.deferred) }
   /// Tasks skipped.
-  public var skipped: Int {
-    entries.filter {
-      if case .skipped = $0.outcome { return true }
-      return false
-    }.count
+  public var skipped: Int { count(.skipped) }
+
+  /// The kinds of outcome the counts above count, whatever their details.
+  private enum Kind { case failed, errorRecorded, deferred, skipped }
+
+  private func count(_ kind: Kind) -> Int {
+    entries.count { entry in
+      switch (kind, entry.outcome) {
+      case (.failed, .failed), (.errorRecorded, .errorRecorded), (.deferred, .deferred), (.skipped, .skipped):
+        return true
+      default: return false
+      }
+    }
   }
   /// Tasks that left the queue (cancelled or cleared) before their turn in the pass.
   public var cancelled: Int { entries.filter { $0.outcome == .skipped(.noLongerQueued) }.count }
