@@ -1020,7 +1020,7 @@ public final class TaskRunner: Sendable {
       // A deadline wakes the loop too: that pass's sweep expires the task.
       let times = [
         try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart),
-        deferred.earliest,
+        deferred.earliest(atOrAfter: passStart),
       ]
       return times.compactMap { $0 }.min()
     }
@@ -1091,8 +1091,18 @@ final class DeferredTasks: Sendable {
       return false
     }
   }
-  /// The earliest time a deferred task may be tried again.
-  var earliest: Int64? { state.withLock { $0.values.min() } }
+  /// The earliest time at or after `start` a deferred task may be tried again. Deferrals that
+  /// ended before `start` are forgotten, not returned: a pass that began at `start` would have
+  /// tried their tasks, and one that did not reach them — the task cancelled or run by another
+  /// process, the pass offline or the queue paused — would not reach them on the next wake-up
+  /// either, so a time in the past would wake its loop again at once, for ever.
+  func earliest(atOrAfter start: Int64) -> Int64? {
+    state.withLock { s in
+      if s.isEmpty { return nil }
+      s = s.filter { $0.value >= start }
+      return s.values.min()
+    }
+  }
   var isEmpty: Bool { state.withLock { $0.isEmpty } }
   func removeAll() { state.withLock { $0.removeAll() } }
 }
