@@ -729,7 +729,12 @@ public final class TaskRunner: Sendable {
     case .succeeded:
       return Finished(run, [.runSucceeded(task.id)], .succeeded)
     case .succeededWith(let output, let keys):
-      let details = SuccessDetails(output: output?.bytes, invalidates: keys)
+      // Only names that can be cache keys, each once: the fold ignores the others anyway, and
+      // logged they could make the success's event too large for the log — its commit would
+      // fail, the run would stay claimed, and the task would run again at every launch.
+      var seen = Set<String>()
+      let staleKeys = keys.filter { CacheAgesProjection.isValidKey($0) && seen.insert($0).inserted }
+      let details = SuccessDetails(output: output?.bytes, invalidates: staleKeys)
       return Finished(run, [.runSucceeded(task.id, details: details)], .succeeded)
     case .deferred(let fullMessage):
       return deferral(run, TaskQueue.loggable(fullMessage))
