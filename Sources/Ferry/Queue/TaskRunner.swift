@@ -729,7 +729,12 @@ public final class TaskRunner: Sendable {
     case .succeeded:
       return Finished(run, [.runSucceeded(task.id)], .succeeded)
     case .succeededWith(let output, let keys):
-      let details = SuccessDetails(output: output?.bytes, invalidates: keys)
+      // Only names that can be cache keys, each once: the fold ignores the others anyway, and
+      // logged they could make the success's event too large for the log — its commit would
+      // fail, the run would stay claimed, and the task would run again at every launch.
+      var seen = Set<String>()
+      let staleKeys = keys.filter { CacheAgesProjection.isValidKey($0) && seen.insert($0).inserted }
+      let details = SuccessDetails(output: output?.bytes, invalidates: staleKeys)
       return Finished(run, [.runSucceeded(task.id, details: details)], .succeeded)
     case .deferred(let fullMessage):
       return deferral(run, TaskQueue.loggable(fullMessage))
@@ -1020,7 +1025,7 @@ public final class TaskRunner: Sendable {
       // A deadline wakes the loop too: that pass's sweep expires the task.
       let times = [
         try tables.earliestRetry(atOrAfter: passStart), try tables.earliestDeadline(atOrAfter: passStart),
-        deferred.earliest,
+        deferred.earliest(atOrAfter: passStart),
       ]
       return times.compactMap { $0 }.min()
     }
@@ -1091,8 +1096,18 @@ final class DeferredTasks: Sendable {
       return false
     }
   }
-  /// The earliest time a deferred task may be tried again.
-  var earliest: Int64? { state.withLock { $0.values.min() } }
+  /// The earliest time at or after `start` a deferred task may be tried again. Deferrals that
+  /// ended before `start` are forgotten, not returned: a pass that began at `start` would have
+  /// tried their tasks, and one that did not reach them — the task cancelled or run by another
+  /// process, the pass offline or the queue paused — would not reach them on the next wake-up
+  /// either, so a time in the past would wake its loop again at once, for ever.
+  func earliest(atOrAfter start: Int64) -> Int64? {
+    state.withLock { s in
+      if s.isEmpty { return nil }
+      s = s.filter { $0.value >= start }
+      return s.values.min()
+    }
+  }
   var isEmpty: Bool { state.withLock { $0.isEmpty } }
   func removeAll() { state.withLock { $0.removeAll() } }
 }

@@ -102,6 +102,9 @@ struct RetentionPlan: Sendable {
   var seenFailure = Set<String>()
   var seenPaging = Set<String>()
   var seenSkip = Set<String>()
+  /// Cache keys whose newest invalidation (a success's stale keys) not followed by a successful
+  /// fetch has been met: it stays, and older invalidations of the key are shadowed by it.
+  var seenInvalidation = Set<String>()
   var seenPauseOrResume = false
   /// Whether each task met so far goes (decided at its newest event).
   var finishedTaskDecision: [TaskID: Bool] = [:]
@@ -137,6 +140,17 @@ struct RetentionPlan: Sendable {
     guard task <= head else { return }
     finishedTaskDecision[task] = false
     lowestKeptTask = min(lowestKeptTask ?? task, task)
+  }
+
+  /// Whether a success naming `keys` as stale holds the newest invalidation of any of them that
+  /// no newer successful fetch or forget shadows (those are met first: the log is walked newest
+  /// first); notes each such key as seen.
+  private mutating func keepsInvalidation(_ keys: [String]) -> Bool {
+    var keeps = false
+    for key in keys where CacheAgesProjection.isValidKey(key) && !seenSuccess.contains(key) && !forgotten.contains(key) {
+      if seenInvalidation.insert(key).inserted { keeps = true }
+    }
+    return keeps
   }
 
   mutating func isRemovable(_ event: LoggedEvent, cutoff: Int64) -> Bool {
@@ -176,7 +190,13 @@ struct RetentionPlan: Sendable {
       // walked newest first): timestamps written by different processes need not rise with the
       // sequence, and removing the middle of a history would leave an outcome without its run.
       if let decided = finishedTaskDecision[task] { return decided }
-      let removable = !pending.contains(task) && (task < clearedBelow || time < cutoff)
+      var removable = !pending.contains(task) && (task < clearedBelow || time < cutoff)
+      // A success that made a cache key stale, with no successful fetch of that key since, is the
+      // only record that the cache is stale: a rebuild that cannot start from a snapshot (a
+      // projection's new version, a damaged snapshot) replays what is left, and without it the
+      // stale cache would read fresh. Its task's history stays, for the newest such success of
+      // each key only.
+      if case .runSucceeded(_, let details) = decoded, keepsInvalidation(details.invalidates) { removable = false }
       finishedTaskDecision[task] = removable
       if !removable { lowestKeptTask = min(lowestKeptTask ?? task, task) }
       return removable
