@@ -70,3 +70,34 @@ import Testing
     }
   }
 }
+
+/// Limits that keep a runner from looping on what a handler returns.
+@Suite(.timeLimit(.minutes(2))) struct RunnerLimitTests {
+  @Test func aSuccessNamingTooManyStaleKeysIsLoggedWithTheFirstThousand() async throws {
+    try await withStore { store, _, _ in
+      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+      let run = runner(store.queue)
+      // 50,000 valid keys of 400 bytes: 20 MB, past the log's payload limit were they all logged.
+      let keys = (0..<50_000).map { String(format: "%06d", $0) + String(repeating: "k", count: 394) }
+      run.register(tag: "t") { _ in .succeeded(invalidating: keys) }
+      #expect(try await run.run().succeeded == 1)
+      #expect(try store.queue.task(id) == nil)
+      let success = try #require(try store.log.events(after: 0, limit: 100).first { $0.type == "task.runSucceeded" })
+      guard case .runSucceeded(_, let details) = try TaskEvent(success) else { return }
+      #expect(details.invalidates == Array(keys.prefix(TaskRunner.maxStaleKeys)))
+    }
+  }
+
+  @Test func aZeroDeferralDelayIsTakenAsTheMinimum() async throws {
+    try await withStore { store, clock, _ in
+      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+      let run = runner(store.queue) { $0.deferralDelay = .zero }
+      run.register(tag: "t") { _ in .deferred("not now") }
+      #expect(try await run.run().deferred == 1)
+      // The clock has not moved: the task waits in this runner instead of running again at once.
+      #expect(try await run.run().entries.isEmpty)
+      clock.advance(by: TaskRunner.minimumDeferralDelay)
+      #expect(try await run.run().outcome(of: id) == .deferred("not now"))
+    }
+  }
+}

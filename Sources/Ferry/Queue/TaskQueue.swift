@@ -541,7 +541,7 @@ public final class TaskQueue: Sendable {
   ///
   /// ```swift
   /// // An edit queued behind the create of a note made offline: the server's id came with the create.
-  /// guard let created = try queue.output(of: edit.createTask) else { return .deferred("create not sent yet") }
+  /// guard let created = try queue.output(of: edit.createTask) else { return .recordError("no server id") }
   /// let serverId = try created.decode(as: String.self)
   /// ```
   public func output(of id: TaskID) throws -> TaskOutput? {

@@ -58,7 +58,7 @@ public final class TaskRunner: Sendable {
     public var connectivity: (any Connectivity)?
     /// How long a task whose run said ``TaskResult/deferred(_:)`` waits in this runner before it
     /// is tried again, unless connectivity comes back or ``TaskRunner/conditionsChanged()`` is
-    /// called first.
+    /// called first. At least ``TaskRunner/minimumDeferralDelay`` (1 s).
     public var deferralDelay: Duration = .seconds(30)
 
     /// The defaults: one task at a time, no limit on attempts with 1 s doubling backoff up to
@@ -139,6 +139,15 @@ public final class TaskRunner: Sendable {
   let unhandled = UnhandledTasks()
   /// Tasks whose run in this runner was deferred, until when (store-clock ms).
   let deferred = DeferredTasks()
+  /// The task that listens to the connectivity input; cancelled with the runner.
+  private let connectivityListener = Mutex<Task<Void, Never>?>(nil)
+
+  /// The most cache keys one success makes stale (``TaskResult/succeeded(output:invalidating:)``);
+  /// further keys are dropped. 1,000 keys of 400 bytes fit the log's payload limit many times over.
+  public static let maxStaleKeys = 1000
+  /// The shortest ``Configuration/deferralDelay``: a shorter one would run a task that always
+  /// defers again and again.
+  public static let minimumDeferralDelay: Duration = .seconds(1)
 
   /// Whether the runner's connectivity input says it may reach the network.
   var isOnline: Bool { configuration.connectivity?.isOnline ?? true }
@@ -151,14 +160,17 @@ public final class TaskRunner: Sendable {
     if let connectivity = configuration.connectivity {
       // Back online: whatever waited for the network (automatic running, windows, deferred tasks) goes on at once.
       let changes = connectivity.changes()
-      Task { [weak self] in
+      let listener = Task { [weak self] in
         for await online in changes where online {
           guard let self else { return }
           self.conditionsChanged()
         }
       }
+      connectivityListener.withLock { $0 = listener }
     }
   }
+
+  deinit { connectivityListener.withLock { $0 }?.cancel() }
 
   /// Registers the handler of a tag (replacing any earlier one), with an optional retry policy, an
   /// optional time limit per run and an optional check that the task may run now (a `false`
@@ -733,7 +745,12 @@ public final class TaskRunner: Sendable {
       // logged they could make the success's event too large for the log — its commit would
       // fail, the run would stay claimed, and the task would run again at every launch.
       var seen = Set<String>()
-      let staleKeys = keys.filter { CacheAgesProjection.isValidKey($0) && seen.insert($0).inserted }
+      // At most `maxStaleKeys`: the success's event must fit the log's payload limit whatever the
+      // handler names (an unloggable success would run again after every restart).
+      var staleKeys: [String] = []
+      for key in keys where staleKeys.count < Self.maxStaleKeys {
+        if CacheAgesProjection.isValidKey(key) && seen.insert(key).inserted { staleKeys.append(key) }
+      }
       let details = SuccessDetails(output: output?.bytes, invalidates: staleKeys)
       return Finished(run, [.runSucceeded(task.id, details: details)], .succeeded)
     case .deferred(let fullMessage):
@@ -765,7 +782,7 @@ public final class TaskRunner: Sendable {
   /// A run that gives its attempt back: logged as `task.runDeferred`, and passed over by this
   /// runner until connectivity returns, ``conditionsChanged()`` or the deferral delay.
   private func deferral(_ run: ClaimedRun, _ reason: String) -> Finished {
-    let delay = max(0, configuration.deferralDelay.milliseconds)
+    let delay = max(Self.minimumDeferralDelay, configuration.deferralDelay).milliseconds
     deferred.insert(run.task.id, until: queue.clock().addingSaturating(delay))
     return Finished(run, [.runDeferred(run.task.id, reason: reason)], .deferred(reason))
   }
