@@ -321,7 +321,7 @@ enum ClaimSearch {
     claimed.eligibleAt = nil
     claimed.claim = claim
     return ClaimedRun(
-      task: claimed.task(id: id), claim: claim, payload: payload.bytes, idempotencyKey: payload.key.description)
+      task: claimed.task(id: id), claim: claim, payload: payload.bytes, payloadEventId: payload.key)
   }
 }
 

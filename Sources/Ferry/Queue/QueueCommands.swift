@@ -208,6 +208,6 @@ struct ClaimedRun: Sendable {
   let task: PendingTask
   let claim: TaskRow.Claim
   let payload: [UInt8]
-  /// ``RunningTask/idempotencyKey``.
-  let idempotencyKey: String
+  /// ``RunningTask/idempotencyKey``: the id of the event that holds the payload.
+  let payloadEventId: EventID
 }

@@ -22,7 +22,9 @@ public struct RunningTask: Sendable {
   /// — the task's add, or its latest ``TaskQueue/updatePayload(_:to:)``: a new payload is a new
   /// change, with a key of its own (a server that saw the old one must not drop the new one).
   /// Kept by compaction, `ferry compact --copy`, `ferry salvage` and `ferry export`/`import`.
-  public let idempotencyKey: String
+  public var idempotencyKey: String { payloadEventId.description }
+  /// The id of the event that holds the payload (made into text only when a handler asks).
+  let payloadEventId: EventID
 
   /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
   /// (a handler that lets this error out fails the task for good: retrying cannot help).

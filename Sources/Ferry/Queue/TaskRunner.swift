@@ -797,7 +797,7 @@ public final class TaskRunner: Sendable {
     let task = run.task
     let running = RunningTask(
       id: task.id, tag: task.tag, dataId: task.dataId, groupId: task.groupId, attempt: run.claim.attempt,
-      payloadBytes: run.payload, idempotencyKey: run.idempotencyKey)
+      payloadBytes: run.payload, payloadEventId: run.payloadEventId)
     let limitMs = (registration.timeLimit ?? configuration.defaultTimeLimit).map { max(1, $0.milliseconds) }
     let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
     // Made only when a run timed out (every run made it before).
