@@ -201,6 +201,11 @@ struct FreeListCheck {
           let at = node(index)
           guard u16(at + 4) & 0x02 != 0 else { continue }
           let data = at + 8 + Int(u16(at + 6))
+          // A named database's md_flags: this wrapper opens every one with none (no DUPSORT).
+          guard u16(data + 4) == 0 else {
+            failed = true
+            return
+          }
           roots.append((u64(data + 40), Int(u16(data + 6))))
         }
       })
