@@ -31,6 +31,9 @@ public struct DataFileCheck: Sendable, Equatable {
     /// other database); `~0` when empty.
     public var freeRoot: UInt64
     public var mainRoot: UInt64
+    /// The `md_flags` of those two databases (bytes 44 and 92).
+    public var freeFlags: UInt16 = 0
+    public var mainFlags: UInt16 = 0
   }
 
   /// The data file's length in bytes.
@@ -111,7 +114,8 @@ public struct DataFileCheck: Sendable, Equatable {
     }
     return Meta(
       magic: u32(16), version: u32(20), pageSize: u32(40), mapSize: u64(32), lastPage: u64(136),
-      transaction: u64(144), freeRoot: u64(80), mainRoot: u64(128))
+      transaction: u64(144), freeRoot: u64(80), mainRoot: u64(128),
+      freeFlags: UInt16(truncatingIfNeeded: u32(44)), mainFlags: UInt16(truncatingIfNeeded: u32(92)))
   }
 
   /// Checks LMDB's free-page list against the live trees, and any pages past the end of the file,
@@ -218,6 +222,13 @@ public struct DataFileCheck: Sendable, Equatable {
         return
           "the newest meta page puts the \(name) database's root at page \(root), outside the pages in use (2…\(newest.lastPage))"
       }
+    }
+    // LMDB stores the free database as MDB_INTEGERKEY (0 before the first commit) and Ferry
+    // opens the main one with no flags; another bit (MDB_DUPSORT, say) sends a write down code
+    // paths for a tree this is not, which ends in an assertion (SIGABRT) or a wild write.
+    if newest.freeFlags & ~0x08 != 0 || newest.mainFlags != 0 {
+      return
+        "the newest meta page gives database flags LMDB never stores there (free-page database 0x\(String(newest.freeFlags, radix: 16)), main 0x\(String(newest.mainFlags, radix: 16)))"
     }
     if newest.mapSize < needed {
       return

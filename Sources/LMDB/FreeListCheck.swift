@@ -103,12 +103,15 @@ struct FreeListCheck {
         guard readPage(page) else { return "page \(page) of a tree lies past the end of the file" }
         guard u64(0) == page else { return "page \(page) says it is page \(u64(0))" }
         let flags = u16(10)
-        if headerOnly {
-          guard flags & 0x03 != 0 else {
-            return "page \(page) of a tree is neither a branch nor a leaf page (flags \(flags))"
-          }
-          continue
+        // On disk a tree page's flags are exactly P_BRANCH or P_LEAF (no database here is
+        // DUPSORT). Any other bit is damage, and some are fatal to a write: P_DIRTY (0x10) makes
+        // mdb_page_touch take the mapped page for this transaction's own copy and write into the
+        // read-only map (SIGSEGV); P_LOOSE and P_KEEP exist only in memory too.
+        guard flags == 0x01 || flags == 0x02 else {
+          return "page \(page) of a tree has page flags 0x\(String(flags, radix: 16)), which LMDB never writes"
+            + (flags & 0x10 != 0 ? " (P_DIRTY: a write would modify it in the read-only map)" : "")
         }
+        if headerOnly { continue }
         if flags & 0x01 != 0 {
           guard let count = nodeCount() else { return "branch page \(page) is malformed" }
           for index in 0..<count {
@@ -122,8 +125,6 @@ struct FreeListCheck {
             leaf(&failed)
             if failed { return "leaf page \(page) is malformed" }
           }
-        } else {
-          return "page \(page) of a tree is neither a branch nor a leaf page (flags \(flags))"
         }
       }
       return nil
@@ -200,6 +201,11 @@ struct FreeListCheck {
           let at = node(index)
           guard u16(at + 4) & 0x02 != 0 else { continue }
           let data = at + 8 + Int(u16(at + 6))
+          // A named database's md_flags: this wrapper opens every one with none (no DUPSORT).
+          guard u16(data + 4) == 0 else {
+            failed = true
+            return
+          }
           roots.append((u64(data + 40), Int(u16(data + 6))))
         }
       })
