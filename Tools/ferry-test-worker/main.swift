@@ -158,6 +158,50 @@ case "run-tasks":
     done.signal()
   }
   done.wait()
+case "sync-run":
+  // Runs passes over the store's offline-created notes until nothing of theirs is runnable: a
+  // "create" handler says "key ID ATTEMPT KEY" and returns the server's id as its output (a
+  // create whose payload says "crash" SIGKILLs this process on its first attempt, after saying
+  // its key: the server applied it, the outcome was never logged); an "edit" handler reads its
+  // create's output and says "edit ID SERVERID KEY".
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let store = try await FerryStore.open(at: directory)
+      var configuration = TaskRunner.Configuration()
+      configuration.maxConcurrentTasks = arguments.count > 3 ? Int(arguments[3]) ?? 1 : 1
+      let runner = TaskRunner(queue: store.queue, configuration: configuration)
+      runner.register(tag: "create") { task in
+        say("key \(task.id) \(task.attempt) \(task.idempotencyKey)")
+        if try task.payload(as: [String: String].self)["kind"] == "crash" && task.attempt == 1 {
+          kill(getpid(), SIGKILL)
+        }
+        return .succeeded(output: try TaskOutput("srv-\(task.id)"), invalidating: ["notes"])
+      }
+      runner.register(tag: "edit") { task in
+        guard let create = UInt64(try task.payload(as: [String: String].self)["create"] ?? ""),
+          let output = try store.queue.output(of: create)
+        else { return .recordError("no server id") }
+        say("edit \(task.id) \(try output.decode(as: String.self)) \(task.idempotencyKey)")
+        return .succeeded
+      }
+      var idle = 0
+      while idle < 3 {
+        let report = try await runner.run()
+        let ranSomething = report.entries.contains { entry in
+          if case .skipped = entry.outcome { return false } else { return true }
+        }
+        let runnable = try store.queue.nextRunnable() != nil
+        idle = ranSomething || runnable ? 0 : idle + 1
+      }
+      store.close()
+      say("done")
+    } catch {
+      fail("sync-run failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "record-fetch":
   // Records a successful fetch of KEY (now) in the store, as another process refreshing a cache.
   guard arguments.count == 4 else { fail("record-fetch DIR KEY") }
