@@ -104,3 +104,53 @@ import Testing
     #expect(report.isHealthy, "\(report.problems)")
   }
 }
+
+/// Connectivity flapping while automatic running works: nothing starts while offline, a run the
+/// network dropped under is deferred, and every task succeeds exactly once, no attempt spent.
+@Suite(.timeLimit(.minutes(3))) struct ConnectivityFlappingTests {
+  @Test func aFlappingNetworkNeverSpendsAnAttemptNorRunsATaskTwice() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    let network = ManualConnectivity(online: true)
+    let run = runner(store.queue) {
+      $0.connectivity = network
+      $0.maxConcurrentTasks = 4
+    }
+    run.register(tag: "save") { _ in
+      await Task.yield()
+      // The request "fails" when the network went away under it.
+      return network.isOnline ? .succeeded : .failed("The network connection was lost.")
+    }
+    var ids: [TaskID] = []
+    for n in 0..<200 { ids.append(try await store.queue.add(tag: "save", payload: Item(name: "\(n)"), groupId: "g\(n % 7)")) }
+    run.startAutomaticRunning()
+    defer { run.stop() }
+    var flips = 0
+    while try !store.queue.pendingTasks().isEmpty, flips < 20_000 {
+      network.set(online: flips % 2 == 1)
+      flips += 1
+      await Task.yield()
+    }
+    network.set(online: true)
+    #expect(try await pollUntil { (try? store.queue.pendingTasks().isEmpty) == true })
+    var succeeded: [TaskID: Int] = [:]
+    var failed = 0
+    var deferred = 0
+    for event in try store.log.events(after: 0, limit: 1_000_000) {
+      switch event.type {
+      case "task.runDeferred": deferred += 1
+      case "task.runSucceeded":
+        if case .runSucceeded(let id, _) = try TaskEvent(event) { succeeded[id, default: 0] += 1 }
+      case "task.runFailed": failed += 1
+      default: break
+      }
+    }
+    #expect(failed == 0, "a failure while the network flapped was counted as an attempt")
+    print("connectivity flapping: \(flips) flips, \(deferred) runs deferred, \(ids.count) tasks each succeeded once")
+    #expect(ids.allSatisfy { succeeded[$0] == 1 })
+    let report = try store.log.verify()
+    #expect(report.isHealthy, "\(report.problems)")
+  }
+}

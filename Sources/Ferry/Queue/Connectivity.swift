@@ -16,6 +16,15 @@ public protocol Connectivity: Sendable {
   var isOnline: Bool { get }
   /// Every change of ``isOnline`` from now on (each call a stream of its own).
   func changes() -> AsyncStream<Bool>
+  /// How many times the input has gone from online to offline so far: a runner compares it at a
+  /// run's start and end, so that a drop during the run counts even when the network is back by
+  /// the time the handler returns. An input that cannot count answers 0 (the default).
+  var timesWentOffline: UInt64 { get }
+}
+
+extension Connectivity {
+  /// Not counted: only the state at a run's end tells a drop.
+  public var timesWentOffline: UInt64 { 0 }
 }
 
 /// A connectivity input set by hand: for tests, for a platform without a path monitor, or for an
@@ -33,6 +42,7 @@ public final class ManualConnectivity: Connectivity {
     var online: Bool
     var streams: [Int: AsyncStream<Bool>.Continuation] = [:]
     var next = 0
+    var wentOffline: UInt64 = 0
   }
   private let state: Mutex<State>
 
@@ -41,11 +51,14 @@ public final class ManualConnectivity: Connectivity {
 
   public var isOnline: Bool { state.withLock { $0.online } }
 
+  public var timesWentOffline: UInt64 { state.withLock { $0.wentOffline } }
+
   /// Sets the state; a change is told to every stream.
   public func set(online: Bool) {
     let streams = state.withLock { s -> [AsyncStream<Bool>.Continuation] in
       guard s.online != online else { return [] }
       s.online = online
+      if !online { s.wentOffline &+= 1 }
       return Array(s.streams.values)
     }
     for stream in streams { stream.yield(online) }
@@ -87,6 +100,7 @@ public final class ManualConnectivity: Connectivity {
     deinit { monitor.cancel() }
 
     public var isOnline: Bool { manual.isOnline }
+    public var timesWentOffline: UInt64 { manual.timesWentOffline }
     public func changes() -> AsyncStream<Bool> { manual.changes() }
   }
 #endif

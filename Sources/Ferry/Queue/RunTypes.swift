@@ -45,8 +45,8 @@ public enum TaskResult: Sendable, Equatable {
   /// (``succeeded(output:invalidating:)``).
   case succeededWith(output: TaskOutput?, invalidating: [String])
   /// It failed; a retryable failure runs again after a backoff, until the attempts run out. A
-  /// retryable failure that ends while the runner's ``TaskRunner/Configuration/connectivity``
-  /// says offline is taken as ``deferred(_:)``: offline is not the server's answer.
+  /// retryable failure of a run during which the runner's ``TaskRunner/Configuration/connectivity``
+  /// said offline at any moment is taken as ``deferred(_:)``: offline is not the server's answer.
   case failed(String, retryable: Bool)
   /// The user must fix something first: the task (and its group) waits until the error is resolved.
   case recordError(String)

@@ -717,6 +717,10 @@ public final class TaskRunner: Sendable {
     // The run was reserved before its claim committed (``TaskQueue/reserveRuns(_:)``); it ends here.
     defer { queue.endRuns(1) }
     queue.publish(.running(task.id, attempt: attempt))
+    // How often the network had gone away when the run began: a drop during the run, even one
+    // already over when the handler returns, makes its retryable failure a deferral.
+    let dropsBefore = configuration.connectivity?.timesWentOffline ?? 0
+    let offlineAtStart = !isOnline  // read after the count: a drop between the two is seen by one
     let started = queue.observer.runStarted(run)
     defer { queue.observer.runEnded(run, startedAt: started) }
     guard let registration = state.withLock({ $0.handlers[task.tag] }), !queue.log.isClosed else {
@@ -755,7 +759,8 @@ public final class TaskRunner: Sendable {
       return Finished(run, [.runSucceeded(task.id, details: details)], .succeeded)
     case .deferred(let fullMessage):
       return deferral(run, TaskQueue.loggable(fullMessage))
-    case .failed(let fullMessage, true) where !isOnline:
+    case .failed(let fullMessage, true)
+    where offlineAtStart || !isOnline || (configuration.connectivity?.timesWentOffline ?? 0) != dropsBefore:
       // The network went away under the run: not the server's answer.
       return deferral(run, TaskQueue.loggable("offline: " + fullMessage))
     case .failed(let fullMessage, let retryable):
