@@ -14,6 +14,19 @@ func say(_ line: String) {
   FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
+/// Runs passes until three in a row ran nothing while `workLeft` said no: tasks of a tag this
+/// process has no handler for stay runnable for ever and must not keep the loop spinning.
+func runUntilIdle(_ runner: TaskRunner, workLeft: () throws -> Bool) async throws {
+  var idle = 0
+  while idle < 3 {
+    let report = try await runner.run()
+    let ranSomething = report.entries.contains { entry in
+      if case .skipped = entry.outcome { return false } else { return true }
+    }
+    idle = try ranSomething || workLeft() ? 0 : idle + 1
+  }
+}
+
 func fail(_ message: String) -> Never {
   FileHandle.standardError.write(Data((message + "\n").utf8))
   exit(2)
@@ -139,17 +152,7 @@ case "run-tasks":
         }
         return .succeeded
       }
-      // Idle after three passes that ran nothing with no job runnable: tasks of another tag (no
-      // handler here) stay runnable for ever and must not keep this loop spinning.
-      var idle = 0
-      while idle < 3 {
-        let report = try await runner.run()
-        let ranSomething = report.entries.contains { entry in
-          if case .skipped = entry.outcome { return false } else { return true }
-        }
-        let jobLeft = try queue.nextRunnable().map { $0.tag == "job" } ?? false
-        idle = ranSomething || jobLeft ? 0 : idle + 1
-      }
+      try await runUntilIdle(runner) { try queue.nextRunnable().map { $0.tag == "job" } ?? false }
       queue.close()
       say("done")
     } catch {
@@ -185,15 +188,7 @@ case "sync-run":
         say("edit \(task.id) \(try output.decode(as: String.self)) \(task.idempotencyKey)")
         return .succeeded
       }
-      var idle = 0
-      while idle < 3 {
-        let report = try await runner.run()
-        let ranSomething = report.entries.contains { entry in
-          if case .skipped = entry.outcome { return false } else { return true }
-        }
-        let runnable = try store.queue.nextRunnable() != nil
-        idle = ranSomething || runnable ? 0 : idle + 1
-      }
+      try await runUntilIdle(runner) { try store.queue.nextRunnable() != nil }
       store.close()
       say("done")
     } catch {
