@@ -105,8 +105,7 @@ public struct PendingTasksGate: Sendable {
   func pendingTasks() throws -> (runnable: [PendingTask], stuck: [PendingTask]) {
     let tags = Set(runner.configuration.collections[collection] ?? [])
     let all = try runner.queue.pendingTasks()
-    var headOfGroup: [String: PendingTask] = [:]
-    for task in all { if let group = task.groupId, headOfGroup[group] == nil { headOfGroup[group] = task } }
+    let byId = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
     func cannotRunByItself(_ task: PendingTask) -> Bool {
       if task.manual { return true }
       switch task.status {
@@ -117,7 +116,9 @@ public struct PendingTasksGate: Sendable {
     var runnable: [PendingTask] = []
     var stuck: [PendingTask] = []
     for task in all where tags.contains(task.tag) {
-      let head = task.groupId.flatMap { headOfGroup[$0] }
+      // A task behind its group's head reads which head it waits for: it is as stuck as that head.
+      var head: PendingTask?
+      if case .waitingForGroup(let behind) = task.status { head = byId[behind] }
       if cannotRunByItself(task) || head.map(cannotRunByItself) == true { stuck.append(task) } else { runnable.append(task) }
     }
     return (runnable, stuck)

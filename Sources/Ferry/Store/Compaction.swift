@@ -50,9 +50,11 @@ extension FerryStore {
       var groups = Set<String>()
       var dataIds = Set<String>()
       let tables = try view.tables(of: TaskQueueProjection.projectionName)
+      // Rows are decoded only when some success left an output: most stores have none.
+      let hasOutputs = try !tables.isCertainlyEmpty("outputs")
       try tables.scan("tasks", from: nil) { key, value in
         if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
-        if let row = try? TaskRow(value) {
+        if hasOutputs, let row = try? TaskRow(value) {
           if let group = row.groupId { groups.insert(group) }
           if let dataId = row.dataId { dataIds.insert(dataId) }
         }
@@ -60,7 +62,7 @@ extension FerryStore {
       }
       // A succeeded task's output stays readable, with the events it comes from, while a queued
       // task shares its group or data id (it may read it): kept like a queued task.
-      if try !tables.isCertainlyEmpty("outputs") {
+      if hasOutputs {
         try tables.scan("outputs", from: nil) { key, value in
           guard let id = UInt64(bigEndianBytes: key), let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
           else { return true }
