@@ -60,7 +60,9 @@ func syncExample(storePath: String, api: SyncAPI, notesURL: URL) async throws {
   }
   runner.register(tag: "edit-note") { task in
     let edit = try task.payload(as: Edit.self)
-    guard let created = try store.queue.output(of: edit.createTask) else { return .recordError("no server id") }
+    guard let created = try store.queue.output(of: edit.createTask) else {
+      return .recordError("no server id")
+    }
     try await api.edit(created.decode(as: Created.self).serverId, edit.text, key: task.idempotencyKey)
     return .succeeded
   }
@@ -70,10 +72,12 @@ func syncExample(storePath: String, api: SyncAPI, notesURL: URL) async throws {
 
   // A note created and edited offline, in one group: the edit runs after the create, under its id.
   let create = try await store.queue.add(tag: "create-note", payload: Note(text: "milk"), groupId: "note-1")
-  try await store.queue.add(tag: "edit-note", payload: Edit(createTask: create, text: "oat milk"), groupId: "note-1")
+  try await store.queue.add(
+    tag: "edit-note", payload: Edit(createTask: create, text: "oat milk"), groupId: "note-1")
   try await store.queue.add(tag: "rename-list", payload: Note(text: "groceries"))
   let report = try await runner.run()
-  guard report.succeeded == 3, api.notes == ["srv-1": "oat milk"], try store.ledger.record("notes")?.isInvalidated == true
+  guard report.succeeded == 3, api.notes == ["srv-1": "oat milk"],
+    try store.ledger.record("notes")?.isInvalidated == true
   else {
     throw ExampleFailure("the sync example did not end as the article says: \(report), \(api.notes)")
   }

@@ -49,8 +49,10 @@ public final class ManualConnectivity: Connectivity {
   /// An input that reads `online` until ``set(online:)`` changes it.
   public init(online: Bool = true) { state = Mutex(State(online: online)) }
 
+  /// The state last set.
   public var isOnline: Bool { state.withLock { $0.online } }
 
+  /// How many times ``set(online:)`` took it from online to offline.
   public var timesWentOffline: UInt64 { state.withLock { $0.wentOffline } }
 
   /// Sets the state; a change is told to every stream.
@@ -64,6 +66,7 @@ public final class ManualConnectivity: Connectivity {
     for stream in streams { stream.yield(online) }
   }
 
+  /// Every change ``set(online:)`` makes from now on.
   public func changes() -> AsyncStream<Bool> {
     let (stream, continuation) = AsyncStream<Bool>.makeStream(bufferingPolicy: .bufferingNewest(16))
     let key = state.withLock { s -> Int in
@@ -99,8 +102,11 @@ public final class ManualConnectivity: Connectivity {
 
     deinit { monitor.cancel() }
 
+    /// Whether the path was satisfied at the monitor's last update.
     public var isOnline: Bool { manual.isOnline }
+    /// How many times the path went from satisfied to not.
     public var timesWentOffline: UInt64 { manual.timesWentOffline }
+    /// Every change of the path's state from now on.
     public func changes() -> AsyncStream<Bool> { manual.changes() }
   }
 #endif
