@@ -489,7 +489,49 @@ def build_task_vectors():
     ]
     vectors += build_priority_vectors(ts, event_id)
     vectors += build_sync_vectors(ts, event_id)
+    vectors += build_schedule_vectors(ts, event_id)
     return vectors
+
+
+def build_schedule_vectors(ts, event_id):
+    """Schema version 3 of task.added (Specs/task-events.md 2.6): startAt i64? and interval i64?
+    appended to version 2. The version 2 record of task-004 with the payload its upcaster must
+    produce (no start, no interval), and version 3 records as Ferry must encode them."""
+    task_payload = b'{"id":7}'
+    base = (payload_string("save-note") + struct.pack(">I", len(task_payload)) + task_payload
+            + payload_optional_string("note-7") + payload_optional_string("notes")
+            + b"\x00" + b"\x00")  # not manual, unique 0 (append)
+    added_v2 = base + struct.pack(">b", 1) + b"\x01" + struct.pack(">q", 1768467660123)
+    start = 1768471200000  # 2026-01-15T10:00:00Z
+    interval = 900000  # 15 minutes
+    added_start = base + b"\x00" + b"\x00" + b"\x01" + struct.pack(">q", start) + b"\x00"
+    added_every = (base + b"\x00" + b"\x00" + b"\x01" + struct.pack(">q", start)
+                   + b"\x01" + struct.pack(">q", interval))
+    return [
+        ("upcast-006-task-added-v2", {
+            "description": "task.added at schema version 2 (the add of task-004: priority 1, deadline "
+                           "1768467660123). Version 3 adds startAt (i64?) and interval (i64?); the upcaster "
+                           "appends two absent optionals (presence bytes 0 0): it starts at once, and runs once.",
+            "sequence": 62, "hex": encode("task.added", 2, ts, event_id, added_v2, sequence=62).hex(),
+            "type": "task.added", "storedSchemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "v2PayloadHex": added_v2.hex(), "upcastSchemaVersion": 3,
+            "upcastPayloadHex": (added_v2 + b"\x00" + b"\x00").hex(),
+        }),
+        ("task-009-added-v3-start", {
+            "description": "task.added at schema version 3: the add of upcast-004 (priority 0, no deadline) "
+                           "that starts at 1768471200000 (Unix ms) and runs once.",
+            "sequence": 63, "hex": encode("task.added", 3, ts, event_id, added_start, sequence=63).hex(),
+            "type": "task.added", "schemaVersion": 3, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": added_start.hex(),
+        }),
+        ("task-010-added-v3-every", {
+            "description": "task.added at schema version 3: the same add, starting at 1768471200000 and "
+                           "repeating every 900000 ms (15 minutes) after each success.",
+            "sequence": 64, "hex": encode("task.added", 3, ts, event_id, added_every, sequence=64).hex(),
+            "type": "task.added", "schemaVersion": 3, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": added_every.hex(),
+        }),
+    ]
 
 
 def build_sync_vectors(ts, event_id):

@@ -176,7 +176,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
   try log.forEachEvent(chunkSize: 5000) { event in
     guard let decoded = try? TaskEvent(event) else { return }
     switch decoded {
-    case .added(_, _, _, let groupId, _, _, _, _):
+    case .added(_, _, _, let groupId, _, _, _, _, _):
       present.insert(event.sequence)
       if let groupId { groupOf[event.sequence] = groupId }
     case .runStarted(let id, _, let owner, _) where present.contains(id):

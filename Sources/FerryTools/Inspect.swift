@@ -18,10 +18,11 @@ package struct InspectReport: Codable, Sendable, Equatable {
     package var manual: Bool
     /// The task's ``TaskStatus`` as a stable key for scripts: `ready`, `running`, `waiting`
     /// (`waiting(until:)`, the time in `eligibleAt`), `blocked` (`blockedByError`), `dead` or
-    /// `waitingForGroup` (`waitingForGroup(behind:)`, the head in `behind`). The table prints the
+    /// `waitingForGroup` (`waitingForGroup(behind:)`, the head in `behind`) or `scheduled`
+    /// (`scheduled(at:)`, the start in `eligibleAt`). The table prints the
     /// API's words for it instead (``statusWords``).
     package var status: String
-    /// When a waiting task may run again (Unix ms).
+    /// When a waiting task may run again, or a scheduled one first (Unix ms).
     package var eligibleAt: Int64?
     /// For a task waiting for its group: the group's head it waits behind.
     package var behind: UInt64?
@@ -37,6 +38,8 @@ package struct InspectReport: Codable, Sendable, Equatable {
     package var priority: Int8?
     /// Its deadline (Unix ms), if any: no run starts after it.
     package var deadline: Int64?
+    /// For a repeating task: the interval (ms) from a success to the next repetition's start.
+    package var repeatEveryMs: Int64?
 
     /// The status as the API reads it (``TaskStatus``), rebuilt from the JSON's key and times.
     package var taskStatus: TaskStatus? {
@@ -47,6 +50,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
       case "blocked": return .blockedByError
       case "dead": return .dead
       case "waitingForGroup": return .waitingForGroup(behind: behind ?? 0)
+      case "scheduled": return .scheduled(at: Date(unixMilliseconds: eligibleAt ?? 0))
       default: return nil
       }
     }
@@ -100,6 +104,8 @@ package struct InspectReport: Codable, Sendable, Equatable {
     package var tasks = 0, ready = 0, running = 0, waiting = 0, blocked = 0, dead = 0, manual = 0, groups = 0
     /// Tasks ready themselves but behind a group head that cannot run now.
     package var waitingForGroup = 0
+    /// Tasks waiting for their start time; tasks that repeat (whatever their status).
+    package var scheduled = 0, repeating = 0
     /// Unresolved errors.
     package var errors = 0, caches = 0, tooOld = 0
   }
@@ -163,7 +169,12 @@ package struct InspectReport: Codable, Sendable, Equatable {
         status = "waitingForGroup"
         behind = head
         totals.waitingForGroup += 1
+      case .scheduled(let at):
+        status = "scheduled"
+        eligibleAt = at.unixMilliseconds
+        totals.scheduled += 1
       }
+      if task.repeatInterval != nil { totals.repeating += 1 }
       return Task(
         id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
         status: status,
@@ -171,7 +182,8 @@ package struct InspectReport: Codable, Sendable, Equatable {
         lastFailure: task.lastFailure,
         error: errorByTask[task.id],
         priority: task.priority == .normal ? nil : task.priority.rawValue,
-        deadline: task.deadline.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) })
+        deadline: task.deadline.map { Int64(($0.timeIntervalSince1970 * 1000).rounded()) },
+        repeatEveryMs: task.repeatInterval.map(\.milliseconds))
     }
     groups = snapshot.groups.map { Group(group: $0.group, tasks: $0.tasks) }
     totals.groups = groups.count
@@ -214,6 +226,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
         let note = [
           task.priority.map { "priority \(TaskPriority(rawValue: $0))" },
           task.deadline.map { "deadline \(isoTime($0))" },
+          task.repeatEveryMs.map { "repeats every \(humanDuration($0)) after a success" },
           task.error.map { "error: \($0)" } ?? task.lastFailure.map { "last failure: \($0)" },
         ].compactMap { $0 }.joined(separator: "; ")
         out.append(
@@ -256,6 +269,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
     out.append(
       "totals: \(plural(totals.tasks, "task")) (\(totals.ready) ready, \(totals.running) running, \(totals.waiting) waiting, "
         + "\(totals.blocked) blocked by an error, \(totals.dead) dead, \(totals.waitingForGroup) waiting for their group, "
+        + "\(totals.scheduled) scheduled, \(totals.repeating) repeating, "
         + "\(totals.manual) manual), \(plural(totals.groups, "group")), "
         + "\(plural(totals.errors, "error")), \(plural(totals.caches, "cache")) (\(totals.tooOld) too old)")
     return out

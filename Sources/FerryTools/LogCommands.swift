@@ -508,7 +508,7 @@ struct ReplacementTracker {
       let decoded = try? TaskEvent(event)
     else { return nil }
     switch decoded {
-    case .added(let tag, _, let dataId, _, _, let unique, _, _):
+    case .added(let tag, _, let dataId, _, _, let unique, _, _, _):
       if event.sequence == task, let dataId { identity = (tag, dataId) }
       // By bytes, as the queue's unique index compares them (see TaskQueue.history(of:)).
       if event.sequence != task, unique == .replace, !running, let identity,

@@ -67,7 +67,7 @@ func appPayload(_ event: LoggedEvent) -> [UInt8]? {
   guard event.type == "task.added" || event.type == "task.payloadUpdated", let decoded = try? TaskEvent(event)
   else { return nil }
   switch decoded {
-  case .added(_, let payload, _, _, _, _, _, _): return payload
+  case .added(_, let payload, _, _, _, _, _, _, _): return payload
   case .payloadUpdated(_, let payload): return payload
   default: return nil
   }

@@ -49,12 +49,12 @@ import Testing
       }
     }
 
-    /// Waits (at most a minute) until a line starting with `prefix` appears; false if it never does.
+    /// Waits until a line starting with `prefix` appears; false if the worker ends without it (no
+    /// time limit: a loaded machine may take long; the suite's limit ends a hang).
     @discardableResult
     func wait(for prefix: String) async throws -> Bool {
-      let start = ContinuousClock.now
       while !lines.withLock({ $0.contains { $0.hasPrefix(prefix) } }) {
-        if !process.isRunning || ContinuousClock.now - start > .seconds(60) {
+        if !process.isRunning {
           Issue.record("the worker never said \(prefix): \(lines.withLock { $0.suffix(3) })")
           return false
         }
@@ -521,9 +521,9 @@ import Testing
   }
 
   func waitUntilWaitingForALock(_ worker: Worker) async throws -> Bool {
-    let start = ContinuousClock.now
+    // No time limit: a loaded machine may take long to get there; a worker that ended never will.
     while !Self.isWaitingForALock(worker.process.processIdentifier) {
-      if !worker.process.isRunning || ContinuousClock.now - start > .seconds(60) { return false }
+      if !worker.process.isRunning { return false }
       try await Task.sleep(for: .milliseconds(2))
     }
     return true
@@ -557,8 +557,7 @@ import Testing
     close(lockFile)
     released = true
     _ = first.kill()
-    let start = ContinuousClock.now
-    while second.process.isRunning && !second.said.contains("holding") && ContinuousClock.now - start < .seconds(60) {
+    while second.process.isRunning && !second.said.contains("holding") {
       try await Task.sleep(for: .milliseconds(5))
     }
     // Being alone now (the first is dead), it is the one to settle the store.
@@ -589,8 +588,7 @@ import Testing
     let waited = try await waitUntilWaitingForALock(opener)
     close(lockFile)
     try #require(waited, "the open never waited for lock.mdb")
-    let start = ContinuousClock.now
-    while opener.process.isRunning && !opener.said.contains("holding") && ContinuousClock.now - start < .seconds(60) {
+    while opener.process.isRunning && !opener.said.contains("holding") {
       try await Task.sleep(for: .milliseconds(5))
     }
     let openerAcks = opener.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }

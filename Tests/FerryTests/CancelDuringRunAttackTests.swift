@@ -197,7 +197,7 @@ import Testing
     for (event, decoded) in try log.forEachTaskEvent() {
       let sequence = event.sequence
       switch decoded {
-      case .added(let tag, _, let dataId, let groupId, _, let unique, _, _):
+      case .added(let tag, _, let dataId, let groupId, _, let unique, _, _, _):
         added.insert(sequence)
         if let dataId {
           let twin = tag + "/" + dataId

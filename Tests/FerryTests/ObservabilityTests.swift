@@ -365,7 +365,7 @@ func countsInTheLog(_ log: EventLog) throws -> [String: Int64] {
   try log.forEachEvent { logged in
     guard TaskEvent.typeSet.contains(logged.type) else { return }
     switch try TaskEvent(logged) {
-    case .added(let tag, _, _, _, _, _, _, _):
+    case .added(let tag, _, _, _, _, _, _, _, _):
       tags[logged.sequence] = tag
       count("ferry_tasks_added_total", tag)
     case .runStarted(let id, _, _, _): count("ferry_runs_started_total", tags[id])

@@ -221,6 +221,8 @@ struct Failing: Encodable {
     writer.write(UInt8(bitPattern: row.priority))
     writer.write(row.deadline)
     writer.write(row.givenBack)
+    writer.write(row.startAt)
+    writer.write(row.interval)
     return writer.bytes
   }
 
@@ -237,6 +239,8 @@ struct Failing: Encodable {
         priority: Int8(truncatingIfNeeded: n), deadline: n % 6 == 0 ? time / 2 : nil)
       if n % 2 == 1 { row.claim = TaskRow.Claim(owner: b.joined(), runner: UInt32(n), attempt: UInt32(n / 2)) }
       row.givenBack = UInt32(n / 7)
+      if n % 3 == 1 { row.startAt = time / 3 }
+      if n % 4 == 1 { row.interval = Int64(n) + 1 }
       #expect(row.bytes == Self.referenceRow(row))
       #expect((try? TaskRow(bytes: row.bytes)) == row)
     }
@@ -251,7 +255,8 @@ struct Failing: Encodable {
         .added(
           tag: text.joined() + "t", payload: bytes, dataId: n % 2 == 0 ? text.joined() : nil,
           groupId: n % 3 == 0 ? nil : "g", manual: n % 5 == 0, unique: [.append, .keep, .replace][n % 3],
-          priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil),
+          priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil,
+          schedule: AddSchedule(startAt: n % 3 == 1 ? Int64(n) * 7 : nil, interval: n % 5 == 2 ? Int64(n) + 1 : nil)),
         .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2)),
         .runSucceeded(id),
         .runSucceeded(
@@ -269,12 +274,12 @@ struct Failing: Encodable {
         // The fold's decoding is the same, but for the payload bytes it never reads.
         let folded = try? TaskEvent.forFold(logged)
         switch event {
-        case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
+        case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
           #expect(
             folded
               == .added(
                 tag: tag, payload: [], dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-                priority: priority, deadline: deadline))
+                priority: priority, deadline: deadline, schedule: schedule))
         case .payloadUpdated(let task, _): #expect(folded == .payloadUpdated(task, payload: []))
         default: #expect(folded == event)
         }

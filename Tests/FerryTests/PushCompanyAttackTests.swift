@@ -237,7 +237,7 @@ import Testing
     var endedAt: [TaskID: UInt64] = [:]
     for (record, event) in events {
       switch event {
-      case .added(_, _, let dataId, _, _, let unique, _, _): adds[record.sequence] = (dataId, unique)
+      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[record.sequence] = (dataId, unique)
       case .runStarted(let id, _, _, _): starts[id, default: 0] += 1
       case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break

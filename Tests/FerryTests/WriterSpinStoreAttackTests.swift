@@ -29,7 +29,7 @@ import Testing
     var added: [String: [UInt64]] = [:]
     try log.forEachEvent { event in
       guard event.type == "task.added" else { return }
-      guard case .added(_, _, let dataId, _, _, _, _, _) = try TaskEvent(event) else { return }
+      guard case .added(_, _, let dataId, _, _, _, _, _, _) = try TaskEvent(event) else { return }
       added[dataId ?? "", default: []].append(event.sequence)
     }
     return added

@@ -137,11 +137,16 @@ enum ClaimSearch {
     switch row.status {
     case .blocked: return .blockedByError
     case .dead: return .dead
-    case .waiting where (row.eligibleAt ?? .min) > now:
-      return .waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0))
+    case .waiting where (row.eligibleAt ?? .min) > now: return notDue(row)
     case .running: return .running
     case .ready, .waiting, .cancelled: return nil
     }
+  }
+
+  /// Why a waiting task may not start yet: its start time, or its retry time.
+  static func notDue(_ row: TaskRow) -> SkipReason {
+    let at = Date(unixMilliseconds: row.eligibleAt ?? 0)
+    return row.isScheduled ? .scheduled(at: at) : .waitingForRetry(until: at)
   }
 
   /// Logs `task.expired` when the task has no claim and its deadline is at or before `now`.
@@ -295,8 +300,7 @@ enum ClaimSearch {
     case .blocked: return .skip(.blockedByError)
     case .dead: return .skip(.dead)
     case .running, .cancelled: return .skip(.running)
-    case .waiting where (row.eligibleAt ?? .min) > now:
-      return .skip(.waitingForRetry(until: Date(unixMilliseconds: row.eligibleAt ?? 0)))
+    case .waiting where (row.eligibleAt ?? .min) > now: return .skip(notDue(row))
     case .ready, .waiting: break
     }
     if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }

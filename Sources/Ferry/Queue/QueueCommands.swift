@@ -18,7 +18,7 @@ enum QueueCommand {
   }
 
   static func add(_ event: TaskEvent, _ context: CommandContext) throws -> AddOutcome {
-    guard case .added(let tag, _, let dataId, _, _, let unique, _, _) = event else {
+    guard case .added(let tag, _, let dataId, _, _, let unique, _, _, _) = event else {
       throw FerryError.invalidArgument("not an add")
     }
     var replaced: [TaskID] = []
@@ -158,13 +158,40 @@ enum QueueCommand {
 
   /// Logs a run's outcome if the run is still the caller's. A task that left the queue during its
   /// run (cancelled, cleared: its row waits, cancelled, with the caller's claim) gets its outcome
-  /// logged too, and does not come back.
+  /// logged too, and does not come back. The success of a repeating task that is still queued
+  /// adds, in the same commit, the task that repeats it (due `interval` after `now`):
+  /// `repetition` is its id.
   static func finish(
-    _ id: TaskID, claim: TaskRow.Claim, outcome: [TaskEvent], _ context: CommandContext
+    _ id: TaskID, claim: TaskRow.Claim, outcome: [TaskEvent], now: Int64, _ context: CommandContext,
+    repetition: inout TaskID?
   ) throws -> FinishOutcome {
-    if let row = try tables(context).row(id), row.claim != claim { return .notOwner }
-    try context.append(outcome.map(\.newEvent))
+    let row = try tables(context).row(id)
+    if let row, row.claim != claim { return .notOwner }
+    var events = outcome.map(\.newEvent)
+    let next = try row.flatMap { row in try repeating(id, row, after: outcome, now: now, context) }
+    if let next { events.append(next.newEvent) }
+    let sequences = try context.append(events)
+    if next != nil { repetition = sequences.last }
     return .logged
+  }
+
+  /// The add of the task that repeats `id` when `outcome` is a success of a repeating task still
+  /// queued (a cancel during the run ends the series): the same tag, payload (its latest), data
+  /// id, group and priority, due an interval from now (`Specs/task-events.md` §3.5).
+  private static func repeating(
+    _ id: TaskID, _ row: TaskRow, after outcome: [TaskEvent], now: Int64, _ context: CommandContext
+  ) throws -> TaskEvent? {
+    guard let interval = row.interval, row.isQueued,
+      outcome.contains(where: { if case .runSucceeded = $0 { true } else { false } })
+    else { return nil }
+    let source = try tables(context).payloadSource(id)
+    let payload = try TaskQueue.payload(of: id, at: source) { try context.event(at: $0) }
+    let (due, overflow) = now.addingReportingOverflow(interval)
+    // Always .append: the series' own next task, whatever twins the app added meanwhile.
+    return .added(
+      tag: row.tag, payload: payload.bytes, dataId: row.dataId, groupId: row.groupId, manual: false,
+      unique: .append, priority: row.priority, deadline: nil,
+      schedule: AddSchedule(startAt: overflow ? .max - 1 : due, interval: interval))
   }
 
   /// Interrupts a run whose owner is gone, if it is still that same claim.

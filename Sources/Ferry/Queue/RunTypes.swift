@@ -204,6 +204,8 @@ public enum SkipReason: Sendable, Equatable {
   case blockedByError
   /// It waits for its retry time.
   case waitingForRetry(until: Date)
+  /// It has not run yet and waits for its start time (``TaskSchedule``).
+  case scheduled(at: Date)
   /// It is dead (revive it to run it again).
   case dead
   /// It is running already (in another pass or process).

@@ -1,13 +1,14 @@
 import FerryLog
 import Foundation
 
-/// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, and 2
-/// for `task.added`, `task.runStarted` and `task.errorRecorded`).
+/// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, 2 for
+/// `task.runStarted`, `task.errorRecorded` and `task.runSucceeded`, and 3 for `task.added`).
 package enum TaskEvent: Equatable, Sendable {
-  /// `priority`: larger runs first (0 normal); `deadline`: Unix ms after which no run starts.
+  /// `priority`: larger runs first (0 normal); `deadline`: Unix ms after which no run starts;
+  /// `schedule`: when its first run may start, and the interval it repeats at.
   case added(
     tag: String, payload: [UInt8], dataId: String?, groupId: String?, manual: Bool, unique: UniquePolicy,
-    priority: Int8 = 0, deadline: Int64? = nil)
+    priority: Int8 = 0, deadline: Int64? = nil, schedule: AddSchedule = .none)
   /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
   /// process's liveness token, ``RunOwner``; empty in events logged before owners existed).
   case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32)
@@ -42,20 +43,24 @@ package enum TaskEvent: Equatable, Sendable {
 
   /// The current schema version of each type that has more than version 1.
   static let schemaVersions: [String: UInt16] = [
-    "task.added": 2, "task.runStarted": 2, "task.errorRecorded": 2, "task.runSucceeded": 2,
+    "task.added": 3, "task.runStarted": 2, "task.errorRecorded": 2, "task.runSucceeded": 2,
   ]
 
-  /// Types whose current schema version is 2, with the upcaster from version 1.
-  static let upcasters: [String: @Sendable ([UInt8]) throws -> [UInt8]] = [
-    // v1 had no priority or deadline: priority 0 (normal), no deadline (an absent optional).
-    "task.added": { v1 in extended(v1, zeros: 2) },
+  /// The upcasters of the types past version 1, by the version each reads (`v` → `v + 1`).
+  static let upcasters: [String: [UInt16: @Sendable ([UInt8]) throws -> [UInt8]]] = [
+    "task.added": [
+      // v1 had no priority or deadline: priority 0 (normal), no deadline (an absent optional).
+      1: { v1 in extended(v1, zeros: 2) },
+      // v2 had no schedule: no start time and no interval (two absent optionals).
+      2: { v2 in extended(v2, zeros: 2) },
+    ],
     // v1 had no owner: an empty owner (never alive) and runner 0.
-    "task.runStarted": { v1 in extended(v1, zeros: 8) },
+    "task.runStarted": [1: { v1 in extended(v1, zeros: 8) }],
     // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
     // out of `running`), so it ends the run.
-    "task.errorRecorded": { v1 in extended(v1, zeros: 0, then: 1) },
+    "task.errorRecorded": [1: { v1 in extended(v1, zeros: 0, then: 1) }],
     // v1 had no output and no cache keys: an absent output and an empty list.
-    "task.runSucceeded": { v1 in extended(v1, zeros: 5) },
+    "task.runSucceeded": [1: { v1 in extended(v1, zeros: 5) }],
   ]
 
   /// `bytes` followed by `zeros` zero bytes and then `last` when given, in one allocation (an
@@ -96,10 +101,10 @@ package enum TaskEvent: Equatable, Sendable {
   var payload: [UInt8] {
     let size: Int
     switch self {
-    case .added(let tag, let payload, let dataId, let groupId, _, _, _, let deadline):
+    case .added(let tag, let payload, let dataId, let groupId, _, _, _, let deadline, let schedule):
       size =
         FieldWriter.size(tag) + 4 + payload.count + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 3
-        + FieldWriter.size(deadline)
+        + FieldWriter.size(deadline) + FieldWriter.size(schedule.startAt) + FieldWriter.size(schedule.interval)
     case .runStarted(_, _, let owner, _): size = 16 + FieldWriter.size(owner)
     case .runFailed(_, let message, _, let next): size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
     case .errorRecorded(_, let message, _): size = 9 + FieldWriter.size(message)
@@ -119,7 +124,8 @@ package enum TaskEvent: Equatable, Sendable {
   /// The payload's fields in their stored order (`Specs/task-events.md` §2).
   func write(to writer: inout some FieldSink) {
     switch self {
-    case .added(let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline):
+    case .added(
+      let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
       writer.write(tag)
       writer.write(bytes: payload)
       writer.write(dataId)
@@ -128,6 +134,8 @@ package enum TaskEvent: Equatable, Sendable {
       writer.write(unique.rawValue)
       writer.write(UInt8(bitPattern: priority))
       writer.write(deadline)
+      writer.write(schedule.startAt)
+      writer.write(schedule.interval)
     case .runStarted(let id, let attempt, let owner, let runner):
       writer.write(id)
       writer.write(attempt)
@@ -193,7 +201,7 @@ package enum TaskEvent: Equatable, Sendable {
   /// The payload an add or a payload update carries (nil for the other events).
   var carriedPayload: [UInt8]? {
     switch self {
-    case .added(_, let payload, _, _, _, _, _, _), .payloadUpdated(_, let payload): return payload
+    case .added(_, let payload, _, _, _, _, _, _, _), .payloadUpdated(_, let payload): return payload
     default: return nil
     }
   }
@@ -265,9 +273,12 @@ package enum TaskEvent: Equatable, Sendable {
         }
         let priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
         let deadline = try reader.readOptional(Int64.self, "deadline")
+        let startAt = try reader.readOptional(Int64.self, "startAt")
+        let interval = try reader.readOptional(Int64.self, "interval")
+        if let interval, interval <= 0 { throw PayloadError("the interval \(interval) ms is not positive") }
         decoded = .added(
           tag: tag, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-          priority: priority, deadline: deadline)
+          priority: priority, deadline: deadline, schedule: AddSchedule(startAt: startAt, interval: interval))
       case "task.runStarted":
         decoded = .runStarted(
           try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
@@ -327,4 +338,14 @@ package struct SuccessDetails: Equatable, Sendable {
   package var invalidates: [String]
 
   package static let none = SuccessDetails(output: nil, invalidates: [])
+}
+
+/// When an added task may first start, and the interval it repeats at (`task.added` version 3).
+package struct AddSchedule: Equatable, Sendable {
+  /// Unix ms before which no run of it starts; nil: at once.
+  package var startAt: Int64?
+  /// Milliseconds from a success to the start of the task that repeats it; nil: it runs once.
+  package var interval: Int64?
+
+  package static let none = AddSchedule(startAt: nil, interval: nil)
 }

@@ -269,10 +269,14 @@ public final class TaskQueue: Sendable {
   /// leaves the queue with a logged `task.expired` when a claim meets it or a pass sweeps it
   /// (``TaskOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the deadline
   /// is not interrupted; if it fails, no retry starts after the deadline.
+  ///
+  /// `schedule`: when its first run may start, and whether it repeats (``TaskSchedule``). A
+  /// repeating task can be neither manual nor have a deadline; a deadline must come after the start.
   @discardableResult
   public func add<Payload: Encodable & Sendable>(
     tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil
+    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
+    schedule: TaskSchedule = .now
   ) async throws -> TaskID {
     try Self.validate(tag, name: "tag", max: Self.maxTagLength)
     if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
@@ -281,10 +285,17 @@ public final class TaskQueue: Sendable {
       throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
     }
     let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
+    let stored = try schedule.resolved(now: clock())
+    if stored.interval != nil && (manual || deadline != nil) {
+      throw FerryError.invalidArgument("a repeating task can be neither manual nor have a deadline")
+    }
+    if let start = stored.startAt, let deadlineMilliseconds, deadlineMilliseconds <= start {
+      throw FerryError.invalidArgument("the deadline is not after the start: the task could never run")
+    }
     let bytes = try Self.encode(payload)
     let event = TaskEvent.added(
       tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-      priority: priority.rawValue, deadline: deadlineMilliseconds)
+      priority: priority.rawValue, deadline: deadlineMilliseconds, schedule: stored)
     if unique == .append {
       let sequence = try await log.append(event.newEvent)
       observer.added(sequence, tag: tag, groupId: groupId)
@@ -436,7 +447,7 @@ public final class TaskQueue: Sendable {
     guard let added = try log.event(at: id), added.type == "task.added" else {
       throw FerryError.noSuchTask(id)
     }
-    guard case .added(let tag, _, let dataId, _, _, _, _, _) = try TaskEvent(added) else {
+    guard case .added(let tag, _, let dataId, _, _, _, _, _, _) = try TaskEvent(added) else {
       throw FerryError.noSuchTask(id)
     }
     var entries: [TaskHistoryEntry] = []
@@ -447,7 +458,7 @@ public final class TaskQueue: Sendable {
     /// with `replace`, the replace command logged the cancel and the history ends `replaced(by:)`.
     var heldCancel: TaskHistoryEntry?
     func isReplace(_ decoded: TaskEvent) -> Bool {
-      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _) = decoded, let dataId else {
+      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _, _) = decoded, let dataId else {
         return false
       }
       // By bytes, as the queue's `unique` index compares: two spellings of "café" are equal

@@ -23,7 +23,9 @@ struct TaskQueueProjection: InPlaceFolding {
   /// `givenBack`).
   ///    And an add with keep whose only twins are dead is stored (the add command now logs it): a
   /// dead twin never swallows a newer change. Rebuilt so that old logs fold by the same rule.
-  var version: UInt32 { 6 }
+  /// 7: the schedule of `task.added` v3 — a start time (the task waits in `waiting` until it) and
+  /// a repeat interval — in the row (`startAt`, `interval`).
+  var version: UInt32 { 7 }
   var tables: [String] { Self.tableNames }
 
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
@@ -46,7 +48,7 @@ struct TaskQueueProjection: InPlaceFolding {
   ) throws {
     let queue = QueueTables(tables)
     switch decoded {
-    case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline):
+    case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         // The command's rule (`keptTwin`): a dead twin keeps nothing out (version 6).
@@ -57,9 +59,15 @@ struct TaskQueueProjection: InPlaceFolding {
           for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
         }
       }
-      let row = TaskRow(
+      var row = TaskRow(
         tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: timestamp, priority: priority,
-        deadline: deadline)
+        deadline: deadline, schedule: schedule)
+      // A start time makes it wait in the time-ordered `waiting` index, as a retry does: claims
+      // read only the entries that are due, so delayed tasks cost nothing until then (version 7).
+      if let startAt = schedule.startAt {
+        row.status = .waiting
+        row.eligibleAt = startAt
+      }
       let id = sequence
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
       try QueueKey.withTask(id) { key in try row.withBytes { try tables.putLast("tasks", key: key, value: $0) } }
@@ -129,7 +137,15 @@ struct TaskQueueProjection: InPlaceFolding {
       try tables.put("errors", key: QueueKey.task(id), value: writer.bytes)
     case .errorResolved(let id):
       guard try queue.row(id)?.status == .blocked else { return }
-      try queue.update(id) { row in row.status = .ready }
+      try queue.update(id) { row in
+        // A task that has not run yet still waits for its start time (a past one is due at once).
+        if row.attempts == 0, let startAt = row.startAt {
+          row.status = .waiting
+          row.eligibleAt = startAt
+        } else {
+          row.status = .ready
+        }
+      }
       try tables.delete("errors", key: QueueKey.task(id))
     case .revived(let id):
       try queue.update(id) { row in

@@ -31,6 +31,14 @@ struct TaskRow: Equatable {
   /// Runs that gave their attempt back (deferred or interrupted): `attempts − givenBack` count
   /// toward the retry policy's limit.
   var givenBack: UInt32 = 0
+  /// No run starts before this time (Unix ms), from the add's schedule.
+  var startAt: Int64?
+  /// A success adds the task that repeats this one, due this many milliseconds later.
+  var interval: Int64?
+
+  /// Whether the task waits for its start time: it has not run, and its first run is not due yet
+  /// (or was not when it was last indexed).
+  var isScheduled: Bool { status == .waiting && attempts == 0 && startAt != nil }
 
   /// Whether the task is in the queue as its callers see it: every row but a cancelled one whose
   /// run is still under way (`Status.cancelled`).
@@ -76,7 +84,7 @@ struct TaskRow: Equatable {
   private var size: Int {
     FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
       + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner) + 4
-      + 4 + 1 + FieldWriter.size(deadline) + 4
+      + 4 + 1 + FieldWriter.size(deadline) + 4 + FieldWriter.size(startAt) + FieldWriter.size(interval)
   }
 
   /// The stored row, as an array.
@@ -113,14 +121,18 @@ struct TaskRow: Equatable {
     writer.write(UInt8(bitPattern: priority))
     writer.write(deadline)
     writer.write(givenBack)
+    writer.write(startAt)
+    writer.write(interval)
   }
 
   init(
     tag: String, dataId: String?, groupId: String?, manual: Bool, status: Status = .ready,
     attempts: UInt32 = 0,
     eligibleAt: Int64? = nil, addedAt: Int64, lastFailure: String? = nil, errorCount: UInt32 = 0,
-    priority: Int8 = 0, deadline: Int64? = nil
+    priority: Int8 = 0, deadline: Int64? = nil, schedule: AddSchedule = .none
   ) {
+    self.startAt = schedule.startAt
+    self.interval = schedule.interval
     self.priority = priority
     self.deadline = deadline
     self.tag = tag
@@ -161,6 +173,8 @@ struct TaskRow: Equatable {
     priority = Int8(bitPattern: try reader.read(UInt8.self, "priority"))
     deadline = try reader.readOptional(Int64.self, "deadline")
     givenBack = try reader.read(UInt32.self, "givenBack")
+    startAt = try reader.readOptional(Int64.self, "startAt")
+    interval = try reader.readOptional(Int64.self, "interval")
     try reader.finish("a task row")
   }
 
@@ -169,6 +183,7 @@ struct TaskRow: Equatable {
     switch self.status {
     case .ready: status = .ready
     case .running: status = .running
+    case .waiting where isScheduled: status = .scheduled(at: Date(unixMilliseconds: eligibleAt ?? 0))
     case .waiting: status = .waiting(until: Date(unixMilliseconds: eligibleAt ?? 0))
     case .blocked: status = .blockedByError
     case .dead: status = .dead
@@ -180,7 +195,8 @@ struct TaskRow: Equatable {
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
       addedAtMs: addedAt, lastFailure: lastFailure, errorCount: errorCount,
       priority: TaskPriority(rawValue: priority), deadline: deadline.map(Date.init(unixMilliseconds:)),
-      attemptsGivenBack: givenBack)
+      attemptsGivenBack: givenBack, startAt: startAt.map(Date.init(unixMilliseconds:)),
+      repeatInterval: interval.map { .milliseconds($0) })
   }
 }
 

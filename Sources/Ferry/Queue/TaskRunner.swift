@@ -425,6 +425,8 @@ public final class TaskRunner: Sendable {
   /// and where its search stopped.
   struct BatchStep: Sendable {
     var logged: [QueueCommand.FinishOutcome] = []
+    /// The tasks that repeat the repeating tasks whose success this command logged.
+    var repetitions: [(id: TaskID, of: PendingTask)] = []
     var claims: [ClaimedRun] = []
     var skips: [PassSkip] = []
     /// Tasks this command expired (their deadline passed): swept, or met by the search.
@@ -487,7 +489,11 @@ public final class TaskRunner: Sendable {
           step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
           var successors: [String] = []
           for run in toFinish {
-            let logged = try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
+            var repetition: TaskID?
+            let logged = try QueueCommand.finish(
+              run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
+              repetition: &repetition)
+            if let repetition { step.repetitions.append((repetition, run.run.task)) }
             step.logged.append(logged)
             if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
               successors.append(group)
@@ -554,6 +560,7 @@ public final class TaskRunner: Sendable {
           if logged == .logged { publish(run) }
           report(run, logged: logged, pass: pass)
         }
+        publishRepetitions(step.repetitions)
         for task in step.expired {
           queue.publish(.expired(task.id))
           if pass.matches(task.row) && pass.touch(task.id) {
@@ -676,13 +683,29 @@ public final class TaskRunner: Sendable {
   /// Logs runs' outcomes in one command (each only if the run is still the runner's) and tells
   /// observers of those logged.
   private func logOutcomes(_ runs: [Finished]) async throws -> [QueueCommand.FinishOutcome] {
-    let logged = try await queue.log.execute { context in
-      try runs.map { run in
-        try QueueCommand.finish(run.run.task.id, claim: run.run.claim, outcome: run.events, context)
+    let clock = queue.clock
+    let (logged, repetitions) = try await queue.log.execute { context in
+      var repetitions: [(id: TaskID, of: PendingTask)] = []
+      let logged = try runs.map { run in
+        var repetition: TaskID?
+        defer { if let repetition { repetitions.append((repetition, run.run.task)) } }
+        return try QueueCommand.finish(
+          run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
+          repetition: &repetition)
       }
+      return (logged, repetitions)
     }
     for (run, result) in zip(runs, logged) where result == .logged { publish(run) }
+    publishRepetitions(repetitions)
     return logged
+  }
+
+  /// Tells observers of the tasks added to repeat repeating tasks that succeeded.
+  private func publishRepetitions(_ repetitions: [(id: TaskID, of: PendingTask)]) {
+    for (id, repeated) in repetitions {
+      queue.observer.added(id, tag: repeated.tag, groupId: repeated.groupId)
+      queue.publish(.added(id))
+    }
   }
 
   /// Logs the outcomes of a stopped pass's runs and puts them in its report.

@@ -76,6 +76,10 @@ public enum TaskStatus: Sendable, Equatable {
   /// head. A task behind its head whose own state says more (waiting for its retry time, blocked,
   /// dead) reads that instead. Derived when the task is read; nothing of it is logged or stored.
   case waitingForGroup(behind: TaskID)
+  /// Added with a start time (``TaskSchedule``) that has not come: it has not run yet, and no run
+  /// of it starts before `at` (whole milliseconds). A task behind its group's head reads this
+  /// while its start time is ahead.
+  case scheduled(at: Date)
 }
 
 /// A task in the queue.
@@ -113,12 +117,20 @@ public struct PendingTask: Sendable, Equatable {
   /// When given to `add`: no run of it starts after this time; a task still queued then leaves
   /// the queue (``TaskUpdate/expired(_:)``). A run already under way is not interrupted.
   public let deadline: Date?
+  /// When given to `add` (``TaskSchedule``): no run of it starts before this time.
+  public let startAt: Date?
+  /// When it repeats (``TaskSchedule/every(_:startingAt:)``): each success of it adds the task that
+  /// repeats it, due this long after that success.
+  public let repeatInterval: Duration?
 
   init(
     id: TaskID, tag: String, dataId: String?, groupId: String?, manual: Bool, status: TaskStatus,
     attempts: UInt32, addedAtMs: Int64, lastFailure: String?, errorCount: UInt32,
-    priority: TaskPriority = .normal, deadline: Date? = nil, attemptsGivenBack: UInt32 = 0
+    priority: TaskPriority = .normal, deadline: Date? = nil, attemptsGivenBack: UInt32 = 0,
+    startAt: Date? = nil, repeatInterval: Duration? = nil
   ) {
+    self.startAt = startAt
+    self.repeatInterval = repeatInterval
     self.attemptsGivenBack = attemptsGivenBack
     self.id = id
     self.tag = tag
@@ -139,7 +151,7 @@ public struct PendingTask: Sendable, Equatable {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
       addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount, priority: priority,
-      deadline: deadline, attemptsGivenBack: attemptsGivenBack)
+      deadline: deadline, attemptsGivenBack: attemptsGivenBack, startAt: startAt, repeatInterval: repeatInterval)
   }
 }
 

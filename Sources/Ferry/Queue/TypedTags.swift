@@ -16,15 +16,16 @@ import Foundation
 
 extension TaskQueue {
   /// Adds a task whose tag is `tag.rawValue` (see
-  /// ``add(tag:payload:dataId:groupId:manual:unique:priority:deadline:)``).
+  /// ``add(tag:payload:dataId:groupId:manual:unique:priority:deadline:schedule:)``).
   @discardableResult
   public func add<Tag: RawRepresentable, Payload: Encodable & Sendable>(
     tag: Tag, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil
+    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
+    schedule: TaskSchedule = .now
   ) async throws -> TaskID where Tag.RawValue == String {
     try await add(
       tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-      priority: priority, deadline: deadline)
+      priority: priority, deadline: deadline, schedule: schedule)
   }
 
   /// Cancels the queued tasks of `tag.rawValue` (see ``cancel(tag:)-(String)``).

@@ -32,6 +32,7 @@ extension TaskStatus: CustomStringConvertible {
     case .blockedByError: return "blocked by an error"
     case .dead: return "dead"
     case .waitingForGroup(let behind): return "waiting for its group (behind task \(behind))"
+    case .scheduled(let at): return "scheduled for \(readableTime(at))"
     }
   }
 }
@@ -43,6 +44,7 @@ extension SkipReason: CustomStringConvertible {
     case .notReady: return "not ready to run"
     case .blockedByError: return "blocked by an error"
     case .waitingForRetry(let until): return "waiting for its retry at \(readableTime(until))"
+    case .scheduled(let at): return "scheduled for \(readableTime(at))"
     case .dead: return "dead"
     case .running: return "already running"
     case .notHeadOfGroup: return "an earlier task of its group is still queued"

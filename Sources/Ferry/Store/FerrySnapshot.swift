@@ -112,7 +112,8 @@ public struct EventSummary: Sendable, Equatable {
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
       kind = .task(name)
       switch decoded {
-      case .added(let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline):
+      case .added(
+        let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline, let schedule):
         taskId = event.sequence
         groupId = group
         var parts = ["task \(event.sequence) added: tag \(tag)"]
@@ -122,6 +123,8 @@ public struct EventSummary: Sendable, Equatable {
         if unique != .append { parts.append("unique \(unique)") }
         if priority != 0 { parts.append("priority \(TaskPriority(rawValue: priority))") }
         if let deadline { parts.append("deadline \(readableTime(deadline))") }
+        if let startAt = schedule.startAt { parts.append("starts \(readableTime(startAt))") }
+        if let interval = schedule.interval { parts.append("repeats every \(TaskRunner.readable(milliseconds: interval))") }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
         text = parts.joined(separator: ", ")
       case .runStarted(let id, let attempt, let owner, let runner):

@@ -116,10 +116,8 @@ public final class FerryStore: Sendable {
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(
     TaskEvent.types.map { type in
-      if let upcaster = TaskEvent.upcasters[type] {
-        return EventCatalog.EventType(type, version: 2, upcasters: [1: upcaster])
-      }
-      return EventCatalog.EventType(type, version: 1)
+      EventCatalog.EventType(
+        type, version: TaskEvent.schemaVersions[type] ?? 1, upcasters: TaskEvent.upcasters[type] ?? [:])
     } + CacheEvent.types.map { EventCatalog.EventType($0, version: 1) })
 
   /// Opens (or creates) the store at `path`. Runs that a crash cut short — whose owner process is

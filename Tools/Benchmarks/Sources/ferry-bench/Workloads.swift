@@ -236,7 +236,8 @@ func fill(_ store: FerryStore, _ count: Int, groups: Int = 0) async throws -> [T
 /// Adds `count` tasks of `tag` quickly (64 callers); task number `i` goes in group `groupOf(i)`.
 /// Returns their ids in order.
 func fill(
-  _ store: FerryStore, _ count: Int, tag: String = "t", groupOf: @escaping @Sendable (Int) -> String?
+  _ store: FerryStore, _ count: Int, tag: String = "t", groupOf: @escaping @Sendable (Int) -> String?,
+  schedule: @escaping @Sendable (Int) -> TaskSchedule = { _ in .now }
 ) async throws -> [TaskID] {
   try await withThrowingTaskGroup(of: [TaskID].self) { group in
     let callers = 64
@@ -245,7 +246,8 @@ func fill(
         var ids: [TaskID] = []
         var i = caller
         while i < count {
-          ids.append(try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i)))
+          ids.append(
+            try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i), schedule: schedule(i)))
           i += callers
         }
         return ids

@@ -214,6 +214,7 @@ Task.detached {
       (2, { try await concurrentAdds(sizes, recordSize: recordSize) }),
       (3, { try await runLoop(sizes) }), (3, { try await passWithOneRunnable(sizes) }),
       (4, { try await lookups(sizes) }), (4, { try await dueRetryLookups(sizes) }),
+      (4, { try await delayedLookups(sizes) }),
       (5, { try await rebuildAndOpen(sizes) }),
     ]
     for (number, workload) in workloads {
