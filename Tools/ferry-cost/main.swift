@@ -23,9 +23,9 @@ let costConfiguration: FerryStore.Configuration = {
   return configuration
 }()
 
-/// A `task.added` payload at schema version 2, as Ferry writes it now (`Specs/task-events.md` §2):
-/// tag, payload, no data id, maybe a group, not manual, unique append, normal priority, no deadline.
-/// (A version-1 add would measure its upcaster too: about 970 instructions an event.)
+/// A `task.added` payload at schema version 3, as Ferry writes it now (`Specs/task-events.md` §2):
+/// tag, payload, no data id, maybe a group, not manual, unique append, normal priority, no deadline,
+/// no start time, no interval. (An older add would measure its upcasters too.)
 func addPayload(_ i: Int) -> [UInt8] {
   var writer = PayloadWriter()
   writer.write("t")
@@ -36,6 +36,8 @@ func addPayload(_ i: Int) -> [UInt8] {
   writer.write(UInt8(0))
   writer.write(UInt8(0))  // priority: normal
   writer.write(Int64?.none)  // no deadline
+  writer.write(Int64?.none)  // no start time
+  writer.write(Int64?.none)  // no interval
   return writer.bytes
 }
 
@@ -43,7 +45,7 @@ func appendAdds(_ log: EventLog, _ count: Int) async throws {
   var written = 0
   while written < count {
     let batch = min(5_000, count - written)
-    let events = (0..<batch).map { NewEvent(type: "task.added", schemaVersion: 2, payload: addPayload(written + $0)) }
+    let events = (0..<batch).map { NewEvent(type: "task.added", schemaVersion: 3, payload: addPayload(written + $0)) }
     _ = try await log.append(events)
     written += batch
   }

@@ -59,15 +59,11 @@ struct TaskQueueProjection: InPlaceFolding {
           for id in existing where try queue.row(id)?.claim == nil { try queue.remove(id) }
         }
       }
-      var row = TaskRow(
-        tag: tag, dataId: dataId, groupId: groupId, manual: manual, addedAt: timestamp, priority: priority,
-        deadline: deadline, schedule: schedule)
       // A start time makes it wait in the time-ordered `waiting` index, as a retry does: claims
       // read only the entries that are due, so delayed tasks cost nothing until then (version 7).
-      if let startAt = schedule.startAt {
-        row.status = .waiting
-        row.eligibleAt = startAt
-      }
+      let row = TaskRow(
+        tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: schedule.startAt == nil ? .ready : .waiting,
+        eligibleAt: schedule.startAt, addedAt: timestamp, priority: priority, deadline: deadline, schedule: schedule)
       let id = sequence
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
       try QueueKey.withTask(id) { key in try row.withBytes { try tables.putLast("tasks", key: key, value: $0) } }

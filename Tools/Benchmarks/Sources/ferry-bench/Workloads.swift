@@ -402,7 +402,7 @@ func lookups(_ sizes: Sizes) async throws -> [Figure] {
   ]
 }
 
-/// Writes a log of `count` task-add events (schema version 2, as Ferry writes them now:
+/// Writes a log of `count` task-add events (schema version 3, as Ferry writes them now:
 /// `Specs/task-events.md`) in big batches.
 func buildLog(_ path: String, events count: Int) async throws {
   let store = try await FerryStore.open(at: path)
@@ -420,7 +420,9 @@ func buildLog(_ path: String, events count: Int) async throws {
       writer.write(UInt8(0))
       writer.write(UInt8(0))  // priority: normal
       writer.write(Int64?.none)  // no deadline
-      return NewEvent(type: "task.added", schemaVersion: 2, payload: writer.bytes)
+      writer.write(Int64?.none)  // no start time
+      writer.write(Int64?.none)  // no interval
+      return NewEvent(type: "task.added", schemaVersion: 3, payload: writer.bytes)
     }
     _ = try await store.log.append(events)
     written += batch

@@ -137,7 +137,7 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       let queue = try await TaskQueue.open(at: path, configuration: storeConfiguration)
       let events = (0..<count).map { i in
         NewEvent(
-          type: "task.added", schemaVersion: 2,
+          type: "task.added", schemaVersion: 3,
           payload: profileAddPayload(tag: "noop", payload: Array("{\"i\":\(i)}".utf8), group: "g\(i % 8)"))
       }
       for chunk in stride(from: 0, to: events.count, by: 5000) {
@@ -175,7 +175,8 @@ func profileAddPayload(tag: String, payload: [UInt8], group: String?) -> [UInt8]
   bytes += [0]  // no data id
   if let group { bytes += [1] + string(group) } else { bytes += [0] }
   bytes += [0, 0]  // not manual, unique append
-  bytes += [0, 0]  // priority normal, no deadline (schema version 2)
+  bytes += [0, 0]  // priority normal, no deadline
+  bytes += [0, 0]  // no start time, no interval (schema version 3)
   return bytes
 }
 
