@@ -21,6 +21,10 @@ import Testing
         tag: "sync-inbox", payload: ["box": "inbox"], dataId: "inbox", unique: .keep,
         schedule: .every(.seconds(900), startingAt: start))
     }
+    let log = try ferry(["log", source])
+    #expect(log.status == 0)
+    #expect(log.stdout.contains("task \(reminder) added: tag remind, starts "))
+    #expect(log.stdout.contains("repeats every 900 s"))
     let export = try ferry(["export", source])
     #expect(export.status == 0, "\(export.stderr)")
     let imported = try ferry(["import", place.target], input: export.stdout)
