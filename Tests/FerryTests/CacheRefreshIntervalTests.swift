@@ -154,20 +154,27 @@ final class WatchedConnectivity: Connectivity {
     try await withStore { store, clock, fixture in
       let server = Server()
       try await store.ledger.makeFresh("notes")
+      let start = fixture.time
       let first = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: Self.forever, source: server.source,
         refreshInterval: Self.interval)
+      // A second repository of the key, with an interval a second longer: its timers wake a
+      // second after each fetch of the first, and find the key's last fetch too recent.
       let second = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: Self.forever, source: server.source,
-        automaticRefresh: false, refreshInterval: Self.interval)
+        automaticRefresh: false, refreshInterval: Self.interval + .seconds(1))
       let observers = [Self.observe(first), Self.observe(first), Self.observe(second), Self.observe(second)]
       defer { for observer in observers { observer.cancel() } }
       try await Self.waitForTimers(clock, 4)
       for tick in 1...5 {
-        clock.advance(by: Self.interval)  // every observer's timer wakes at the same instant
+        clock.advance(by: Self.interval - .seconds(1))
+        try await Self.waitForTimers(clock, 4)
+        clock.advance(by: .seconds(1))  // both observers of the first wake at the same instant
         try await Self.waitForTimers(clock, 4)
         #expect(try Self.fetches(store).count == 1 + tick)
       }
+      // Every fetch on the first's interval; none on the second's.
+      #expect(try Self.fetches(store).map(\.at) == (0...5).map { start + Int64($0) * 60_000 })
       #expect(server.calls.withLock { $0 } == 5)
       #expect(try store.ledger.record("notes")?.fetchCount == 6)
     }
