@@ -49,7 +49,8 @@ final class WatchedConnectivity: Connectivity {
   static func fetches(_ store: FerryStore, _ key: String = "notes") throws -> [(at: Int64, succeeded: Bool)] {
     var fetches: [(at: Int64, succeeded: Bool)] = []
     try store.log.forEachEvent { event in
-      guard event.type == "cache.fetched", case .fetched(let fetched, let at, let outcome) = try CacheEvent(event),
+      guard event.type == "cache.fetched",
+        case .fetched(let fetched, let at, let outcome) = try CacheEvent(event),
         fetched == key
       else { return }
       if case .success = outcome { fetches.append((at, true)) } else { fetches.append((at, false)) }
@@ -61,7 +62,9 @@ final class WatchedConnectivity: Connectivity {
   static func skips(_ store: FerryStore, _ key: String = "notes") throws -> Int {
     var count = 0
     try store.log.forEachEvent { event in
-      if event.type == "cache.refreshSkipped", case .refreshSkipped(key, _) = try CacheEvent(event) { count += 1 }
+      if event.type == "cache.refreshSkipped", case .refreshSkipped(key, _) = try CacheEvent(event) {
+        count += 1
+      }
     }
     return count
   }
@@ -79,7 +82,8 @@ final class WatchedConnectivity: Connectivity {
   /// Waits until exactly `count` timers sleep on the clock: every interval timer has checked
   /// (and run) what was due and sleeps until its next interval.
   static func waitForTimers(_ clock: ManualClock, _ count: Int) async throws {
-    try #require(await settle { clock.sleeperCount == count }, "\(clock.sleeperCount) timers sleep, not \(count)")
+    try #require(
+      await settle { clock.sleeperCount == count }, "\(clock.sleeperCount) timers sleep, not \(count)")
   }
 
   /// An observer of `repository` on a task of its own; cancel the task to stop observing.
@@ -255,7 +259,8 @@ final class WatchedConnectivity: Connectivity {
       try await store.ledger.makeFresh("notes")
       let notes = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: Self.forever, source: server.source,
-        refreshInterval: Self.interval, requires: try PendingTasksGate(runner: runner, collection: "notes-changes"))
+        refreshInterval: Self.interval,
+        requires: try PendingTasksGate(runner: runner, collection: "notes-changes"))
       try await store.queue.add(tag: "save-note", payload: ["text": "buy eggs"])
       let observer = Self.observe(notes)
       defer { observer.cancel() }
@@ -336,11 +341,13 @@ final class WatchedConnectivity: Connectivity {
       for interval in [Duration.zero, .microseconds(999), .seconds(-1)] {
         #expect(throws: FerryError.self) {
           try CacheRepository(
-            key: "notes", ledger: store.ledger, maxAge: .seconds(1), source: source, refreshInterval: interval)
+            key: "notes", ledger: store.ledger, maxAge: .seconds(1), source: source, refreshInterval: interval
+          )
         }
       }
       let shortest = try CacheRepository(
-        key: "notes", ledger: store.ledger, maxAge: .seconds(1), source: source, refreshInterval: .milliseconds(1))
+        key: "notes", ledger: store.ledger, maxAge: .seconds(1), source: source,
+        refreshInterval: .milliseconds(1))
       #expect(shortest.refreshInterval == .milliseconds(1))
     }
   }
