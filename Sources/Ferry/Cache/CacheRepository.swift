@@ -477,9 +477,15 @@ public final class CacheRepository<Value: Sendable>: Sendable {
         if let connectivity, !connectivity.isOnline {
           // Offline: no fetch, and no wake-up, until the network is back (then one at once when due).
           let changes = connectivity.changes()
-          if !connectivity.isOnline {
-            for await online in changes where online { break }
+          var back = connectivity.isOnline
+          if !back {
+            for await online in changes where online {
+              back = true
+              break
+            }
           }
+          // An input whose stream ended while offline would have this loop spin: wait an interval.
+          if !back { await ledger.sleep(ledger.clock().addingSaturating(step)) }
           continue
         }
         // Read before the check: a fetch recorded in this process since shows as a refresh ended.
