@@ -198,13 +198,21 @@ case "sync-run":
   }
   done.wait()
 case "record-fetch":
-  // Records a successful fetch of KEY (now) in the store, as another process refreshing a cache.
-  guard arguments.count == 4 else { fail("record-fetch DIR KEY") }
+  // Records a successful fetch of KEY (now, or at MS: Unix milliseconds — the time of a parent's
+  // test clock) in the store, as another process refreshing a cache.
+  guard arguments.count == 4 || arguments.count == 5 else { fail("record-fetch DIR KEY [MS]") }
+  let at: Date?
+  if arguments.count == 5 {
+    guard let ms = Double(arguments[4]) else { fail("record-fetch DIR KEY [MS]: MS is not a number") }
+    at = Date(timeIntervalSince1970: ms / 1000)
+  } else {
+    at = nil
+  }
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
       let store = try await FerryStore.open(at: directory)
-      try await store.ledger.recordFetch(key: arguments[3], outcome: .success(isEmpty: false))
+      try await store.ledger.recordFetch(key: arguments[3], outcome: .success(isEmpty: false), at: at)
       store.close()
       say("recorded")
     } catch {

@@ -49,6 +49,17 @@ public final class CacheLedger: Sendable {
     }
   }
 
+  /// When each key's last refresh in this process ended (the store's clock, Unix ms), whatever its
+  /// result: a refresh interval counts from it (`CacheRepository.refreshInterval`).
+  private let refreshEnds = Mutex<[CacheKeyBytes: Int64]>([:])
+
+  func refreshEnded(_ key: CacheKeyBytes) {
+    let now = clock()
+    refreshEnds.withLock { $0[key] = now }
+  }
+
+  func lastRefreshEnd(_ key: CacheKeyBytes) -> Int64? { refreshEnds.withLock { $0[key] } }
+
   /// The error of `key`'s last refresh in this process, if it failed and no fetch succeeded since.
   func lastRefreshError(_ key: String) -> RefreshError? {
     guard let error = refreshErrors.withLock({ $0[CacheKeyBytes(key)] }) else { return nil }
@@ -237,6 +248,14 @@ public final class CacheLedger: Sendable {
   static func validate(maxAge: Duration) throws {
     guard maxAge >= .zero else {
       throw FerryError.invalidArgument("a max age must not be negative, not \(maxAge)")
+    }
+  }
+
+  /// Refuses a refresh interval under a millisecond: the log keeps whole milliseconds, and an
+  /// interval of none would refresh again as soon as a refresh ended.
+  static func validate(refreshInterval: Duration) throws {
+    guard refreshInterval >= .milliseconds(1) else {
+      throw FerryError.invalidArgument("a refresh interval must be at least 1 ms, not \(refreshInterval)")
     }
   }
 

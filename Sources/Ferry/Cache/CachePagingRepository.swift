@@ -61,10 +61,12 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   private let loading = Mutex<Task<LoadMoreResult, Never>?>(nil)
 
   /// A paged repository of `key`. With `automaticRefresh`, observing it refreshes the first page
-  /// when there is none or it is too old.
+  /// when there is none or it is too old; with a `refreshInterval`, every interval while observed
+  /// (as ``CacheRepository/init(key:ledger:maxAge:source:automaticRefresh:refreshInterval:connectivity:requires:)``).
   public init(
     key: String, ledger: CacheLedger, maxAge: Duration, source: PagingSource<Page, Cached>,
-    automaticRefresh: Bool = true, requires gate: PendingTasksGate? = nil
+    automaticRefresh: Bool = true, refreshInterval: Duration? = nil, connectivity: (any Connectivity)? = nil,
+    requires gate: PendingTasksGate? = nil
   ) throws {
     self.key = key
     self.ledger = ledger
@@ -82,7 +84,8 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
           try await ledger.setPaging(key: key, next: next, morePagesAvailable: next != nil)
         },
         load: { .cached(try await source.load()) }),
-      automaticRefresh: automaticRefresh, requires: gate)
+      automaticRefresh: automaticRefresh, refreshInterval: refreshInterval, connectivity: connectivity,
+      requires: gate)
   }
 
   /// Refreshes the first page when the cache is too old or missing (always, with `force`); the

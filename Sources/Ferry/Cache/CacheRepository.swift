@@ -149,20 +149,36 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   public let ledger: CacheLedger
   let source: CacheSource<Value>
   let automaticRefresh: Bool
+  /// While observed, a refresh at least this long after the key's last fetch (nil: none).
+  public let refreshInterval: Duration?
+  /// What tells the interval's refreshes that the device is offline (nil: they always try).
+  let connectivity: (any Connectivity)?
   let gate: PendingTasksGate?
   /// `key` as this process's refreshes, their errors and observers tell keys apart: by its bytes.
   let slot: CacheKeyBytes
 
   /// A repository of `key`. With `automaticRefresh`, observing it refreshes the cache when there is
   /// none or it is too old (now, or when it crosses its max age while observed).
+  ///
+  /// With a `refreshInterval`, observing it also refreshes the cache every interval, too old or
+  /// not: at least `refreshInterval` after the key's last fetch — successful or failed, by any
+  /// repository or process — or the last refresh the gate held back (see ``states()``). That
+  /// works with `automaticRefresh` off too. While `connectivity` (by default the gate's runner's)
+  /// says offline, the interval's refreshes wait for the network. Throws
+  /// ``FerryError/invalidArgument(_:)`` for an interval under a millisecond (the log's unit).
   public init(
     key: String, ledger: CacheLedger, maxAge: Duration, source: CacheSource<Value>,
     automaticRefresh: Bool = true,
+    refreshInterval: Duration? = nil,
+    connectivity: (any Connectivity)? = nil,
     requires gate: PendingTasksGate? = nil
   ) throws {
     try CacheLedger.validate(key)
     try CacheLedger.validate(maxAge: maxAge)
+    if let refreshInterval { try CacheLedger.validate(refreshInterval: refreshInterval) }
     try gate?.check(against: ledger)
+    self.refreshInterval = refreshInterval
+    self.connectivity = connectivity ?? gate?.runner.configuration.connectivity
     self.key = key
     slot = CacheKeyBytes(key)
     self.ledger = ledger
@@ -198,17 +214,24 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   }
 
   private func sharedRefresh() async -> RefreshResult {
+    await sharedRefresh(startingIf: { true }) ?? .skipped(.cancelled)
+  }
+
+  /// Joins the key's refresh under way, or starts one when `shouldStart` (asked while no refresh
+  /// can start or end) says so; nil when it did not.
+  private func sharedRefresh(startingIf shouldStart: () -> Bool) async -> RefreshResult? {
     if Task.isCancelled { return .skipped(.cancelled) }
     let key = slot
-    let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never> in
+    let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never>? in
       if let running = inFlight[key] { return running }
+      guard shouldStart() else { return nil }
       let task = Task { [self] in
         await performRefresh()
       }
       inFlight[key] = task
       return task
     }
-    return await refresh.value
+    return await refresh?.value
   }
 
   private func performRefresh() async -> RefreshResult {
@@ -220,6 +243,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     ledger.inFlight.withLock { inFlight in
       inFlight[slot] = nil
       ledger.rememberRefresh(result, for: key)
+      ledger.refreshEnded(slot)
       ledger.changes.publish(
         .refreshFinished(result, firstFetch: !hadCache && result == .successful), for: slot)
     }
@@ -339,8 +363,12 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// starting or ending, a fetch recorded (here or by another process on the store), the cache
   /// crossing its max age. It never emits an
   /// "unknown" state. With automatic refresh on, a cache that is missing or too old while observed
-  /// is refreshed. Ends when the observing task is cancelled; cancelling it does not cancel a
-  /// refresh other callers share.
+  /// is refreshed. With a ``refreshInterval``, the key is also refreshed (as by `refresh(force:
+  /// true)`, so the gate applies) each time its last fetch — successful or failed, by anyone — or
+  /// its last held-back refresh is an interval old: all observers and repositories of the key in
+  /// the process share one fetch per interval, and none is made while the connectivity input is
+  /// offline. Ends when the observing task is cancelled, and its timers with it; cancelling it
+  /// does not cancel a refresh other callers share.
   public func states() -> AsyncStream<CacheState<Value>> {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))
@@ -368,6 +396,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
       var lastError = lastError()
       var timer: Task<Void, Never>?
       defer { timer?.cancel() }
+      let everyInterval = refreshInterval.map(refreshEveryInterval)
+      defer { everyInterval?.cancel() }
       // Whether the last state yielded had a cache.
       var yieldedCache = false
       // Automatic refresh starts only when observing starts and when the cache crosses its max
@@ -429,6 +459,67 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     }
     continuation.onTermination = { _ in observer.cancel() }
     return stream
+  }
+
+  // MARK: Refreshing every interval
+
+  /// While observing: refreshes the key whenever its last fetch (or held-back refresh, or refresh
+  /// ended in this process) is `interval` old. Every observer of the key runs one, and they share
+  /// one refresh per interval: the check that one is due and its start happen while no refresh of
+  /// the key can start or end, and a refresh that ended counts as a fetch for the next check.
+  private func refreshEveryInterval(_ interval: Duration) -> Task<Void, Never> {
+    Task { [self] in
+      let step = interval.milliseconds
+      while !Task.isCancelled {
+        let times = intervalTimes()
+        await ledger.sleep(Self.intervalDue(times, step: step, now: ledger.clock()))
+        if Task.isCancelled { return }
+        if let connectivity, !connectivity.isOnline {
+          // Offline: no fetch, and no wake-up, until the network is back (then one at once when due).
+          let changes = connectivity.changes()
+          var back = connectivity.isOnline
+          if !back {
+            for await online in changes where online {
+              back = true
+              break
+            }
+          }
+          // An input whose stream ended while offline would have this loop spin: wait an interval.
+          if !back { await ledger.sleep(ledger.clock().addingSaturating(step)) }
+          continue
+        }
+        // Read before the check: a fetch recorded in this process since shows as a refresh ended.
+        let recorded = recordedIntervalTimes()
+        _ = await sharedRefresh(startingIf: { [ledger, slot] in
+          let now = ledger.clock()
+          let times = recorded + [ledger.lastRefreshEnd(slot)].compactMap { $0 }
+          return Self.intervalDue(times, step: step, now: now) <= now
+        })
+      }
+    }
+  }
+
+  /// The times the interval is measured from: the last fetch recorded (any outcome, any
+  /// process), the last refresh held back by the gate, and the end of this process's last refresh
+  /// of the key (which counts one that recorded nothing: a gate that could not run, a fetch that
+  /// could not be recorded).
+  private func intervalTimes() -> [Int64] {
+    recordedIntervalTimes() + [ledger.lastRefreshEnd(slot)].compactMap { $0 }
+  }
+
+  private func recordedIntervalTimes() -> [Int64] {
+    // A record that cannot be read counts as no fetch: the refresh it leads to ends, and that end
+    // is the next interval's start, so it cannot repeat at once.
+    guard let record = (try? ledger.record(key)) ?? nil else { return [] }
+    return [record.lastAttemptMs, record.lastSkipMs?.at].compactMap { $0 }
+  }
+
+  /// When the next interval refresh is due: `step` after the latest of `times` that is not after
+  /// `now`. A time after `now` (a clock set back, another process's clock ahead) cannot be
+  /// measured from and is passed over; with no time left, it is due now.
+  static func intervalDue(_ times: [Int64], step: Int64, now: Int64) -> Int64 {
+    guard let latest = times.filter({ $0 <= now }).max() else { return now }
+    return latest.addingSaturating(step)
   }
 
   /// A timer that tells observers when the cache crosses its max age.

@@ -21,6 +21,9 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   let key: @Sendable (Requirements) -> String
   let source: @Sendable (Requirements) -> CacheSource<Value>
   let automaticRefresh: Bool
+  /// Each key's refresh interval while observed (nil: none).
+  public let refreshInterval: Duration?
+  let connectivity: (any Connectivity)?
   let gate: PendingTasksGate?
 
   private struct Current {
@@ -34,13 +37,19 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   private let changes = Broadcaster<Int, Int>(buffer: 16)
 
   /// A repository keyed by `key(requirements)`, fetching and loading through `source(requirements)`.
-  /// Throws for a negative max age, or a gate whose runner runs another store's queue.
+  /// Throws for a negative max age, a refresh interval under a millisecond, or a gate whose
+  /// runner runs another store's queue. Each key's repository gets `refreshInterval` and
+  /// `connectivity` (see ``CacheRepository/refreshInterval``).
   public init(
     ledger: CacheLedger, maxAge: Duration, key: @escaping @Sendable (Requirements) -> String,
     source: @escaping @Sendable (Requirements) -> CacheSource<Value>, automaticRefresh: Bool = true,
+    refreshInterval: Duration? = nil, connectivity: (any Connectivity)? = nil,
     requires gate: PendingTasksGate? = nil
   ) throws {
     try CacheLedger.validate(maxAge: maxAge)
+    if let refreshInterval { try CacheLedger.validate(refreshInterval: refreshInterval) }
+    self.refreshInterval = refreshInterval
+    self.connectivity = connectivity
     try gate?.check(against: ledger)
     self.ledger = ledger
     self.maxAge = maxAge
@@ -59,7 +68,8 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
     let repository = try requirements.map { requirements in
       try CacheRepository(
         key: key(requirements), ledger: ledger, maxAge: maxAge, source: source(requirements),
-        automaticRefresh: automaticRefresh, requires: gate)
+        automaticRefresh: automaticRefresh, refreshInterval: refreshInterval, connectivity: connectivity,
+        requires: gate)
     }
     let generation = current.withLock { state -> Int in
       if state.requirements == requirements, requirements != nil { return state.generation }
