@@ -58,7 +58,7 @@ final class BesideWorker: Sendable {
     process.standardError = FileHandle.nullDevice
     try process.run()
     Thread.detachNewThread { [self] in  // its own thread: it blocks until the worker ends
-      let data = out.fileHandleForReading.readDataToEndOfFile()
+      let data = out.fileHandleForReading.readAll()
       collected.withLock { $0 = data }
       finished.signal()
     }

@@ -357,7 +357,7 @@ struct DataFile {
       }
       for (process, errors) in workers {
         process.waitUntilExit()
-        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        let message = String(decoding: errors.fileHandleForReading.readAll(), as: UTF8.self)
         #expect(process.terminationStatus == 0, "round \(round): \(message)")
       }
       let log = try store.open()

@@ -115,7 +115,7 @@ func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seco
     try await Task.sleep(for: timeout)
     if process.isRunning { process.terminate() }
   }
-  let data = pipe.fileHandleForReading.readDataToEndOfFile()
+  let data = pipe.fileHandleForReading.readAll()
   process.waitUntilExit()
   watchdog.cancel()
   return (process.terminationStatus, String(decoding: data, as: UTF8.self))

@@ -28,8 +28,8 @@ import Testing
         kill(pid, SIGKILL)
       }
     }
-    let stdout = out.fileHandleForReading.readDataToEndOfFile()
-    let stderr = err.fileHandleForReading.readDataToEndOfFile()
+    let stdout = out.fileHandleForReading.readAll()
+    let stderr = err.fileHandleForReading.readAll()
     process.waitUntilExit()
     let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
     return (status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))

@@ -45,10 +45,10 @@ func ferry(
   let group = DispatchGroup()
   group.enter()
   Thread.detachNewThread {  // its own thread: a blocking read must not wait for a pool thread
-    stderrData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
+    stderrData.withLock { $0 = err.fileHandleForReading.readAll() }
     group.leave()
   }
-  let stdout = out.fileHandleForReading.readDataToEndOfFile()
+  let stdout = out.fileHandleForReading.readAll()
   group.wait()
   process.waitUntilExit()
   return CommandResult(

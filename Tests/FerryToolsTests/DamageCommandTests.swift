@@ -106,7 +106,7 @@ import Testing
       run.standardError = errors
       run.standardOutput = FileHandle.nullDevice
       try run.run()
-      let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+      let message = String(decoding: errors.fileHandleForReading.readAll(), as: UTF8.self)
       run.waitUntilExit()
       #expect(run.terminationStatus == 7, "\(command): \(run.terminationStatus) \(message)")
       #expect(message.contains("permission denied"), "\(command): \(message)")

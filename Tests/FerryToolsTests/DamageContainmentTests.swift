@@ -59,10 +59,10 @@ func finish(_ process: Process, _ out: Pipe, _ err: Pipe) -> Ended {
   let group = DispatchGroup()
   group.enter()
   Thread.detachNewThread {  // its own thread: a blocking read must not wait for a pool thread
-    errData.withLock { $0 = err.fileHandleForReading.readDataToEndOfFile() }
+    errData.withLock { $0 = err.fileHandleForReading.readAll() }
     group.leave()
   }
-  let outData = out.fileHandleForReading.readDataToEndOfFile()
+  let outData = out.fileHandleForReading.readAll()
   group.wait()
   process.waitUntilExit()
   return Ended(

@@ -115,7 +115,7 @@ func runFerry(_ arguments: [String], limit: Double) throws -> Outcome {
       kill(process.processIdentifier, SIGKILL)
     }
   }
-  let stdout = out.fileHandleForReading.readDataToEndOfFile()
+  let stdout = out.fileHandleForReading.readAll()
   process.waitUntilExit()
   if timedOut.withLock({ $0 }) { return .hung }
   if process.terminationReason == .uncaughtSignal { return .signalled(process.terminationStatus) }

@@ -106,11 +106,11 @@ final class Child {
     let group = DispatchGroup()
     group.enter()
     Thread.detachNewThread {
-      let data = errorHandle.readDataToEndOfFile()
+      let data = errorHandle.readAll()
       stderr.withLock { $0 = data }
       group.leave()
     }
-    let stdout = seen + output.fileHandleForReading.readDataToEndOfFile()
+    let stdout = seen + output.fileHandleForReading.readAll()
     group.wait()
     process.waitUntilExit()
     return CommandResult(

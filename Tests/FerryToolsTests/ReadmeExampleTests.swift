@@ -57,7 +57,7 @@ import Testing
     process.standardOutput = out
     process.standardError = out
     try process.run()
-    let output = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    let output = String(decoding: out.fileHandleForReading.readAll(), as: UTF8.self)
     process.waitUntilExit()
     #expect(process.terminationStatus == 0, "\(output)")
     #expect(output.contains("2 ran (1 succeeded, 0 failed, 1 deferred)"), "\(output)")

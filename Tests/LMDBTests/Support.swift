@@ -37,7 +37,7 @@ func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32,
   DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in
     if let process, process.isRunning { process.terminate() }
   }
-  let data = pipe.fileHandleForReading.readDataToEndOfFile()
+  let data = pipe.fileHandleForReading.readAll()
   process.waitUntilExit()
   return (process.terminationStatus, String(decoding: data, as: UTF8.self))
 }
