@@ -229,13 +229,14 @@ final class BatchJournal: Sendable {
     let failing = Mutex(true)
     let journal = BatchJournal()
     let run = runner(queue)
+    let third = g[2]
     run.register(tag: "note", batchSize: 16) { tasks in
       journal.note(tasks)
       let fail = failing.withLock { $0 }
       var results: [TaskID: TaskResult] = [:]
       for task in tasks {
         // The third of g fails; the handler says the rest of g succeeded all the same.
-        results[task.id] = fail && task.id == g[2] ? .failed("conflict") : .succeeded
+        results[task.id] = fail && task.id == third ? .failed("conflict") : .succeeded
       }
       return results
     }

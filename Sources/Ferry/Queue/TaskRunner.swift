@@ -555,8 +555,9 @@ public final class TaskRunner: Sendable {
         do {
           step = try await queue.log.execute { context -> BatchStep in
           var step = BatchStep(cursors: cursors)
-          // A claim of a batched tag leads a batch, filled in this command.
-          func take(_ run: ClaimedRun) throws {
+          // A claim of a batched tag leads a batch, filled in this command. (`step` passed, not
+          // captured: a captured struct is checked as a whole, and two of its fields are inout below.)
+          func take(_ run: ClaimedRun, _ step: inout BatchStep) throws {
             step.claims.append(run)
             if !info.batchSizes.isEmpty, let size = info.batchSizes[run.task.tag] {
               step.batches[run.task.id] = try ClaimSearch.fillBatch(
@@ -600,7 +601,7 @@ public final class TaskRunner: Sendable {
               of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
               runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
             {
-            case .some(.claimed(let run)): try take(run)
+            case .some(.claimed(let run)): try take(run, &step)
             case .some(.check(let task)): step.check = task
             default: break  // nothing to take from this group now
             }
@@ -615,7 +616,7 @@ public final class TaskRunner: Sendable {
             step.skips += found.skips
             switch found.found {
             case .claimed(let run):
-              try take(run)
+              try take(run, &step)
               continue
             case .check(let task): step.check = task
             case .more: break
