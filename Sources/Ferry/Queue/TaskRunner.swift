@@ -123,6 +123,8 @@ public final class TaskRunner: Sendable {
 
   struct State {
     var handlers: [String: Registration] = [:]
+    /// The batched tags' batch sizes, kept beside `handlers` so a claim command reads them as one value.
+    var batchSizes: [String: Int] = [:]
     var pass: ActivePass?
     /// The automatic-running loop and the signal that wakes it (one per loop, so a loop stopped
     /// and a new one started never share a waiter).
@@ -202,6 +204,7 @@ public final class TaskRunner: Sendable {
     let loop = state.withLock { s in
       s.handlers[tag] = Registration(
         retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun, run: handler)
+      s.batchSizes[tag] = nil
       unhandled.forget()
       return s.automatic
     }
@@ -260,6 +263,7 @@ public final class TaskRunner: Sendable {
         })
       registration.batch = (size, handler)
       s.handlers[tag] = registration
+      s.batchSizes[tag] = size
       unhandled.forget()
       return s.automatic
     }
@@ -453,7 +457,7 @@ public final class TaskRunner: Sendable {
   struct HandlerInfo: Sendable {
     let tags: [String: Bool]  // tag → has an isReadyToRun check
     /// Tags with a batched handler → its batch size.
-    var batchSizes: [String: Int] = [:]
+    let batchSizes: [String: Int]
     /// Tasks found to have no handler here, until a handler is registered: a pass passes over
     /// them reading only their index key, and reports each once.
     let unhandled: UnhandledTasks
@@ -466,12 +470,10 @@ public final class TaskRunner: Sendable {
   private var handlerInfo: HandlerInfo {
     // The generation is read with the handlers, under the same lock `register` takes.
     state.withLock { s in
-      var info = HandlerInfo(
+      HandlerInfo(
         tags: s.handlers.mapValues { $0.isReadyToRun != nil || configuration.isReadyToRun != nil },
-        unhandled: unhandled,
+        batchSizes: s.batchSizes, unhandled: unhandled,
         generation: unhandled.generation, deferred: deferred)
-      for (tag, registration) in s.handlers { if let batch = registration.batch { info.batchSizes[tag] = batch.size } }
-      return info
     }
   }
 
@@ -650,7 +652,9 @@ public final class TaskRunner: Sendable {
           continue
         }
         pass.advance(cursors: step.cursors, claimed: step.claims)
-        for members in step.batches.values { pass.advance(cursors: step.cursors, claimed: members) }
+        if !step.batches.isEmpty {
+          for members in step.batches.values { pass.advance(cursors: step.cursors, claimed: members) }
+        }
         for found in step.skips where pass.touch(found.id) {
           if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) { continue }
           pass.add(found.id, skip(found.id, found.reason), priority: found.priority)
