@@ -197,6 +197,38 @@ case "sync-run":
     done.signal()
   }
   done.wait()
+case "batch-run":
+  // Runs passes with a batched "note" handler (batch size SIZE) until nothing is runnable; each
+  // call says "batch ID:ATTEMPT:KEY ..." in the order it was given its tasks. With "kill", a call
+  // holding a task whose payload says "crash" on its first attempt SIGKILLs this process after
+  // saying so: the server had the batch, the outcomes were never logged.
+  guard arguments.count >= 4, let size = Int(arguments[3]) else { fail("batch-run DIR SIZE [kill]") }
+  let kills = arguments.count > 4 && arguments[4] == "kill"
+  let done = DispatchSemaphore(value: 0)
+  Task.detached {
+    do {
+      let store = try await FerryStore.open(at: directory)
+      let runner = TaskRunner(queue: store.queue)
+      runner.register(tag: "note", batchSize: size) { tasks in
+        say("batch " + tasks.map { "\($0.id):\($0.attempt):\($0.idempotencyKey)" }.joined(separator: " "))
+        var results: [TaskID: TaskResult] = [:]
+        for task in tasks {
+          if kills, task.attempt == 1, try task.payload(as: [String: String].self)["kind"] == "crash" {
+            kill(getpid(), SIGKILL)
+          }
+          results[task.id] = .succeeded
+        }
+        return results
+      }
+      try await runUntilIdle(runner) { try store.queue.nextRunnable() != nil }
+      store.close()
+      say("done")
+    } catch {
+      fail("batch-run failed: \(error)")
+    }
+    done.signal()
+  }
+  done.wait()
 case "record-fetch":
   // Records a successful fetch of KEY (now, or at MS: Unix milliseconds — the time of a parent's
   // test clock) in the store, as another process refreshing a cache.

@@ -309,6 +309,66 @@ enum ClaimSearch {
     return .claimed(try claim(id, row, context, owner: owner, runner: runner))
   }
 
+  /// The batch a batched tag's claim `first` leads (`Specs/task-events.md` §4.5), claimed in the
+  /// same command: `first`, then the tasks right behind it in its group, one after another while
+  /// each has the same tag and may start; then, while there is room, other heads of that tag at
+  /// the same priority level past the pass's cursor, each followed by the tasks behind it in its
+  /// group the same way. Never more than `size` runs; a task whose deadline passed ends the search
+  /// of its group (the next sweep expires it). Group tasks stay consecutive and in group order.
+  static func fillBatch(
+    _ first: ClaimedRun, size: Int, _ context: CommandContext, pass: PassState, cursors: PassCursors,
+    handlers: TaskRunner.HandlerInfo, owner: String, runner: UInt32, now: Int64
+  ) throws -> [ClaimedRun] {
+    var members = [first]
+    guard size > 1 else { return members }
+    let queue = try QueueCommand.tables(context)
+    let tag = first.task.tag
+
+    func fits(_ id: TaskID, _ row: TaskRow) -> Bool {
+      guard row.tag == tag, row.isQueued, mayStart(row, now: now), pass.matches(row), !pass.isTouched(id),
+        !handlers.deferred.contains(id, now: now)
+      else { return false }
+      return (row.deadline ?? .max) > now
+    }
+
+    /// The tasks behind `id` in `group`, while each fits.
+    func addFollowers(of id: TaskID, group: String) throws {
+      let prefix = QueueKey.groupPrefix(group)
+      var after = id
+      while members.count < size && after < TaskID.max {
+        var next: TaskID?
+        try queue.tables.scan("groups", from: QueueKey.group(group, after + 1)) { key, _ in
+          if key.count == prefix.count + 8 && key.starts(with: prefix) { next = QueueKey.trailingID(key) }
+          return false
+        }
+        guard let id = next, let row = try queue.row(id), fits(id, row) else { return }
+        members.append(try claim(id, row, context, owner: owner, runner: runner))
+        after = id
+      }
+    }
+
+    if let group = first.task.groupId { try addFollowers(of: first.task.id, group: group) }
+    guard members.count < size, let level = try queue.row(first.task.id)?.level else { return members }
+    // Other heads of the level, read before any is claimed (a claim changes `ready`); the pass's
+    // cursor is not moved, so tasks of other tags stay for its walk.
+    let cursor = cursors.ready[level] ?? 0
+    var ids: [TaskID] = []
+    if cursor < TaskID.max {
+      try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
+        guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
+        ids.append(id)
+        return ids.count < scanLimit
+      }
+    }
+    for id in ids where members.count < size {
+      guard !handlers.unhandled.contains(id), let row = try queue.row(id), fits(id, row) else { continue }
+      if let group = row.groupId, pass.isFailed(group) { continue }
+      members.append(try claim(id, row, context, owner: owner, runner: runner))
+      if let group = row.groupId { try addFollowers(of: id, group: group) }
+    }
+    return members
+  }
+
   /// Logs the claim and returns the run with its payload — the latest payload update's, else the
   /// add's — read here, in the same transaction.
   static func claim(
@@ -342,6 +402,7 @@ final class PassState: Sendable {
     /// run (the pass was cut short; it decided nothing about the rest of them).
     var reportedGroups: Set<String> = []
     var entries: [RunReport.Entry] = []
+    var batches: [RunReport.Batch] = []
   }
   private let state = Mutex(State())
 
@@ -388,9 +449,15 @@ final class PassState: Sendable {
     }
   }
 
+  /// A batched handler was called with these tasks.
+  func addBatch(tag: String, _ ids: [TaskID]) {
+    state.withLock { $0.batches.append(RunReport.Batch(tag: tag, taskIds: ids)) }
+  }
+
   /// The entries, the most urgent priority first, then by task id.
   func report() -> RunReport {
     var report = RunReport()
+    report.batches = state.withLock { $0.batches }
     report.entries = state.withLock { $0.entries }.sorted {
       $0.priority != $1.priority ? $0.priority > $1.priority : $0.taskId < $1.taskId
     }

@@ -261,6 +261,18 @@ public struct RunReport: Sendable, Equatable {
   /// The runner's connectivity said offline, so the pass started nothing more (no attempt spent).
   public internal(set) var offline = false
 
+  /// One call of a batched handler
+  /// (``TaskRunner/register(tag:batchSize:retry:timeLimit:isReadyToRun:handler:)``).
+  public struct Batch: Sendable, Equatable {
+    /// The batch's tag.
+    public let tag: String
+    /// Its tasks, in the order the handler was given them; each has its own entry in ``entries``.
+    public let taskIds: [TaskID]
+  }
+
+  /// The batched handler calls of the pass, in the order they started.
+  public internal(set) var batches: [Batch] = []
+
   /// Tasks whose handler ran.
   public var ran: Int { entries.count - skipped - expired }
   /// Tasks whose deadline had passed before they started: the pass expired them, none ran.

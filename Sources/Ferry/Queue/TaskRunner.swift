@@ -72,6 +72,9 @@ public final class TaskRunner: Sendable {
     let timeLimit: Duration?
     let isReadyToRun: (@Sendable (PendingTask) async -> Bool)?
     let run: @Sendable (RunningTask) async throws -> TaskResult
+    /// A batched handler (``TaskRunner/register(tag:batchSize:retry:timeLimit:isReadyToRun:handler:)``)
+    /// and its most tasks a call; nil for a handler of one task.
+    var batch: (size: Int, handler: @Sendable ([RunningTask]) async throws -> [TaskID: TaskResult])?
   }
 
   /// The run whose handler the current task is in: set around every handler call (and so seen
@@ -120,6 +123,8 @@ public final class TaskRunner: Sendable {
 
   struct State {
     var handlers: [String: Registration] = [:]
+    /// The batched tags' batch sizes, kept beside `handlers` so a claim command reads them as one value.
+    var batchSizes: [String: Int] = [:]
     var pass: ActivePass?
     /// The automatic-running loop and the signal that wakes it (one per loop, so a loop stopped
     /// and a new one started never share a waiter).
@@ -199,11 +204,74 @@ public final class TaskRunner: Sendable {
     let loop = state.withLock { s in
       s.handlers[tag] = Registration(
         retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun, run: handler)
+      s.batchSizes[tag] = nil
       unhandled.forget()
       return s.automatic
     }
     loop?.wakeup.signal()
   }
+
+  /// The largest batch a batched handler is given, whatever its registration asks.
+  public static let maxBatchSize = 1000
+
+  /// Registers a batched handler of a tag (replacing any earlier handler): each call gets up to
+  /// `batchSize` of the tag's tasks that may start (taken as 1 to ``maxBatchSize``), claimed in
+  /// one commit, and returns an outcome for each by id. Their outcomes are logged in one commit.
+  ///
+  /// A batch is the tasks a pass would have run one by one, in that order: the first task the
+  /// pass may start, then the tasks right behind it **in its group** while they have this tag
+  /// and may start, then other group heads (and tasks without a group) of the tag at the same
+  /// priority, each followed by the tasks behind it in its group. **Group order:** when a task of
+  /// a group does not succeed — it fails, records an error, is deferred or has no outcome — every
+  /// later task of that group in the batch is given back (not run: its attempt does not count,
+  /// and it waits behind its group's head as usual) whatever the handler said of it, and the
+  /// report lists it as ``SkipReason/partOfFailedGroup``. A server that applies a batch must so
+  /// stop each group at its first failure, and answer for the rest that they were not applied.
+  ///
+  /// - A task the handler gives **no outcome** for is deferred (``TaskResult/deferred(_:)``): its
+  ///   attempt is given back, and this runner tries it again after
+  ///   ``Configuration/deferralDelay`` (or when conditions change). Outcomes for ids not in the
+  ///   batch are ignored.
+  /// - A **thrown error** fails every task of the batch — retryable by the tag's retry policy,
+  ///   except that a ``FerryError/payload(taskId:reason:)`` fails its own task for good.
+  /// - The **time limit** applies to the call as a whole; a timed-out batch fails every task.
+  /// - `isReadyToRun` and ``Configuration/isReadyToRun`` are asked of the batch's first task;
+  ///   the tasks the claim adds to it run with it.
+  /// - Each task keeps its own ``RunningTask/idempotencyKey``. A batch cut short by a crash is
+  ///   interrupted as a whole when the store opens again, and its tasks are sent again — in a
+  ///   batch, with the same keys. An output a task's success leaves is kept when the batch's
+  ///   outcomes are logged: a later task of the same batch cannot read it.
+  /// - ``run(_:)`` with ``RunFilter/task(_:)`` calls the handler with that one task.
+  ///
+  /// ```swift
+  /// runner.register(tag: "note-change", batchSize: 16) { tasks in
+  ///   let answers = try await api.apply(tasks.map { ($0.idempotencyKey, $0.payloadBytes) })
+  ///   return Dictionary(uniqueKeysWithValues: zip(tasks.map(\.id), answers.map { $0.ok ? .succeeded : .failed($0.error) }))
+  /// }
+  /// ```
+  public func register(
+    tag: String, batchSize: Int, retry: RetryPolicy? = nil, timeLimit: Duration? = nil,
+    isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
+    handler: @escaping @Sendable ([RunningTask]) async throws -> [TaskID: TaskResult]
+  ) {
+    let size = min(max(1, batchSize), Self.maxBatchSize)
+    let loop = state.withLock { s in
+      var registration = Registration(
+        retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun,
+        run: { task in
+          try await handler([task])[task.id] ?? .deferred(Self.noOutcome)
+        })
+      registration.batch = (size, handler)
+      s.handlers[tag] = registration
+      s.batchSizes[tag] = size
+      unhandled.forget()
+      return s.automatic
+    }
+    loop?.wakeup.signal()
+  }
+
+  /// The deferral of a batch's task its handler gave no outcome for.
+  static let noOutcome = "the batch handler returned no outcome for this task"
 
   // MARK: Passes
 
@@ -388,6 +456,8 @@ public final class TaskRunner: Sendable {
   /// What a runner's claim command needs to know of its handlers.
   struct HandlerInfo: Sendable {
     let tags: [String: Bool]  // tag → has an isReadyToRun check
+    /// Tags with a batched handler → its batch size.
+    let batchSizes: [String: Int]
     /// Tasks found to have no handler here, until a handler is registered: a pass passes over
     /// them reading only their index key, and reports each once.
     let unhandled: UnhandledTasks
@@ -402,7 +472,7 @@ public final class TaskRunner: Sendable {
     state.withLock { s in
       HandlerInfo(
         tags: s.handlers.mapValues { $0.isReadyToRun != nil || configuration.isReadyToRun != nil },
-        unhandled: unhandled,
+        batchSizes: s.batchSizes, unhandled: unhandled,
         generation: unhandled.generation, deferred: deferred)
     }
   }
@@ -414,6 +484,8 @@ public final class TaskRunner: Sendable {
     let run: ClaimedRun
     let events: [TaskEvent]
     let outcome: TaskOutcome
+    /// The last (or only) run of a handler call: the call's lane is free again.
+    var endsLane = true
     init(_ run: ClaimedRun, _ events: [TaskEvent], _ outcome: TaskOutcome) {
       self.run = run
       self.events = events
@@ -428,6 +500,9 @@ public final class TaskRunner: Sendable {
     /// The tasks that repeat the repeating tasks whose success this command logged.
     var repetitions: [(id: TaskID, of: PendingTask)] = []
     var claims: [ClaimedRun] = []
+    /// The batches led by claims of batched tags, by their first task: every run of each, the
+    /// first included (claimed in this command too).
+    var batches: [TaskID: [ClaimedRun]] = [:]
     var skips: [PassSkip] = []
     /// Tasks this command expired (their deadline passed): swept, or met by the search.
     var expired: [ExpiredTask] = []
@@ -464,7 +539,7 @@ public final class TaskRunner: Sendable {
           if offline && !Task.isCancelled { control.markOffline() } else { control.markCutShort() }
           while running > 0 {
             let batch = await ended.takeAll()
-            running -= batch.count
+            running -= Self.lanes(batch)
             finished += batch
           }
           if !finished.isEmpty { try await finishAlone(finished, pass) }
@@ -484,6 +559,16 @@ public final class TaskRunner: Sendable {
         do {
           step = try await queue.log.execute { context -> BatchStep in
           var step = BatchStep(cursors: cursors)
+          // A claim of a batched tag leads a batch, filled in this command. (`step` passed, not
+          // captured: a captured struct is checked as a whole, and two of its fields are inout below.)
+          func take(_ run: ClaimedRun, _ step: inout BatchStep) throws {
+            step.claims.append(run)
+            if !info.batchSizes.isEmpty, let size = info.batchSizes[run.task.tag] {
+              step.batches[run.task.id] = try ClaimSearch.fillBatch(
+                run, size: size, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
+                runner: runner, now: clock())
+            }
+          }
           // Tasks whose deadline passed leave the queue first, whatever their state: the sweep
           // reads the `deadlines` index from its start, so it costs what it expires.
           step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
@@ -524,7 +609,7 @@ public final class TaskRunner: Sendable {
               of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
               runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
             {
-            case .some(.claimed(let run)): step.claims.append(run)
+            case .some(.claimed(let run)): try take(run, &step)
             case .some(.check(let task)): step.check = task
             default: break  // nothing to take from this group now
             }
@@ -539,7 +624,7 @@ public final class TaskRunner: Sendable {
             step.skips += found.skips
             switch found.found {
             case .claimed(let run):
-              step.claims.append(run)
+              try take(run, &step)
               continue
             case .check(let task): step.check = task
             case .more: break
@@ -574,18 +659,35 @@ public final class TaskRunner: Sendable {
           continue
         }
         pass.advance(cursors: step.cursors, claimed: step.claims)
+        if !step.batches.isEmpty {
+          for members in step.batches.values { pass.advance(cursors: step.cursors, claimed: members) }
+        }
         for found in step.skips where pass.touch(found.id) {
           if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) { continue }
           pass.add(found.id, skip(found.id, found.reason), priority: found.priority)
           pass.failGroup(found.groupId)
         }
         var claimed = step.claims
+        var batches = step.batches
         if let task = step.check,
-          let run = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, control: control)
+          let members = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, control: control),
+          let run = members.first
         {
           claimed.append(run)
+          if info.batchSizes[run.task.tag] != nil { batches[run.task.id] = members }
         }
         for run in claimed {
+          if !batches.isEmpty, let members = batches[run.task.id] {
+            // A batch is one lane: one handler call, its outcomes logged together.
+            pass.addBatch(tag: run.task.tag, members.map(\.task.id))
+            if width == 1 {
+              finished += await runBatch(members, control: control)
+              continue
+            }
+            running += 1
+            handlers.addTask { [self] in ended.put(contentsOf: await runBatch(members, control: control)) }
+            continue
+          }
           if width == 1 {
             // One lane: the handler runs right here, and its outcome goes with the next claim.
             finished.append(await runClaimed(run, control: control))
@@ -602,23 +704,33 @@ public final class TaskRunner: Sendable {
         // Room for more and more to look at: claim again at once; otherwise wait for a run to end.
         if running < width && !step.exhausted { continue }
         var batch = await ended.takeAll()
+        var lanes = Self.lanes(batch)
         // Runs that end in the same instant share the next commit: gather while they keep coming.
-        while batch.count < running {
+        while lanes < running {
           await Task.yield()
           let more = ended.takeAvailable()
           if more.isEmpty { break }
           batch += more
+          lanes += Self.lanes(more)
         }
-        running -= batch.count
+        running -= lanes
         finished = batch
       }
     }
   }
 
-  /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run.
+  /// The handler calls whose runs `finished` ends (a batch's runs end one call).
+  static func lanes(_ finished: [Finished]) -> Int {
+    var count = 0
+    for run in finished where run.endsLane { count += 1 }
+    return count
+  }
+
+  /// A task whose tag has an `isReadyToRun` check: asked first, then claimed if it still may run
+  /// (with the rest of its batch when its tag is batched: the check answers for the batch).
   private func checkAndClaim(
     _ task: PendingTask, pass: PassState, owner: String, handlers: HandlerInfo, control: PassControl
-  ) async throws -> ClaimedRun? {
+  ) async throws -> [ClaimedRun]? {
     guard pass.touch(task.id) else { return nil }
     let priority = task.priority
     guard let registration = state.withLock({ $0.handlers[task.tag] }) else {
@@ -635,14 +747,23 @@ public final class TaskRunner: Sendable {
     let clock = queue.clock
     queue.reserveRuns(1)
     let decided: SingleClaim?
+    var members: [ClaimedRun]?
     do {
-      decided = try await queue.log.execute { context -> SingleClaim? in
+      let result = try await queue.log.execute { context -> (SingleClaim?, [ClaimedRun]?) in
         let now = clock()
         // A window's deadline came while the check was asked — the window may have joined then.
-        if let deadline = control.deadline, now >= deadline { return nil }
-        return try ClaimSearch.claim(
+        if let deadline = control.deadline, now >= deadline { return (nil, nil) }
+        let decision = try ClaimSearch.claim(
           task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
+        guard case .claimed(let run) = decision, let size = handlers.batchSizes[run.task.tag] else {
+          return (decision, nil)
+        }
+        let batch = try ClaimSearch.fillBatch(
+          run, size: size, context, pass: pass, cursors: pass.cursors(), handlers: handlers, owner: owner,
+          runner: runner, now: now)
+        return (decision, batch)
       }
+      (decided, members) = (result.0, result.1)
     } catch {
       queue.endRuns(1)
       throw error
@@ -654,7 +775,11 @@ public final class TaskRunner: Sendable {
     if case .claimed = decision {} else { queue.endRuns(1) }
     switch decision {
     case .claimed(let run):
-      return run
+      if let members {
+        pass.advance(cursors: PassCursors(), claimed: members)
+        return members
+      }
+      return [run]
     case .gone:
       // cancelled or cleared while it was asked
       pass.add(task.id, skip(task.id, .noLongerQueued), priority: priority)
@@ -764,6 +889,15 @@ public final class TaskRunner: Sendable {
     guard case .success(let result) = called else {
       return Finished(run, [.runInterrupted(task.id)], .interrupted)
     }
+    return finished(run, result, registration, offlineAtStart: offlineAtStart, dropsBefore: dropsBefore)
+  }
+
+  /// The events and outcome of what a handler said of a run.
+  private func finished(
+    _ run: ClaimedRun, _ result: TaskResult, _ registration: Registration, offlineAtStart: Bool, dropsBefore: UInt64
+  ) -> Finished {
+    let task = run.task
+    let attempt = run.claim.attempt
     switch result {
     case .succeeded:
       return Finished(run, [.runSucceeded(task.id)], .succeeded)
@@ -804,6 +938,124 @@ public final class TaskRunner: Sendable {
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
       return Finished(run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
+    }
+  }
+
+  /// How a batched handler's call ended, when its pass was not stopped.
+  private enum BatchEnd {
+    /// It returned outcomes by task id.
+    case results([TaskID: TaskResult])
+    /// It threw: every task fails as a throw of a one-task handler would.
+    case threw(any Error)
+    /// It timed out: every task has this outcome.
+    case all(TaskResult)
+  }
+
+  /// Calls a batched handler with its claimed runs (in claim order: group tasks consecutive, in
+  /// group order) and turns its answer into each run's events. The group rule: once a task of a
+  /// group does not succeed, the later tasks of that group in the batch are given back
+  /// (`task.runInterrupted`: no attempt spent) whatever the handler said of them.
+  private func runBatch(_ runs: [ClaimedRun], control: PassControl? = nil) async -> [Finished] {
+    // The batch's one lane was reserved before its claims committed; it ends here.
+    defer { queue.endRuns(1) }
+    var ended = await batchOutcomes(runs, control: control)
+    if !ended.isEmpty {
+      for index in ended.indices { ended[index].endsLane = false }
+      ended[ended.count - 1].endsLane = true
+    }
+    return ended
+  }
+
+  private func batchOutcomes(_ runs: [ClaimedRun], control: PassControl?) async -> [Finished] {
+    guard let first = runs.first else { return [] }
+    for run in runs { queue.publish(.running(run.task.id, attempt: run.claim.attempt)) }
+    let dropsBefore = configuration.connectivity?.timesWentOffline ?? 0
+    let offlineAtStart = !isOnline
+    let started = runs.map { queue.observer.runStarted($0) }
+    queue.observer.batchStarted(runs)
+    defer { for (run, at) in zip(runs, started) { queue.observer.runEnded(run, startedAt: at) } }
+    guard let registration = state.withLock({ $0.handlers[first.task.tag] }), let batch = registration.batch,
+      !queue.log.isClosed
+    else {
+      // Unregistered (or registered one task a call) since the claim, or the queue closed: no call.
+      return runs.map { Finished($0, [.runInterrupted($0.task.id)], .interrupted) }
+    }
+    let handlerCall = HandlerCall()
+    let scope = HandlerScope(
+      store: queue.log.path, taskId: first.task.id, pass: control.map(ObjectIdentifier.init), call: handlerCall)
+    let called: Result<BatchEnd, CancellationError> = await Self.$handlerScope.withValue(scope) {
+      do throws(CancellationError) {
+        return .success(try await callBatch(registration, batch.handler, runs, handlerCall))
+      } catch {
+        return .failure(error)
+      }
+    }
+    handlerCall.end()
+    guard case .success(let end) = called else {
+      return runs.map { Finished($0, [.runInterrupted($0.task.id)], .interrupted) }
+    }
+    var stoppedGroups: Set<String> = []
+    var ended: [Finished] = []
+    ended.reserveCapacity(runs.count)
+    for run in runs {
+      let id = run.task.id
+      if let group = run.task.groupId, stoppedGroups.contains(group) {
+        // An earlier task of its group did not succeed: this one must not be taken as applied.
+        ended.append(Finished(run, [.runInterrupted(id)], .skipped(.partOfFailedGroup)))
+        continue
+      }
+      let result: TaskResult
+      switch end {
+      case .results(let results): result = results[id] ?? .deferred(Self.noOutcome)
+      case .threw(let error): result = failure(error, of: id)
+      case .all(let outcome): result = outcome
+      }
+      let done = finished(run, result, registration, offlineAtStart: offlineAtStart, dropsBefore: dropsBefore)
+      if done.outcome != .succeeded, let group = run.task.groupId { stoppedGroups.insert(group) }
+      ended.append(done)
+    }
+    return ended
+  }
+
+  /// ``call(_:_:_:)`` for a batched handler: the time limit applies to the call as a whole.
+  private func callBatch(
+    _ registration: Registration, _ handler: @escaping @Sendable ([RunningTask]) async throws -> [TaskID: TaskResult],
+    _ runs: [ClaimedRun], _ handlerCall: HandlerCall
+  ) async throws(CancellationError) -> BatchEnd {
+    let tasks = runs.map { run in
+      RunningTask(
+        id: run.task.id, tag: run.task.tag, dataId: run.task.dataId, groupId: run.task.groupId,
+        attempt: run.claim.attempt, payloadBytes: run.payload, payloadEventId: run.payloadEventId)
+    }
+    guard let first = runs.first, let firstTask = tasks.first else { return .results([:]) }
+    let limitMs = (registration.timeLimit ?? configuration.defaultTimeLimit).map { max(1, $0.milliseconds) }
+    let graceMs = max(0, configuration.timeLimitGrace.milliseconds)
+    func timedOut() -> String { "timed out after \(Self.readable(milliseconds: limitMs ?? 0))" }
+    // HandlerRun carries one result; the batch's answers go beside it.
+    let answers = BatchAnswers()
+    switch await HandlerRun.run(
+      { _ in
+        handlerCall.enter()
+        answers.set(try await handler(tasks))
+        return .succeeded
+      }, firstTask, limitMs: limitMs, graceMs: graceMs,
+      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
+    {
+    case .ended(.success, _, _):
+      return .results(answers.value ?? [:])
+    case .ended(.failure, _, stopped: true), .abandoned(_, stopped: true):
+      throw CancellationError()
+    case .ended(.failure(let error), timedOut: false, stopped: false):
+      return .threw(error)
+    case .ended(.failure, timedOut: true, stopped: false):
+      queue.observer.timedOut(first, limitMs: limitMs ?? 0, abandoned: false)
+      return .all(.failed(timedOut(), retryable: true))
+    case .abandoned(timedOut: _, stopped: false):
+      queue.observer.timedOut(first, limitMs: limitMs ?? 0, abandoned: true)
+      return .all(
+        .failed(
+          "\(timedOut()); the batch handler did not stop within \(Self.readable(milliseconds: graceMs)) of being "
+            + "cancelled and was left running (what it returns is not logged)", retryable: true))
     }
   }
 
@@ -1163,6 +1415,8 @@ final class Mailbox<Item: Sendable>: Sendable {
   private let core = MailboxCore<Item>()
 
   func put(_ item: Item) { core.put(item) }
+  /// Puts `items` at once: a taker gets all of them or none.
+  func put(contentsOf items: [Item]) { core.put(contentsOf: items) }
   /// Everything left so far, without waiting.
   func takeAvailable() -> [Item] { core.takeAvailable() }
   /// Everything left so far; waits for the first item when there is none.
@@ -1180,6 +1434,17 @@ struct MailboxCore<Item: Sendable>: ~Copyable, Sendable {
     var waiter: UnsafeContinuation<[Item], Never>?
   }
   private let state = Mutex(State())
+
+  func put(contentsOf items: [Item]) {
+    let resume = state.withLock { s -> (UnsafeContinuation<[Item], Never>, [Item])? in
+      s.items += items
+      guard let waiter = s.waiter else { return nil }
+      s.waiter = nil
+      defer { s.items = [] }
+      return (waiter, s.items)
+    }
+    if let (waiter, items) = resume { waiter.resume(returning: items) }
+  }
 
   func put(_ item: Item) {
     let resume = state.withLock { s -> (UnsafeContinuation<[Item], Never>, [Item])? in
@@ -1216,6 +1481,13 @@ struct MailboxCore<Item: Sendable>: ~Copyable, Sendable {
       if let ready { continuation.resume(returning: ready) }
     }
   }
+}
+
+/// What a batched handler returned, set in its call's task before that call ends.
+final class BatchAnswers: Sendable {
+  private let state = Mutex<[TaskID: TaskResult]?>(nil)
+  func set(_ answers: [TaskID: TaskResult]) { state.withLock { $0 = answers } }
+  var value: [TaskID: TaskResult]? { state.withLock { $0 } }
 }
 
 /// Wakes the automatic-running loop: a signal given while nobody waits is kept for the next wait.

@@ -118,6 +118,22 @@ final class QueueObserver: Sendable {
     return measures ? DispatchTime.now().uptimeNanoseconds : 0
   }
 
+  /// A batched handler is about to be called with `runs` (their claims durable, each also told
+  /// to ``runStarted(_:)``).
+  func batchStarted(_ runs: [ClaimedRun]) {
+    guard let first = runs.first else { return }
+    if let metrics {
+      let tagged = metrics.tagged(first.task.tag)
+      tagged.batches.increment()
+      tagged.batchSize.record(runs.count)
+    }
+    guard let logger else { return }
+    var metadata = Self.run(first)
+    metadata["ferry.batch.size"] = "\(runs.count)"
+    metadata["ferry.batch.tasks"] = "\(runs.map(\.task.id))"
+    logger.debug("batch started", metadata: metadata)
+  }
+
   /// A run's handler returned (or was left behind).
   func runEnded(_ run: ClaimedRun, startedAt: UInt64) {
     guard let metrics, startedAt > 0 else { return }
@@ -268,8 +284,10 @@ final class QueueObserver: Sendable {
 final class QueueMetrics: Sendable {
   /// The counters of one tag.
   final class Tagged: Sendable {
-    let added, started, succeeded, failedRetryable, failedPermanent, dead, timedOut: Counter
+    let added, started, succeeded, failedRetryable, failedPermanent, dead, timedOut, batches: Counter
     let duration: CoreMetrics.Timer
+    /// Tasks per batch handler call.
+    let batchSize: Recorder
 
     init(tag: String, factory: any MetricsFactory) {
       let tagged = [("tag", tag)]
@@ -283,6 +301,8 @@ final class QueueMetrics: Sendable {
       dead = Counter(label: "ferry_tasks_dead_total", dimensions: tagged, factory: factory)
       timedOut = Counter(label: "ferry_runs_timed_out_total", dimensions: tagged, factory: factory)
       duration = CoreMetrics.Timer(label: "ferry_run_duration", dimensions: tagged, factory: factory)
+      batches = Counter(label: "ferry_batches_started_total", dimensions: tagged, factory: factory)
+      batchSize = Recorder(label: "ferry_batch_size", dimensions: tagged, factory: factory)
     }
   }
 

@@ -349,6 +349,39 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   ]
 }
 
+/// 3. The run loop with a batched no-op handler (16 tasks a call) against single runs: one claim
+/// commit and one outcome commit serve 16 tasks.
+func batchedRunLoop(_ sizes: Sizes) async throws -> [Figure] {
+  var single: [Double] = []
+  var batched: [Double] = []
+  let n = sizes.runLoop
+  for _ in 0..<sizes.runs {
+    for batch in [false, true] {
+      let fp = scratchPath("w3b")
+      let store = try await FerryStore.open(at: fp)
+      _ = try await fill(store, n)
+      let runner = TaskRunner(queue: store.queue)
+      if batch {
+        runner.register(tag: "t", batchSize: 16) { tasks in
+          Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, TaskResult.succeeded) })
+        }
+      } else {
+        runner.register(tag: "t") { _ in .succeeded }
+      }
+      let rate = Double(n) / (try await seconds { _ = try await runner.run() })
+      if batch { batched.append(rate) } else { single.append(rate) }
+      store.close()
+      remove(fp)
+    }
+  }
+  return [
+    Figure(
+      workload: "3 run loop, batches of 16 (\(n), serial)", metric: "tasks/s", ferry: median(batched), sqlite: nil,
+      floor: median(single), unit: "/s", target: "(reported: against single runs)", meets: nil,
+      baseline: "single runs")
+  ]
+}
+
 /// 4. Next-runnable lookup with many pending tasks, some blocked.
 func lookups(_ sizes: Sizes) async throws -> [Figure] {
   let fp = scratchPath("w4f")

@@ -213,7 +213,8 @@ Task.detached {
     let workloads: [(Int, @Sendable () async throws -> [Figure])] = [
       (1, { try await sequentialAdds(sizes, recordSize: recordSize) }),
       (2, { try await concurrentAdds(sizes, recordSize: recordSize) }),
-      (3, { try await runLoop(sizes) }), (3, { try await passWithOneRunnable(sizes) }),
+      (3, { try await runLoop(sizes) }), (3, { try await batchedRunLoop(sizes) }),
+      (3, { try await passWithOneRunnable(sizes) }),
       (4, { try await lookups(sizes) }), (4, { try await dueRetryLookups(sizes) }),
       (4, { try await delayedLookups(sizes) }),
       (5, { try await rebuildAndOpen(sizes) }),

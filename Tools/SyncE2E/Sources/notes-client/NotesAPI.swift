@@ -37,11 +37,12 @@ struct NotesAPI: Sendable {
     self.session = URLSession(configuration: configuration)
   }
 
-  func send(_ method: String, _ path: String, body: some Encodable, idempotencyKey: String) async throws -> Answer {
+  func send(_ method: String, _ path: String, body: some Encodable, idempotencyKey: String?) async throws -> Answer {
     var request = URLRequest(url: base.appendingPathComponent(path))
     request.httpMethod = method
     request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-    request.setValue(idempotencyKey, forHTTPHeaderField: "Idempotency-Key")
+    // A batch carries a key per change in its body instead.
+    if let idempotencyKey { request.setValue(idempotencyKey, forHTTPHeaderField: "Idempotency-Key") }
     request.httpBody = try JSONEncoder().encode(body)
     return try await perform(request)
   }

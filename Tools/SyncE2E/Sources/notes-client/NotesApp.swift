@@ -73,7 +73,7 @@ final class NotesApp: Sendable {
   static let retry = RetryPolicy(
     maxAttempts: 10_000, initialDelay: .milliseconds(50), multiplier: 2, maxDelay: .seconds(1), jitter: 0.2)
 
-  init(home: String, server: URL, networkDirectory: String, concurrency: Int) async throws {
+  init(home: String, server: URL, networkDirectory: String, concurrency: Int, batch: Int = 0) async throws {
     self.home = home
     try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
     store = try await FerryStore.open(at: home + "/store")
@@ -88,6 +88,89 @@ final class NotesApp: Sendable {
     configuration.deadOwnerCheckInterval = .milliseconds(500)
     runner = TaskRunner(queue: store.queue, configuration: configuration)
     register()
+    if batch > 0 { registerBatched(size: batch) }
+  }
+
+  /// Both tags batched: each call sends its changes in one `POST /batch`, which applies them in
+  /// order and stops a note's changes at the first that is not applied — as Ferry gives back the
+  /// rest of a group after its first change that did not succeed.
+  private func registerBatched(size: Int) {
+    let api = api
+    let connectivity = connectivity
+    let queue = store.queue
+    for tag in [Tags.create, Tags.edit] {
+      runner.register(tag: tag, batchSize: size, timeLimit: .seconds(15)) { tasks in
+        guard connectivity.isOnline else { return Self.all(tasks, .deferred("offline")) }
+        var results: [TaskID: TaskResult] = [:]
+        var items: [BatchItem] = []
+        var sent: [RunningTask] = []
+        var stopped = Set<String>()
+        for task in tasks {
+          let group = task.groupId ?? ""
+          if stopped.contains(group) { continue }  // never sent ahead of its group's earlier change
+          if tag == Tags.create {
+            let note = try task.payload(as: CreatePayload.self)
+            items.append(
+              BatchItem(
+                key: task.idempotencyKey, group: group, method: "POST", path: "/notes",
+                body: ChangeFields(title: note.title, body: note.body, revision: nil)))
+          } else {
+            let edit = try task.payload(as: EditPayload.self)
+            guard let output = try queue.output(dataId: edit.localId, tag: Tags.create) else {
+              results[task.id] = .failed("note \(edit.localId) has no server id yet (its create has not succeeded)")
+              stopped.insert(group)
+              continue
+            }
+            let serverId = try output.decode(as: CreateOutput.self).serverId
+            items.append(
+              BatchItem(
+                key: task.idempotencyKey, group: group, method: "PUT", path: "/notes/\(serverId)",
+                body: ChangeFields(title: edit.title, body: edit.body, revision: edit.revision)))
+          }
+          sent.append(task)
+        }
+        if items.isEmpty { return results }
+        switch try await api.send("POST", "batch", body: BatchRequest(items: items), idempotencyKey: nil) {
+        case .ok(let data):
+          guard let answer = try? JSONDecoder().decode(BatchAnswer.self, from: data), answer.results.count == sent.count
+          else { return Self.all(sent, .failed("the server's answer to a batch does not match it"), into: results) }
+          for (task, item) in zip(sent, answer.results) {
+            guard (200..<300).contains(item.status) else {
+              let message = (try? JSONDecoder().decode([String: String].self, from: Data(item.body.utf8)))?["error"]
+              // 409: not applied because an earlier change of its note was not: try it again later.
+              results[task.id] =
+                item.status == 409 ? .failed(message ?? "not applied") : Self.result(status: item.status, message: message ?? item.body)
+              continue
+            }
+            if tag == Tags.create {
+              guard let created = try? JSONDecoder().decode(CreatedBody.self, from: Data(item.body.utf8)) else {
+                results[task.id] = .failed("a batch's create answer has no id: \(item.body.prefix(200))")
+                continue
+              }
+              results[task.id] = .succeeded(
+                output: try TaskOutput(CreateOutput(serverId: created.id)), invalidating: ["notes"])
+            } else {
+              results[task.id] = .succeeded(invalidating: ["notes"])
+            }
+          }
+          return results
+        case .status(let status, let message):
+          return Self.all(sent, Self.result(status: status, message: message), into: results)
+        case .unreachable(let message):
+          return Self.all(
+            sent, connectivity.isOnline ? .failed("server unreachable: \(message)") : .deferred("offline"), into: results)
+        }
+      }
+    }
+  }
+
+  /// `results` with `outcome` for every task of `tasks`.
+  static func all(
+    _ tasks: [RunningTask], _ outcome: TaskResult, into results: [TaskID: TaskResult] = [:]
+  ) -> [TaskID: TaskResult] {
+    var results = results
+    for task in tasks { results[task.id] = outcome }
+    return results
   }
 
   private func register() {
@@ -311,6 +394,34 @@ final class NotesApp: Sendable {
 struct CreateBody: Encodable {
   var title: String
   var body: String
+}
+
+/// One change of a `POST /batch`.
+struct BatchItem: Encodable {
+  var key: String
+  var group: String
+  var method: String
+  var path: String
+  var body: ChangeFields
+}
+
+struct ChangeFields: Encodable {
+  var title: String
+  var body: String
+  var revision: Int?
+}
+
+struct BatchRequest: Encodable {
+  var items: [BatchItem]
+}
+
+/// The server's answer to each change of a batch, in order.
+struct BatchAnswer: Decodable {
+  struct Item: Decodable {
+    var status: Int
+    var body: String
+  }
+  var results: [Item]
 }
 
 struct EditBody: Encodable {

@@ -3,6 +3,7 @@
 // and started again.
 //
 //   notes-client --home DIR --server http://127.0.0.1:PORT --net DIR COMMAND
+//   [--batch N]                       send changes N at a time (POST /batch)
 //     create LOCALID TITLE [BODY]   queue a new note (LOCALID: the app's own id for it)
 //     edit LOCALID TITLE BODY       queue an edit (the note's next revision)
 //     sync [--for SECONDS]          run the queue until nothing can run by itself, or time is up
@@ -21,6 +22,8 @@ struct Invocation {
   var server = "http://127.0.0.1:8080"
   var network = ""
   var concurrency = 4
+  /// 0: one request a change; N: changes go N at a time to `POST /batch`.
+  var batch = 0
   var command: [String] = []
 }
 
@@ -37,6 +40,10 @@ func parse(_ arguments: [String]) throws -> Invocation {
     case "--home": invocation.home = try value(first)
     case "--server": invocation.server = try value(first)
     case "--net": invocation.network = try value(first)
+    case "--batch":
+      let v = try value(first)
+      guard let n = Int(v), n >= 0 else { throw ClientError.usage("--batch \(v)") }
+      invocation.batch = n
     case "--concurrency":
       let v = try value(first)
       guard let n = Int(v), n >= 1 else { throw ClientError.usage("--concurrency \(v)") }
@@ -98,7 +105,7 @@ func run(_ invocation: Invocation) async throws -> Int32 {
   guard let verb = command.first else { throw ClientError.usage("no command") }
   let app = try await NotesApp(
     home: invocation.home, server: server, networkDirectory: invocation.network,
-    concurrency: invocation.concurrency)
+    concurrency: invocation.concurrency, batch: invocation.batch)
   defer { app.store.close() }
   switch (verb, command.count) {
   case ("create", 3), ("create", 4):

@@ -229,6 +229,30 @@ actor NotesBook {
       : Answer(status: stored.status, body: stored.body, delay: true)
   }
 
+  /// `POST /batch`: the changes in order, each as its own request would be (deduplicated on its
+  /// key, recorded on its own line). A group stops at its first change that is not applied (a
+  /// status other than 2xx): its later changes are answered 409 and not looked at, so a note's
+  /// changes are never applied out of order. One delay, after the last.
+  func batch(_ items: [BatchItem]) throws -> (answers: [Answer], delay: Bool) {
+    var stopped = Set<String>()
+    var answers: [Answer] = []
+    var delay = false
+    for item in items {
+      if stopped.contains(item.group) {
+        answers.append(
+          Answer(status: 409, body: errorBody("not applied: an earlier change of its group was not"), delay: false))
+        continue
+      }
+      let body = try encoder.encode(item.body)
+      let noteId: String? = item.method == "PUT" ? String(item.path.dropFirst("/notes/".count)) : nil
+      let answer = try change(method: item.method, path: item.path, noteId: noteId, key: item.key, body: Array(body))
+      if !(200..<300).contains(answer.status) { stopped.insert(item.group) }
+      delay = delay || answer.delay
+      answers.append(answer)
+    }
+    return (answers, delay)
+  }
+
   private func refuse(_ method: String, _ path: String, _ key: String?, _ status: Int, _ message: String, note: Note?)
     throws -> Answer
   {
@@ -276,6 +300,28 @@ struct ChangeBody: Codable {
   var title: String
   var body: String
   var revision: Int?
+}
+
+/// One change of a `POST /batch`: what its own request would carry, and its group.
+struct BatchItem: Codable {
+  var key: String
+  var group: String
+  var method: String
+  var path: String
+  var body: ChangeBody
+}
+
+struct BatchBody: Codable {
+  var items: [BatchItem]
+}
+
+struct BatchResult: Codable {
+  var status: Int
+  var body: String
+}
+
+struct BatchAnswer: Codable {
+  var results: [BatchResult]
 }
 
 struct Created: Codable {

@@ -8,6 +8,8 @@
 //   POST /notes         {title, body}            → 201 {id}
 //   PUT  /notes/{id}    {title, body, revision}  → 200 {id, title, body, revision}
 //   GET  /notes                                  → 200 {notes: [...]}
+//   POST /batch         {items: [{key, group, method, path, body}]} → 200 {results: [{status, body}]}
+//                       (in order; a group stops at its first change not applied: 409 for the rest)
 //   POST /control       {failRate, failAfterApplyShare, delayMs, badMarker} → the settings
 import Foundation
 import HTTPTypes
@@ -137,6 +139,23 @@ router.put("notes/:id") { request, context -> Response in
     return Response(status: .badRequest)
   }
   return await change(book, request, noteId: id)
+}
+router.post("batch") { request, _ -> Response in
+  var request = request
+  do {
+    let body = try await request.collectBody(upTo: 1 << 22)
+    guard let decoded = try? JSONDecoder().decode(BatchBody.self, from: Data(body.readableBytesView)) else {
+      return respond(.init(status: 400, body: #"{"error":"the body is not {items: [...]}"}"#, delay: false))
+    }
+    let (answers, delay) = try await book.batch(decoded.items)
+    let delayMs = await book.faults.delayMs
+    if delay && delayMs > 0 { try? await Task.sleep(for: .milliseconds(delayMs)) }
+    let results = BatchAnswer(results: answers.map { BatchResult(status: $0.status, body: $0.body) })
+    let encoded = try JSONEncoder().encode(results)
+    return respond(.init(status: 200, body: String(decoding: encoded, as: UTF8.self), delay: false))
+  } catch {
+    return failure(error)
+  }
 }
 router.post("control") { request, _ -> Response in
   var request = request
