@@ -495,8 +495,9 @@ def build_task_vectors():
 
 def build_schedule_vectors(ts, event_id):
     """Schema version 3 of task.added (Specs/task-events.md 2.6): startAt i64? and interval i64?
-    appended to version 2. The version 2 record of task-004 with the payload its upcaster must
-    produce (no start, no interval), and version 3 records as Ferry must encode them."""
+    appended to version 2, and of task.runStarted (2.7): batch u64? appended to version 2. The
+    version 2 records with the payloads their upcasters must produce, and version 3 records as
+    Ferry must encode them."""
     task_payload = b'{"id":7}'
     base = (payload_string("save-note") + struct.pack(">I", len(task_payload)) + task_payload
             + payload_optional_string("note-7") + payload_optional_string("notes")
@@ -507,7 +508,27 @@ def build_schedule_vectors(ts, event_id):
     added_start = base + b"\x00" + b"\x00" + b"\x01" + struct.pack(">q", start) + b"\x00"
     added_every = (base + b"\x00" + b"\x00" + b"\x01" + struct.pack(">q", start)
                    + b"\x01" + struct.pack(">q", interval))
+    owner = "1f2e-00112233aabbccdd"
+    started_v2 = (struct.pack(">Q", 42) + struct.pack(">I", 3) + payload_string(owner) + struct.pack(">I", 7))
+    started_batch = started_v2 + b"\x01" + struct.pack(">Q", 40)
     return [
+        ("upcast-007-task-runStarted-v2", {
+            "description": "task.runStarted at schema version 2 (the claim of task-001: taskId 42, attempt 3, "
+                           "owner \"1f2e-00112233aabbccdd\", runner 7). Version 3 adds batch (u64?, the first "
+                           "task of the batch the run was claimed in); the upcaster appends an absent one "
+                           "(presence byte 0): a run on its own.",
+            "sequence": 65, "hex": encode("task.runStarted", 2, ts, event_id, started_v2, sequence=65).hex(),
+            "type": "task.runStarted", "storedSchemaVersion": 2, "timestamp": ts, "eventId": event_id.hex(),
+            "v2PayloadHex": started_v2.hex(), "upcastSchemaVersion": 3,
+            "upcastPayloadHex": (started_v2 + b"\x00").hex(),
+        }),
+        ("task-011-runStarted-v3-batch", {
+            "description": "task.runStarted at schema version 3: the same claim, made in the batch whose "
+                           "first task is 40.",
+            "sequence": 66, "hex": encode("task.runStarted", 3, ts, event_id, started_batch, sequence=66).hex(),
+            "type": "task.runStarted", "schemaVersion": 3, "timestamp": ts, "eventId": event_id.hex(),
+            "payloadHex": started_batch.hex(),
+        }),
         ("upcast-006-task-added-v2", {
             "description": "task.added at schema version 2 (the add of task-004: priority 1, deadline "
                            "1768467660123). Version 3 adds startAt (i64?) and interval (i64?); the upcaster "

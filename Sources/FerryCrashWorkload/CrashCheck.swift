@@ -179,7 +179,7 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
     case .added(_, _, _, let groupId, _, _, _, _, _):
       present.insert(event.sequence)
       if let groupId { groupOf[event.sequence] = groupId }
-    case .runStarted(let id, _, let owner, _) where present.contains(id):
+    case .runStarted(let id, _, let owner, _, _) where present.contains(id):
       if let other = open[id] {
         violations.append("task \(id) claimed at \(event.sequence) by \(owner) while \(other)'s run was under way")
       }

@@ -517,7 +517,7 @@ struct ReplacementTracker {
         self.identity = nil
         return task
       }
-    case .runStarted(let id, _, _, _) where id == task: running = true
+    case .runStarted(let id, _, _, _, _) where id == task: running = true
     case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
       running = false
     case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false

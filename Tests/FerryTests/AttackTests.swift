@@ -32,7 +32,7 @@ func attackRuns(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
   try log.forEachEvent { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
-    case .runStarted(let id, _, _, _): runs[id, default: (0, 0, 0, 0)].starts += 1
+    case .runStarted(let id, _, _, _, _): runs[id, default: (0, 0, 0, 0)].starts += 1
     case .runSucceeded(let id, _):
       runs[id, default: (0, 0, 0, 0)].successes += 1
       runs[id, default: (0, 0, 0, 0)].finishes += 1

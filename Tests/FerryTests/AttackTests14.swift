@@ -122,7 +122,7 @@ import Testing
 
       #expect(report.end == .deadline)
       let starts = try store.log.forEachTaskEvent().filter {
-        if case .runStarted(id, _, _, _) = $0.1 { return true }
+        if case .runStarted(id, _, _, _, _) = $0.1 { return true }
         return false
       }
       #expect(starts.isEmpty, "a run of \(id) started after the window's deadline")

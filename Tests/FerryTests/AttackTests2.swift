@@ -16,7 +16,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
   try log.forEachEvent { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
-    case .runStarted(let id, _, let owner, _): timeline[id, default: []].append(("S", owner))
+    case .runStarted(let id, _, let owner, _, _): timeline[id, default: []].append(("S", owner))
     case .runSucceeded(let id, _): timeline[id, default: []].append(("F", "ok"))
     case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true): timeline[id, default: []].append(("F", ""))
     case .runInterrupted(let id): timeline[id, default: []].append(("I", ""))

@@ -19,7 +19,7 @@ private func history(_ log: EventLog) throws -> [TaskID: [String]] {
   var said: [TaskID: [String]] = [:]
   for (_, event) in try taskEvents(log) {
     switch event {
-    case .runStarted(let id, _, _, _): said[id, default: []].append("started")
+    case .runStarted(let id, _, _, _, _): said[id, default: []].append("started")
     case .runSucceeded(let id, _): said[id, default: []].append("succeeded")
     case .runFailed(let id, _, _, _): said[id, default: []].append("failed")
     case .runInterrupted(let id): said[id, default: []].append("interrupted")

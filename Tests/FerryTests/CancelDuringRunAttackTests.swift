@@ -208,7 +208,7 @@ import Testing
         }
         if let groupId { groupOf[sequence] = groupId }
         queued.insert(sequence)
-      case .runStarted(let id, _, _, _):
+      case .runStarted(let id, _, _, _, _):
         if let (at, why) = ended[id] { violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)") }
         if open.contains(id) { violations.append("task \(id) started at \(sequence) while a run of it was under way") }
         open.insert(id)

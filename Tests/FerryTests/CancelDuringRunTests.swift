@@ -14,7 +14,7 @@ import Testing
   static func order(_ store: FerryStore, _ names: [TaskID: String]) throws -> [String] {
     try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
-      case .runStarted(let id, _, _, _): return names[id].map { "start \($0)" }
+      case .runStarted(let id, _, _, _, _): return names[id].map { "start \($0)" }
       case .runSucceeded(let id, _): return names[id].map { "end \($0)" }
       case .runFailed(let id, _, _, _): return names[id].map { "fail \($0)" }
       default: return nil
@@ -215,7 +215,7 @@ import Testing
     #expect(order == (killed ? ["start head", "start next", "end next"] : ["start head", "end head", "start next", "end next"]))
     let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
-      case .runStarted(head, _, _, _): return "start"
+      case .runStarted(head, _, _, _, _): return "start"
       case .cancelled(head): return "cancelled"
       case .runInterrupted(head): return "interrupted"
       case .runSucceeded(head, _): return "succeeded"

@@ -13,7 +13,7 @@ import Testing
   /// The `task.runStarted` events in the log (read back, not counted by the code under test).
   static func starts(_ queue: TaskQueue) throws -> [TaskID] {
     try queue.log.events(after: 0, limit: 100_000).compactMap { event in
-      guard event.type == "task.runStarted", case .runStarted(let id, _, _, _) = try TaskEvent(event) else { return nil }
+      guard event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event) else { return nil }
       return id
     }
   }

@@ -55,7 +55,7 @@ enum Work: String, Sendable {
       var starts: [TaskID: Int] = [:]
       var successes: [TaskID: Int] = [:]
       for (_, event) in events {
-        if case .runStarted(let id, _, _, _) = event { starts[id, default: 0] += 1 }
+        if case .runStarted(let id, _, _, _, _) = event { starts[id, default: 0] += 1 }
         if case .runSucceeded(let id, _) = event { successes[id, default: 0] += 1 }
       }
       #expect(Set(starts.keys) == Set(saves))

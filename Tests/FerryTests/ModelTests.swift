@@ -418,7 +418,7 @@ func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunRepor
   try log.forEachEvent(from: before + 1) { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
-    case .runStarted(let id, _, let owner, let runner):
+    case .runStarted(let id, _, let owner, let runner, _):
       #expect(open[id] == nil, "task \(id) claimed twice at once in \(commands)")
       open[id] = "\(owner)/\(runner)"
       runs[id, default: 0] += 1

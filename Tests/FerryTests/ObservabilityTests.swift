@@ -368,7 +368,7 @@ func countsInTheLog(_ log: EventLog) throws -> [String: Int64] {
     case .added(let tag, _, _, _, _, _, _, _, _):
       tags[logged.sequence] = tag
       count("ferry_tasks_added_total", tag)
-    case .runStarted(let id, _, _, _): count("ferry_runs_started_total", tags[id])
+    case .runStarted(let id, _, _, _, _): count("ferry_runs_started_total", tags[id])
     case .runSucceeded(let id, _): count("ferry_runs_succeeded_total", tags[id])
     case .runFailed(let id, _, let retryable, let next):
       count("ferry_runs_failed_total", tags[id], retryable: retryable)

@@ -87,7 +87,7 @@ import Testing
       guard TaskEvent.typeSet.contains(event.type) else { return }
       switch try TaskEvent(event) {
       case .cancelled(let id): cancelled.insert(id)
-      case .runStarted(let id, _, _, _), .runSucceeded(let id, _), .revived(let id), .errorResolved(let id):
+      case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .revived(let id), .errorResolved(let id):
         if cancelled.contains(id) { afterCancel.append("\(event.type) of task \(id) at \(event.sequence)") }
       default: break
       }

@@ -126,7 +126,7 @@ struct RunLedger {
       switch try TaskEvent(event) {
       case .added:
         tasks[event.sequence] = Runs()
-      case .runStarted(let id, _, let owner, _):
+      case .runStarted(let id, _, let owner, _, _):
         if let other = open[id] {
           violations.append("task \(id) claimed at \(event.sequence) while \(other)'s run was under way")
         }

@@ -257,7 +257,7 @@ struct Failing: Encodable {
           groupId: n % 3 == 0 ? nil : "g", manual: n % 5 == 0, unique: [.append, .keep, .replace][n % 3],
           priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil,
           schedule: AddSchedule(startAt: n % 3 == 1 ? Int64(n) * 7 : nil, interval: n % 5 == 2 ? Int64(n) + 1 : nil)),
-        .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2)),
+        .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2), batch: n % 3 == 0 ? id - 1 : nil),
         .runSucceeded(id),
         .runSucceeded(
           id, details: SuccessDetails(output: n % 2 == 0 ? bytes : nil, invalidates: n % 3 == 0 ? [] : text + ["k"])),

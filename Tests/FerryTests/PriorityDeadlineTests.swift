@@ -37,7 +37,7 @@ import Testing
   static func starts(_ log: EventLog) throws -> [TaskID] {
     var ids: [TaskID] = []
     try log.forEachEvent { event in
-      if event.type == "task.runStarted", case .runStarted(let id, _, _, _) = try TaskEvent(event) { ids.append(id) }
+      if event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event) { ids.append(id) }
     }
     return ids
   }

@@ -43,7 +43,7 @@ import Testing
     var result: [TaskID: (starts: Int, succeeded: Int)] = [:]
     for (_, event) in try log.forEachTaskEvent() {
       switch event {
-      case .runStarted(let id, _, _, _): result[id, default: (0, 0)].starts += 1
+      case .runStarted(let id, _, _, _, _): result[id, default: (0, 0)].starts += 1
       case .runSucceeded(let id, _): result[id, default: (0, 0)].succeeded += 1
       default: break
       }
@@ -238,7 +238,7 @@ import Testing
     for (record, event) in events {
       switch event {
       case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[record.sequence] = (dataId, unique)
-      case .runStarted(let id, _, _, _): starts[id, default: 0] += 1
+      case .runStarted(let id, _, _, _, _): starts[id, default: 0] += 1
       case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break
       }
@@ -312,7 +312,7 @@ import Testing
     #expect(seen.contains(.cancelled(id)))
     let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
-      case .runStarted(id, _, _, _): return "start"
+      case .runStarted(id, _, _, _, _): return "start"
       case .runSucceeded(id, _): return "succeeded"
       case .cancelled(id): return "cancelled"
       case .payloadUpdated(id, _): return "updated"

@@ -216,7 +216,7 @@ import Testing
       var ended = Set<TaskID>()
       for (event, decoded) in events where event.sequence < at {
         switch decoded {
-        case .runStarted(let id, _, _, _): open.insert(id)
+        case .runStarted(let id, _, _, _, _): open.insert(id)
         case .runSucceeded(let id, _):
           open.remove(id)
           ended.insert(id)
@@ -230,7 +230,7 @@ import Testing
       #expect(report.running.allSatisfy { started.all.contains("\($0)") })
       // No cancelled task runs after its cancel; the running ones finished as usual.
       for (event, decoded) in events where event.sequence > at {
-        if case .runStarted(let id, _, _, _) = decoded {
+        if case .runStarted(let id, _, _, _, _) = decoded {
           #expect(!report.cancelled.contains(id), "task \(id) ran after it was cancelled")
         }
       }
@@ -280,7 +280,7 @@ import Testing
       }
       #expect(cancelled == rest)
       for (event, decoded) in try store.log.forEachTaskEvent() {
-        if case .runStarted(let id, _, _, _) = decoded { #expect(!rest.contains(id), "at \(event.sequence)") }
+        if case .runStarted(let id, _, _, _, _) = decoded { #expect(!rest.contains(id), "at \(event.sequence)") }
       }
       #expect(try queue.pendingTasks().isEmpty)
       try expectConsistent(queue)

@@ -11,7 +11,7 @@ import Testing
 func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
   var times: [Int64] = []
   try log.forEachEvent { event in
-    guard event.type == "task.runStarted", case .runStarted(let started, _, _, _) = try TaskEvent(event),
+    guard event.type == "task.runStarted", case .runStarted(let started, _, _, _, _) = try TaskEvent(event),
       started == id
     else { return }
     times.append(event.timestamp)

@@ -52,6 +52,8 @@ import Testing
     ("upcast-004-task-added-v1", Self.noteAdd(priority: 0, deadline: nil)),
     ("upcast-005-task-runSucceeded-v1", TaskEvent.runSucceeded(42)),
     ("upcast-006-task-added-v2", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
+    ("upcast-007-task-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
+    ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
     // Records of version 2 that were current once: they read as version 3 now.
     ("task-004-added-v2-high-deadline", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
     ("task-005-added-v2-low", Self.noteAdd(priority: -1, deadline: nil)),
@@ -73,7 +75,10 @@ import Testing
   }
 
   @Test(arguments: [
-    ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
+    (
+      "task-011-runStarted-v3-batch",
+      TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7, batch: 40)
+    ),
     ("task-002-errorRecorded-v2", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: false)),
     ("task-003-payloadUpdated", TaskEvent.payloadUpdated(42, payload: Array(#"{"item":"oat milk"}"#.utf8))),
     ("task-006-expired", TaskEvent.expired(42)),

@@ -418,7 +418,7 @@ func runner(
       try await Task.sleep(for: .milliseconds(50))
       #expect(try queue.task(held)?.status == .ready)
       let startedHeld = try store.log.forEachTaskEvent().contains {
-        if case .runStarted(let id, _, _, _) = $0.1 { return id == held }
+        if case .runStarted(let id, _, _, _, _) = $0.1 { return id == held }
         return false
       }
       #expect(!startedHeld, "a task added after pause() was started by the automatic pass")

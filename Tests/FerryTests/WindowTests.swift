@@ -28,7 +28,7 @@ struct LoggedRuns: Equatable {
     var runs: [TaskID: LoggedRuns] = [:]
     for (_, event) in try log.forEachTaskEvent() {
       switch event {
-      case .runStarted(let id, _, _, _): runs[id, default: LoggedRuns()].starts += 1
+      case .runStarted(let id, _, _, _, _): runs[id, default: LoggedRuns()].starts += 1
       case .runSucceeded(let id, _): runs[id, default: LoggedRuns()].succeeded += 1
       case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
         runs[id, default: LoggedRuns()].failed += 1

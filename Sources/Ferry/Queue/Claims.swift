@@ -110,7 +110,7 @@ enum ClaimSearch {
       return nil
     }
     if needsCheck { return .check(row.task(id: id)) }
-    return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+    return .claimed(try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
   }
 
   /// The new head of a group whose task this pass just finished successfully, when the pass's
@@ -306,7 +306,7 @@ enum ClaimSearch {
     if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }
     guard let needsCheck = handlers.tags[row.tag] else { return .skip(.noHandler) }
     if needsCheck && !checked { return .check(row.task(id: id)) }
-    return .claimed(try claim(id, row, context, owner: owner, runner: runner))
+    return .claimed(try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
   }
 
   /// The batch a batched tag's claim `first` leads (`Specs/task-events.md` §4.5), claimed in the
@@ -342,7 +342,7 @@ enum ClaimSearch {
           return false
         }
         guard let id = next, let row = try queue.row(id), fits(id, row) else { return }
-        members.append(try claim(id, row, context, owner: owner, runner: runner))
+        members.append(try claim(id, row, context, owner: owner, runner: runner, batch: first.task.id))
         after = id
       }
     }
@@ -363,7 +363,7 @@ enum ClaimSearch {
     for id in ids where members.count < size {
       guard !handlers.unhandled.contains(id), let row = try queue.row(id), fits(id, row) else { continue }
       if let group = row.groupId, pass.isFailed(group) { continue }
-      members.append(try claim(id, row, context, owner: owner, runner: runner))
+      members.append(try claim(id, row, context, owner: owner, runner: runner, batch: first.task.id))
       if let group = row.groupId { try addFollowers(of: id, group: group) }
     }
     return members
@@ -371,14 +371,19 @@ enum ClaimSearch {
 
   /// Logs the claim and returns the run with its payload — the latest payload update's, else the
   /// add's — read here, in the same transaction.
+  /// `batch`: the first task of the batch it is claimed in (a batched tag's run; its own id for
+  /// the first), which `ferry log` shows.
   static func claim(
-    _ id: TaskID, _ row: TaskRow, _ context: CommandContext, owner: String, runner: UInt32
+    _ id: TaskID, _ row: TaskRow, _ context: CommandContext, owner: String, runner: UInt32,
+    batch: TaskID? = nil
   ) throws -> ClaimedRun {
     let source = try QueueCommand.tables(context).payloadSource(id)
     let payload = try TaskQueue.payload(of: id, at: source) { try context.event(at: $0) }
     let attempt = row.attempts &+ 1
     let claim = TaskRow.Claim(owner: owner, runner: runner, attempt: attempt)
-    try context.append([TaskEvent.runStarted(id, attempt: attempt, owner: owner, runner: runner).newEvent])
+    try context.append([
+      TaskEvent.runStarted(id, attempt: attempt, owner: owner, runner: runner, batch: batch).newEvent
+    ])
     var claimed = row
     claimed.status = .running
     claimed.attempts = attempt

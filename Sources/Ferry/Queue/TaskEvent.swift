@@ -2,7 +2,7 @@ import FerryLog
 import Foundation
 
 /// The events of the task queue, as `Specs/task-events.md` specifies them (schema version 1, 2 for
-/// `task.runStarted`, `task.errorRecorded` and `task.runSucceeded`, and 3 for `task.added`).
+/// `task.errorRecorded` and `task.runSucceeded`, and 3 for `task.added` and `task.runStarted`).
 package enum TaskEvent: Equatable, Sendable {
   /// `priority`: larger runs first (0 normal); `deadline`: Unix ms after which no run starts;
   /// `schedule`: when its first run may start, and the interval it repeats at.
@@ -11,7 +11,8 @@ package enum TaskEvent: Equatable, Sendable {
     priority: Int8 = 0, deadline: Int64? = nil, schedule: AddSchedule = .none)
   /// A claim: run number `attempt` of the task belongs to runner `runner` of owner `owner` (a
   /// process's liveness token, ``RunOwner``; empty in events logged before owners existed).
-  case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32)
+  /// `batch`: the first task of the batch it was claimed in, for a batched handler's run (version 3).
+  case runStarted(TaskID, attempt: UInt32, owner: String, runner: UInt32, batch: TaskID? = nil)
   /// A success; version 2 carries what the handler returned with it (``TaskResult/succeeded(output:invalidating:)``).
   case runSucceeded(TaskID, details: SuccessDetails = .none)
   /// The handler said "not now" (``TaskResult/deferred(_:)``), or its retryable failure came while
@@ -43,7 +44,7 @@ package enum TaskEvent: Equatable, Sendable {
 
   /// The current schema version of each type that has more than version 1.
   static let schemaVersions: [String: UInt16] = [
-    "task.added": 3, "task.runStarted": 2, "task.errorRecorded": 2, "task.runSucceeded": 2,
+    "task.added": 3, "task.runStarted": 3, "task.errorRecorded": 2, "task.runSucceeded": 2,
   ]
 
   /// The upcasters of the types past version 1, by the version each reads (`v` → `v + 1`).
@@ -55,7 +56,11 @@ package enum TaskEvent: Equatable, Sendable {
       2: { v2 in extended(v2, zeros: 2) },
     ],
     // v1 had no owner: an empty owner (never alive) and runner 0.
-    "task.runStarted": [1: { v1 in extended(v1, zeros: 8) }],
+    "task.runStarted": [
+      1: { v1 in extended(v1, zeros: 8) },
+      // v2 had no batch: a run on its own (an absent optional).
+      2: { v2 in extended(v2, zeros: 1) },
+    ],
     // v1 was only ever logged as a run's outcome by the runner (the old projection took the task
     // out of `running`), so it ends the run.
     "task.errorRecorded": [1: { v1 in extended(v1, zeros: 0, then: 1) }],
@@ -105,7 +110,7 @@ package enum TaskEvent: Equatable, Sendable {
       size =
         FieldWriter.size(tag) + 4 + payload.count + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 3
         + FieldWriter.size(deadline) + FieldWriter.size(schedule.startAt) + FieldWriter.size(schedule.interval)
-    case .runStarted(_, _, let owner, _): size = 16 + FieldWriter.size(owner)
+    case .runStarted(_, _, let owner, _, let batch): size = 16 + FieldWriter.size(owner) + FieldWriter.size(batch)
     case .runFailed(_, let message, _, let next): size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
     case .errorRecorded(_, let message, _): size = 9 + FieldWriter.size(message)
     case .payloadUpdated(_, let payload): size = 12 + payload.count
@@ -136,11 +141,12 @@ package enum TaskEvent: Equatable, Sendable {
       writer.write(deadline)
       writer.write(schedule.startAt)
       writer.write(schedule.interval)
-    case .runStarted(let id, let attempt, let owner, let runner):
+    case .runStarted(let id, let attempt, let owner, let runner, let batch):
       writer.write(id)
       writer.write(attempt)
       writer.write(owner)
       writer.write(runner)
+      writer.write(batch)
     case .runFailed(let id, let message, let retryable, let next):
       writer.write(id)
       writer.write(message)
@@ -182,7 +188,7 @@ package enum TaskEvent: Equatable, Sendable {
   var historyKind: TaskHistoryEntry.Kind {
     switch self {
     case .added: return .added
-    case .runStarted(_, let attempt, _, _): return .runStarted(attempt: attempt)
+    case .runStarted(_, let attempt, _, _, _): return .runStarted(attempt: attempt)
     case .runSucceeded: return .runSucceeded
     case .runDeferred(_, let reason): return .runDeferred(reason: reason)
     case .runFailed(_, let message, _, let next):
@@ -210,7 +216,7 @@ package enum TaskEvent: Equatable, Sendable {
   func updates(sequence: UInt64) -> [TaskUpdate] {
     switch self {
     case .added: return [.added(sequence)]
-    case .runStarted(let id, let attempt, _, _): return [.running(id, attempt: attempt)]
+    case .runStarted(let id, let attempt, _, _, _): return [.running(id, attempt: attempt)]
     case .runSucceeded(let id, _): return [.succeeded(id)]
     case .runDeferred(let id, let reason): return [.deferred(id, reason: reason)]
     case .runFailed(let id, let message, _, let next):
@@ -282,7 +288,8 @@ package enum TaskEvent: Equatable, Sendable {
       case "task.runStarted":
         decoded = .runStarted(
           try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
-          owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"))
+          owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"),
+          batch: try reader.readOptional(UInt64.self, "batch"))
       case "task.runSucceeded":
         let id = try reader.read(UInt64.self, "taskId")
         var details = SuccessDetails.none

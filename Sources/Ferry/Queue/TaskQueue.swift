@@ -511,7 +511,7 @@ public final class TaskQueue: Sendable {
         } else {
           about = nil
         }
-      case .runStarted(let task, _, _, _), .runSucceeded(let task, _), .runFailed(let task, _, _, _),
+      case .runStarted(let task, _, _, _, _), .runSucceeded(let task, _), .runFailed(let task, _, _, _),
         .runInterrupted(let task), .runDeferred(let task, _),
         .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
         .payloadUpdated(let task, _), .expired(let task):

@@ -72,7 +72,7 @@ struct TaskQueueProjection: InPlaceFolding {
         try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
       }
       try queue.index(id, row)
-    case .runStarted(let id, let attempt, let owner, let runner):
+    case .runStarted(let id, let attempt, let owner, let runner, _):
       // Only a task that may run starts: one blocked, dead or claimed meanwhile stays as it is.
       // (The claim command decides this before logging; the fold says the same.)
       try queue.update(id) { row in

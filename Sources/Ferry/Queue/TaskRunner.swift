@@ -465,6 +465,11 @@ public final class TaskRunner: Sendable {
     let generation: Int
     /// Tasks deferred by their last run here: passed over until their time.
     let deferred: DeferredTasks
+
+    /// The batch a claim of `id` leads: itself when its tag's handler is batched, else none.
+    func batchHead(_ id: TaskID, _ row: TaskRow) -> TaskID? {
+      batchSizes.isEmpty || batchSizes[row.tag] == nil ? nil : id
+    }
   }
 
   private var handlerInfo: HandlerInfo {

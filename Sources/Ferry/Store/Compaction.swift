@@ -133,7 +133,7 @@ struct RetentionPlan: Sendable {
     let task: TaskID
     switch decoded {
     case .added: task = event.sequence
-    case .runStarted(let id, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
+    case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
       .runInterrupted(let id), .runDeferred(let id, _), .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id),
       .revived(let id), .payloadUpdated(let id, _), .expired(let id):
       task = id
@@ -172,7 +172,7 @@ struct RetentionPlan: Sendable {
       let task: TaskID?
       switch decoded {
       case .added: task = event.sequence
-      case .runStarted(let id, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
+      case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
         .runInterrupted(let id), .runDeferred(let id, _),
         .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
         .payloadUpdated(let id, _), .expired(let id):

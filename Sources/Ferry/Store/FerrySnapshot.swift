@@ -127,11 +127,12 @@ public struct EventSummary: Sendable, Equatable {
         if let interval = schedule.interval { parts.append("repeats every \(TaskRunner.readable(milliseconds: interval))") }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
         text = parts.joined(separator: ", ")
-      case .runStarted(let id, let attempt, let owner, let runner):
+      case .runStarted(let id, let attempt, let owner, let runner, let batch):
         taskId = id
         text =
           "task \(id) run started (attempt \(attempt))"
           + (owner.isEmpty ? "" : " by runner \(runner) of owner \(owner)")
+          + (batch.map { $0 == id ? ", first of a batch" : ", in the batch of task \($0)" } ?? "")
       case .runSucceeded(let id, let details):
         taskId = id
         staleKeys = details.invalidates
