@@ -63,7 +63,9 @@ enum QueueCommand {
   }
 
   /// Cancels every queued task of a tag, or of a group, that has no run under way — one
-  /// `task.cancelled` each, in this one command — and names the tasks left because they run.
+  /// `task.cancelled` each, in this one command — and names the tasks left because they run. A
+  /// repeating task is cancelled even while it runs: left alone, its success would add the next
+  /// repetition, and the series the caller cancelled would go on (`Specs/task-events.md` §3.5).
   static func cancel(
     _ selection: TaskSelection, _ context: CommandContext
   ) throws -> CancelReport {
@@ -71,7 +73,7 @@ enum QueueCommand {
     var cancelled: [TaskID] = []
     var running: [TaskID] = []
     for (id, row) in try selected(selection, queue) {
-      if row.claim != nil { running.append(id) } else { cancelled.append(id) }
+      if row.claim != nil && row.interval == nil { running.append(id) } else { cancelled.append(id) }
     }
     try context.append(cancelled.map { TaskEvent.cancelled($0).newEvent })
     return CancelReport(cancelled: cancelled, running: running)

@@ -1,0 +1,114 @@
+import FerryLog
+import FerryTesting
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// The repeating tasks of the log still queued, by the log's adds and the queue's rows.
+private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
+  let queued = Set(try queue.pendingTasks().map(\.id))
+  return try repeatingAdds(queue.log).map(\.id).filter(queued.contains)
+}
+
+/// A hostile user of repeating tasks: cancels by tag or group while a repetition runs, revives a
+/// dead repetition after a launch restarted the series, compacts and rebuilds with series in
+/// flight. A series must never be doubled, lost or go on after it was cancelled (read from the log).
+@Suite(.timeLimit(.minutes(5))) struct PeriodicAttackTests {
+  /// `cancel(tag:)` and `cancel(group:)` are how an app stops "sync every minute". A repetition
+  /// that runs at that moment must not add the next one when it succeeds.
+  @Test(arguments: ["tag", "group"])
+  func aBulkCancelDuringARunEndsTheSeries(by selection: String) async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      let started = Gate()
+      let release = Gate()
+      let run = runner(queue)
+      run.register(tag: "sync") { _ in
+        started.open()
+        await release.wait()
+        return .succeeded
+      }
+      let id = try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), groupId: "mail", schedule: .every(.seconds(60)))
+      let pass = Task { try await run.run() }
+      await started.wait()
+      let report = try await selection == "tag" ? queue.cancel(tag: "sync") : queue.cancel(group: "mail")
+      #expect(report.cancelled == [id], "a repeating task is cancelled even while it runs")
+      #expect(report.running.isEmpty)
+      #expect(try queue.task(id) == nil)
+      release.open()
+      #expect(try await pass.value.outcome(of: id) == .succeeded)
+      #expect(try repeatingAdds(queue.log).map(\.id) == [id], "the success added no repetition")
+      #expect(try queue.pendingTasks().isEmpty)
+      fixture.time += 3_600_000
+      #expect(try await run.run().entries.isEmpty)
+      try expectConsistent(queue)
+    }
+  }
+
+  /// A task that repeats and one that does not, both of a tag, both running at a bulk cancel: the
+  /// one-off is left to its run as documented; the series ends.
+  @Test func aBulkCancelLeavesARunningOneOffAlone() async throws {
+    try await withStore { store, _, _ in
+      let queue = store.queue
+      let started = Atomic<Int>(0)
+      let release = Gate()
+      let run = runner(queue) { $0.maxConcurrentTasks = 2 }
+      run.register(tag: "sync") { _ in
+        started.add(1, ordering: .relaxed)
+        await release.wait()
+        return .succeeded
+      }
+      let series = try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+      let once = try await queue.add(tag: "sync", payload: Item(name: "now"))
+      let pass = Task { try await run.run() }
+      #expect(try await pollUntil { started.load(ordering: .relaxed) == 2 })
+      let report = try await queue.cancel(tag: "sync")
+      #expect(report.cancelled == [series])
+      #expect(report.running == [once])
+      release.open()
+      #expect(try await pass.value.succeeded == 2)
+      #expect(try queue.pendingTasks().isEmpty)
+      #expect(try repeatingAdds(queue.log).map(\.id) == [series])
+      try expectConsistent(queue)
+    }
+  }
+
+  /// Compaction and a rebuild while a series is in flight keep exactly its one queued repetition
+  /// with its start, and its payload as last updated.
+  @Test func compactionAndRebuildKeepTheQueuedRepetitionAndItsLatestPayload() async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      let seen = Mutex<[String]>([])
+      let run = runner(queue)
+      run.register(tag: "sync") { task in
+        let name = try task.payload(as: Item.self).name
+        seen.withLock { $0.append(name) }
+        return .succeeded
+      }
+      let first = try await queue.add(tag: "sync", payload: Item(name: "v1"), schedule: .every(.seconds(60)))
+      #expect(try await run.run().succeeded == 1)
+      let second = try #require(try queuedRepeating(queue).first)
+      try await queue.updatePayload(second, to: Item(name: "v2"))
+      fixture.time += 60_000
+      #expect(try await run.run().succeeded == 1)
+      let third = try #require(try queuedRepeating(queue).first)
+      #expect(try queue.payload(of: third, as: Item.self) == Item(name: "v2"))
+      fixture.time += 1
+      _ = try await store.compact(retention: .zero)
+      _ = try await store.log.rebuild()
+      #expect(try store.log.verify().isHealthy)
+      #expect(try queue.pendingTasks().map(\.id) == [third])
+      #expect(try queue.task(third)?.status == .scheduled(at: at(fixture.time - 1 + 60_000)))
+      #expect(try queue.payload(of: third, as: Item.self) == Item(name: "v2"))
+      #expect(try queue.task(first) == nil)
+      fixture.time += 60_000
+      #expect(try await run.run().succeeded == 1)
+      #expect(seen.withLock { $0 } == ["v1", "v2", "v2"])
+      try expectConsistent(queue)
+    }
+  }
+}
