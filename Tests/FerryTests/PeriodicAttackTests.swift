@@ -77,6 +77,41 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
     }
   }
 
+  /// The app registers its periodic sync at every launch with `keep`. A repetition dies; at the
+  /// next launch the dead twin keeps nothing out, so a new series starts; then the user revives
+  /// the dead one. Its success must not leave two series running side by side.
+  @Test func aRevivedDeadRepetitionDoesNotDoubleARestartedSeries() async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      func register() async throws -> TaskID {
+        try await queue.add(
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", unique: .keep, schedule: .every(.seconds(60)))
+      }
+      let refuse = Atomic<Bool>(true)
+      let run = runner(queue)
+      run.register(tag: "sync") { _ in
+        refuse.exchange(false, ordering: .relaxed) ? .failed("account locked", retryable: false) : .succeeded
+      }
+      let dead = try await register()
+      #expect(try await run.run().outcome(of: dead) == .failed("account locked", retryAt: nil))
+      let restarted = try await register()
+      #expect(restarted != dead, "a dead twin keeps nothing out")
+      #expect(try await run.run().outcome(of: restarted) == .succeeded)
+      try await queue.revive(dead)
+      #expect(try await run.run().outcome(of: dead) == .succeeded)
+      // Ten intervals: one run each, of one series.
+      for _ in 0..<10 {
+        fixture.time += 60_000
+        _ = try await run.run()
+        #expect(try queuedRepeating(queue).count == 1)
+      }
+      var starts = 0
+      try queue.log.forEachEvent { if $0.type == "task.runStarted" { starts += 1 } }
+      #expect(starts == 3 + 10, "two runs of the first, one of the restarted, then one per interval")
+      try expectConsistent(queue)
+    }
+  }
+
   /// Compaction and a rebuild while a series is in flight keep exactly its one queued repetition
   /// with its start, and its payload as last updated.
   @Test func compactionAndRebuildKeepTheQueuedRepetitionAndItsLatestPayload() async throws {

@@ -184,7 +184,8 @@ enum QueueCommand {
     _ id: TaskID, _ row: TaskRow, after outcome: [TaskEvent], now: Int64, _ context: CommandContext
   ) throws -> TaskEvent? {
     guard let interval = row.interval, row.isQueued,
-      outcome.contains(where: { if case .runSucceeded = $0 { true } else { false } })
+      outcome.contains(where: { if case .runSucceeded = $0 { true } else { false } }),
+      try !seriesGoesOn(beside: id, row, context)
     else { return nil }
     let source = try tables(context).payloadSource(id)
     let payload = try TaskQueue.payload(of: id, at: source) { try context.event(at: $0) }
@@ -194,6 +195,18 @@ enum QueueCommand {
       tag: row.tag, payload: payload.bytes, dataId: row.dataId, groupId: row.groupId, manual: false,
       unique: .append, priority: row.priority, deadline: nil,
       schedule: AddSchedule(startAt: overflow ? .max - 1 : due, interval: interval))
+  }
+
+  /// Whether another queued task of the same tag and data id repeats and is not dead: the series
+  /// goes on in it (an add with `keep` restarted the series while this one was dead, and this one
+  /// was revived since), and a repetition of this one would run every interval twice.
+  private static func seriesGoesOn(beside id: TaskID, _ row: TaskRow, _ context: CommandContext) throws -> Bool {
+    guard let dataId = row.dataId else { return false }
+    let queue = try tables(context)
+    for twin in try queue.tasks(tag: row.tag, dataId: dataId) where twin != id {
+      if let other = try queue.row(twin), other.isQueued, other.status != .dead, other.interval != nil { return true }
+    }
+    return false
   }
 
   /// Interrupts a run whose owner is gone, if it is still that same claim.
