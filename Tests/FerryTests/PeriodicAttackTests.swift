@@ -146,4 +146,80 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       try expectConsistent(queue)
     }
   }
+
+  /// Runner processes SIGKILLed one after another — by the test after their first claim, or by a
+  /// job's own handler — while forty series run, and the test process opening the store beside
+  /// each: every first task succeeds once, and each success added exactly one repetition in its
+  /// own commit (the event right after it), with the same payload and an hour's start that no run
+  /// took early (read from the log).
+  @Test func killedRunnersNeitherLoseNorDoubleARepetition() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var ids: [TaskID] = []
+    do {
+      let queue = try await fixture.open()
+      defer { queue.close() }
+      for n in 0..<40 {
+        ids.append(
+          try await queue.add(
+            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"], groupId: n % 3 == 0 ? "g\(n % 4)" : nil,
+            schedule: .every(.seconds(3600))))
+      }
+    }
+    let before = Int64(Date().timeIntervalSince1970 * 1000)
+    var dead: [Int32] = []
+    var finished = false
+    for _ in 0..<12 where !finished {
+      let child = try Child("ferry-test-worker", ["run-tasks", fixture.path, "2"])
+      _ = try? await child.waitForLine(startingWith: "ran ")
+      // A second process on the store while the runner adds repetitions.
+      let beside = try await TaskQueue.open(at: fixture.path)
+      #expect(try beside.log.verify().isHealthy)
+      _ = try beside.pendingTasks()
+      beside.close()
+      if child.output.contains("done") && child.process.isRunning == false {
+        finished = try await child.wait() == 0
+      } else {
+        child.kill()
+        _ = try await child.wait()
+      }
+      if !finished { dead.append(child.pid) }
+    }
+    while !finished {
+      let child = try Child("ferry-test-worker", ["run-tasks", fixture.path])
+      finished = try await child.wait() == 0
+      if !finished { dead.append(child.pid) }
+    }
+    #expect(dead.count >= 4, "four crash jobs each killed a runner")
+    let queue = try await TaskQueue.open(at: fixture.path)
+    defer { queue.close() }
+    let ledger = try RunLedger(queue.log) { owner in dead.contains { owner.hasPrefix(ownerPrefix($0)) } }
+    // A task may be killed more than once here (its own crash, then the test's kill): every run
+    // ended once, by one success or an interruption of a dead owner's run.
+    #expect(ledger.violations.isEmpty, "\(ledger.violations.prefix(5))")
+    for id in ids {
+      let runs = try #require(ledger.tasks[id])
+      #expect(runs.successes == 1 && runs.finishes == 1, "job \(id): \(runs)")
+      #expect(runs.starts.count == 1 + runs.interruptions.count, "job \(id): \(runs)")
+    }
+    let adds = try repeatingAdds(queue.log)
+    let repetitions = Array(adds.dropFirst(ids.count))
+    #expect(repetitions.count == ids.count, "one repetition per success")
+    var origins: [TaskID] = []
+    for add in repetitions {
+      #expect(ledger.tasks[add.id]?.starts.isEmpty ?? true, "a repetition an hour away did not start")
+      #expect((add.startAt ?? 0) >= before + 3_600_000)
+      let previous = try #require(try queue.log.event(at: add.id - 1))
+      guard case .runSucceeded(let origin, _) = try TaskEvent(previous) else {
+        Issue.record("repetition \(add.id) is not logged right after a success: \(previous.type)")
+        continue
+      }
+      origins.append(origin)
+      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id) { try queue.log.event(at: $0) }.bytes }
+      #expect(try read(add.id) == read(origin), "the repetition carries its origin's payload")
+    }
+    #expect(origins.sorted() == ids)
+    #expect(Set(try queue.pendingTasks().map(\.id)) == Set(repetitions.map(\.id)))
+    try expectConsistent(queue)
+  }
 }
