@@ -112,6 +112,65 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
     }
   }
 
+  /// While a repetition runs: an add with `replace` starts the one series that goes on (the
+  /// running one adds none), an add with `keep` keeps the running one (whose success carries the
+  /// series), and `clear()` ends every series.
+  @Test func replaceKeepAndClearDuringARunLeaveOneSeriesOrNone() async throws {
+    try await withStore { store, _, fixture in
+      let queue = store.queue
+      let started = Gate()
+      let release = Gate()
+      let run = runner(queue)
+      run.register(tag: "sync") { task in
+        if task.attempt == 1, try task.payload(as: Item.self).name == "slow" {
+          started.open()
+          await release.wait()
+        }
+        return .succeeded
+      }
+      func add(_ name: String, _ unique: UniquePolicy) async throws -> TaskID {
+        try await queue.add(
+          tag: "sync", payload: Item(name: name), dataId: "inbox", unique: unique, schedule: .every(.seconds(60)))
+      }
+      // replace
+      let first = try await add("slow", .keep)
+      var pass = Task { try await run.run(.task(first)) }
+      await started.wait()
+      let replacement = try await add("new", .replace)
+      release.open()
+      #expect(try await pass.value.outcome(of: first) == .succeeded)
+      #expect(try queuedRepeating(queue) == [replacement])
+      #expect(try await run.run().outcome(of: replacement) == .succeeded)
+      let afterReplace = try queuedRepeating(queue)
+      #expect(afterReplace.count == 1)
+      #expect(try queue.payload(of: afterReplace[0], as: Item.self) == Item(name: "new"))
+      try await queue.clear()
+      // keep
+      let started2 = Gate()
+      let release2 = Gate()
+      let run2 = runner(queue)
+      run2.register(tag: "sync") { _ in
+        started2.open()
+        await release2.wait()
+        return .succeeded
+      }
+      let second = try await add("slow", .keep)
+      pass = Task { try await run2.run(.task(second)) }
+      await started2.wait()
+      #expect(try await add("again", .keep) == second, "the running repetition is the series")
+      // clear during the run
+      try await queue.clear()
+      release2.open()
+      #expect(try await pass.value.outcome(of: second) == .succeeded)
+      #expect(try queue.pendingTasks().isEmpty)
+      fixture.time += 3_600_000
+      #expect(try await run.run().entries.isEmpty)
+      let adds = try repeatingAdds(queue.log).map(\.id)
+      #expect(adds == [first, replacement, afterReplace[0], second], "no repetition after the clear")
+      try expectConsistent(queue)
+    }
+  }
+
   /// Compaction and a rebuild while a series is in flight keep exactly its one queued repetition
   /// with its start, and its payload as last updated.
   @Test func compactionAndRebuildKeepTheQueuedRepetitionAndItsLatestPayload() async throws {
