@@ -62,7 +62,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         await release.wait()
         return .succeeded
       }
-      let series = try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+      let series = try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
       let once = try await queue.add(tag: "sync", payload: Item(name: "now"))
       let pass = Task { try await run.run() }
       #expect(try await pollUntil { started.load(ordering: .relaxed) == 2 })
@@ -85,7 +86,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       let queue = store.queue
       func register() async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", unique: .keep, schedule: .every(.seconds(60)))
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", unique: .keep,
+          schedule: .every(.seconds(60)))
       }
       let refuse = Atomic<Bool>(true)
       let run = runner(queue)
@@ -130,7 +132,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       }
       func add(_ name: String, _ unique: UniquePolicy) async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: name), dataId: "inbox", unique: unique, schedule: .every(.seconds(60)))
+          tag: "sync", payload: Item(name: name), dataId: "inbox", unique: unique,
+          schedule: .every(.seconds(60)))
       }
       // replace
       let first = try await add("slow", .keep)
@@ -221,7 +224,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       for n in 0..<40 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"], groupId: n % 3 == 0 ? "g\(n % 4)" : nil,
+            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"],
+            groupId: n % 3 == 0 ? "g\(n % 4)" : nil,
             schedule: .every(.seconds(3600))))
       }
     }
@@ -274,7 +278,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         continue
       }
       origins.append(origin)
-      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id) { try queue.log.event(at: $0) }.bytes }
+      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id) { try queue.log.event(at: $0) }.bytes
+      }
       #expect(try read(add.id) == read(origin), "the repetition carries its origin's payload")
     }
     #expect(origins.sorted() == ids)

@@ -19,12 +19,15 @@ import Testing
     let store = try await FerryStore.open(at: fixture.path)
     defer { store.close() }
     let queue = store.queue
-    let farthest = try await queue.add(tag: "t", payload: Item(name: "far"), schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
+    let farthest = try await queue.add(
+      tag: "t", payload: Item(name: "far"), schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
     let future = try await queue.add(tag: "t", payload: Item(name: "future"), schedule: .at(.distantFuture))
     let past = try await queue.add(tag: "t", payload: Item(name: "past"), schedule: .at(.distantPast))
     let longest = Duration.milliseconds(Int64.max / 2 - 1)
     let series = try await queue.add(tag: "t", payload: Item(name: "series"), schedule: .every(longest))
-    #expect(try queue.task(past)?.status == .scheduled(at: Date(unixMilliseconds: Date.distantPast.unixMilliseconds)))
+    #expect(
+      try queue.task(past)?.status
+        == .scheduled(at: Date(unixMilliseconds: Date.distantPast.unixMilliseconds)))
     let ran = Mutex<[TaskID]>([])
     let run = runner(queue)
     run.register(tag: "t") { task in
@@ -33,7 +36,8 @@ import Testing
     }
     run.startAutomaticRunning()
     defer { run.stop() }
-    #expect(try await pollUntil { (try? repeatingAdds(queue.log).count) == 2 && (try? queue.task(past)) == nil })
+    #expect(
+      try await pollUntil { (try? repeatingAdds(queue.log).count) == 2 && (try? queue.task(past)) == nil })
     #expect(ran.withLock { $0 } == [past, series])
     let repetition = try #require(try queue.pendingTasks().first { $0.repeatInterval == longest })
     #expect(repetition.id > series)

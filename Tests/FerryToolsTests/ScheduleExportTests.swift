@@ -59,11 +59,13 @@ import Testing
     do {
       let store = try await FerryStore.open(at: source)
       defer { store.close() }
-      try await store.queue.add(tag: "far", payload: ["n": 1], schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
+      try await store.queue.add(
+        tag: "far", payload: ["n": 1], schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
       try await store.queue.add(tag: "future", payload: ["n": 2], schedule: .at(.distantFuture))
       try await store.queue.add(tag: "past", payload: ["n": 3], schedule: .at(.distantPast))
       try await store.queue.add(
-        tag: "longest", payload: ["n": 4], schedule: .every(.milliseconds(Int64.max / 2 - 1), startingAt: .distantFuture))
+        tag: "longest", payload: ["n": 4],
+        schedule: .every(.milliseconds(Int64.max / 2 - 1), startingAt: .distantFuture))
     }
     for arguments in [["inspect", source], ["inspect", "--json", source], ["log", source]] {
       let result = try ferry(arguments)

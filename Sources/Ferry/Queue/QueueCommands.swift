@@ -200,11 +200,15 @@ enum QueueCommand {
   /// Whether another queued task of the same tag and data id repeats and is not dead: the series
   /// goes on in it (an add with `keep` restarted the series while this one was dead, and this one
   /// was revived since), and a repetition of this one would run every interval twice.
-  private static func seriesGoesOn(beside id: TaskID, _ row: TaskRow, _ context: CommandContext) throws -> Bool {
+  private static func seriesGoesOn(
+    beside id: TaskID, _ row: TaskRow, _ context: CommandContext
+  ) throws -> Bool {
     guard let dataId = row.dataId else { return false }
     let queue = try tables(context)
     for twin in try queue.tasks(tag: row.tag, dataId: dataId) where twin != id {
-      if let other = try queue.row(twin), other.isQueued, other.status != .dead, other.interval != nil { return true }
+      if let other = try queue.row(twin), other.isQueued, other.status != .dead, other.interval != nil {
+        return true
+      }
     }
     return false
   }

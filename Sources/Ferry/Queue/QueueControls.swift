@@ -49,7 +49,7 @@ extension TaskQueue {
   /// Cancels every queued task of a group that has no run under way, in one commit, and returns
   /// them (``CancelReport/cancelled``). A run under way (only the group's head can have one) is
   /// left alone and listed in ``CancelReport/running``: it finishes and is logged as usual — but
-  /// a repeating task is cancelled while it runs, as by ``cancel(tag:)``, so its series ends.
+  /// a repeating task is cancelled while it runs, as by ``cancel(tag:)-(String)``, so its series ends.
   /// Observers get ``TaskUpdate/cancelled(_:)`` for each task cancelled.
   @discardableResult
   public func cancel(group groupId: String) async throws -> CancelReport {
