@@ -48,3 +48,39 @@ import Testing
     #expect(json.stdout.contains("\"eligibleAt\":\(startMs)"))
   }
 }
+
+/// `ferry inspect`, `ferry log` and an export of a store whose starts are at the ends of what
+/// Ferry stores: the tools print them and exit 0, and the import keeps them.
+@Suite(.timeLimit(.minutes(3))) struct ScheduleExtremesToolTests {
+  @Test func theToolsPrintTheFarthestAndEarliestStarts() async throws {
+    let place = try ImportPlace()
+    defer { place.remove() }
+    let source = place.parent + "/source"
+    do {
+      let store = try await FerryStore.open(at: source)
+      defer { store.close() }
+      try await store.queue.add(
+        tag: "far", payload: ["n": 1], schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
+      try await store.queue.add(tag: "future", payload: ["n": 2], schedule: .at(.distantFuture))
+      try await store.queue.add(tag: "past", payload: ["n": 3], schedule: .at(.distantPast))
+      try await store.queue.add(
+        tag: "longest", payload: ["n": 4],
+        schedule: .every(.milliseconds(Int64.max / 2 - 1), startingAt: .distantFuture))
+    }
+    for arguments in [["inspect", source], ["inspect", "--json", source], ["log", source]] {
+      let result = try ferry(arguments)
+      #expect(result.status == 0, "\(arguments): \(result.stderr)")
+      #expect(!result.stdout.isEmpty)
+    }
+    let export = try ferry(["export", source])
+    #expect(export.status == 0, "\(export.stderr)")
+    let imported = try ferry(["import", place.target], input: export.stdout)
+    #expect(imported.status == 0, "\(imported.stderr)")
+    let before = try await FerryStore.open(at: source)
+    let expected = try before.queue.pendingTasks()
+    before.close()
+    let after = try await FerryStore.open(at: place.target)
+    defer { after.close() }
+    #expect(try after.queue.pendingTasks() == expected)
+  }
+}

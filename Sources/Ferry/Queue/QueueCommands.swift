@@ -63,7 +63,9 @@ enum QueueCommand {
   }
 
   /// Cancels every queued task of a tag, or of a group, that has no run under way — one
-  /// `task.cancelled` each, in this one command — and names the tasks left because they run.
+  /// `task.cancelled` each, in this one command — and names the tasks left because they run. A
+  /// repeating task is cancelled even while it runs: left alone, its success would add the next
+  /// repetition, and the series the caller cancelled would go on (`Specs/task-events.md` §3.5).
   static func cancel(
     _ selection: TaskSelection, _ context: CommandContext
   ) throws -> CancelReport {
@@ -71,7 +73,7 @@ enum QueueCommand {
     var cancelled: [TaskID] = []
     var running: [TaskID] = []
     for (id, row) in try selected(selection, queue) {
-      if row.claim != nil { running.append(id) } else { cancelled.append(id) }
+      if row.claim != nil && row.interval == nil { running.append(id) } else { cancelled.append(id) }
     }
     try context.append(cancelled.map { TaskEvent.cancelled($0).newEvent })
     return CancelReport(cancelled: cancelled, running: running)
@@ -182,7 +184,8 @@ enum QueueCommand {
     _ id: TaskID, _ row: TaskRow, after outcome: [TaskEvent], now: Int64, _ context: CommandContext
   ) throws -> TaskEvent? {
     guard let interval = row.interval, row.isQueued,
-      outcome.contains(where: { if case .runSucceeded = $0 { true } else { false } })
+      outcome.contains(where: { if case .runSucceeded = $0 { true } else { false } }),
+      try !seriesGoesOn(beside: id, row, context)
     else { return nil }
     let source = try tables(context).payloadSource(id)
     let payload = try TaskQueue.payload(of: id, at: source) { try context.event(at: $0) }
@@ -192,6 +195,22 @@ enum QueueCommand {
       tag: row.tag, payload: payload.bytes, dataId: row.dataId, groupId: row.groupId, manual: false,
       unique: .append, priority: row.priority, deadline: nil,
       schedule: AddSchedule(startAt: overflow ? .max - 1 : due, interval: interval))
+  }
+
+  /// Whether another queued task of the same tag and data id repeats and is not dead: the series
+  /// goes on in it (an add with `keep` restarted the series while this one was dead, and this one
+  /// was revived since), and a repetition of this one would run every interval twice.
+  private static func seriesGoesOn(
+    beside id: TaskID, _ row: TaskRow, _ context: CommandContext
+  ) throws -> Bool {
+    guard let dataId = row.dataId else { return false }
+    let queue = try tables(context)
+    for twin in try queue.tasks(tag: row.tag, dataId: dataId) where twin != id {
+      if let other = try queue.row(twin), other.isQueued, other.status != .dead, other.interval != nil {
+        return true
+      }
+    }
+    return false
   }
 
   /// Interrupts a run whose owner is gone, if it is still that same claim.

@@ -34,7 +34,9 @@ extension TaskQueue {
   /// Cancels every queued task with this tag that has no run under way, in one commit, and
   /// returns them (``CancelReport/cancelled``). Tasks of the tag whose run is under way — in any
   /// runner, in this process or another — are left alone, and listed in
-  /// ``CancelReport/running``: their runs finish and are logged as usual. Observers get
+  /// ``CancelReport/running``: their runs finish and are logged as usual. A repeating task
+  /// (``TaskSchedule/every(_:startingAt:)``) is cancelled even while it runs, so the series ends:
+  /// its run goes on and is logged, and adds no next repetition. Observers get
   /// ``TaskUpdate/cancelled(_:)`` for each task cancelled.
   ///
   /// The queue has no index by tag: this reads every queued task's row (decoding only those of
@@ -46,7 +48,8 @@ extension TaskQueue {
 
   /// Cancels every queued task of a group that has no run under way, in one commit, and returns
   /// them (``CancelReport/cancelled``). A run under way (only the group's head can have one) is
-  /// left alone and listed in ``CancelReport/running``: it finishes and is logged as usual.
+  /// left alone and listed in ``CancelReport/running``: it finishes and is logged as usual — but
+  /// a repeating task is cancelled while it runs, as by ``cancel(tag:)-(String)``, so its series ends.
   /// Observers get ``TaskUpdate/cancelled(_:)`` for each task cancelled.
   @discardableResult
   public func cancel(group groupId: String) async throws -> CancelReport {

@@ -49,6 +49,9 @@ public struct TaskSchedule: Sendable, Equatable {
   ///   the success that ends it, so retries never pile up repetitions. A repetition that fails for
   ///   good (dead) or is blocked by a recorded error holds the series until it is revived or
   ///   resolved: a failure that needs a person does not repeat every interval.
+  /// - **One series per data id**: a success adds no repetition while another queued task of
+  ///   the same tag and data id repeats and is not dead — say, a series an add with `keep`
+  ///   restarted while this one was dead, before this one was revived. The series goes on in it.
   /// - **Missed intervals**: a repetition due while the app was not running (or the queue was
   ///   paused, or offline) runs once when it can, and the next is due an interval after that
   ///   run's success — never one run per missed interval.
