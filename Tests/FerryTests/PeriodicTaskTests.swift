@@ -215,8 +215,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
       for n in 0..<20 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"], groupId: n % 2 == 0 ? "g\(n % 6)" : nil,
-            schedule: .every(.seconds(3600))))
+            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"], schedule: .every(.seconds(3600))))
       }
     }
     let before = Int64(Date().timeIntervalSince1970 * 1000)

@@ -151,6 +151,10 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
           try await queue.add(tag: "t", payload: Item(name: "x"), manual: manual, deadline: deadline, schedule: schedule)
         }
       }
+      // In a group, each repetition would hold every change added after it.
+      await #expect(throws: FerryError.self) {
+        try await queue.add(tag: "t", payload: Item(name: "x"), groupId: "mail", schedule: .every(.seconds(60)))
+      }
       #expect(try queue.pendingTasks().isEmpty)
       #expect(try queue.log.head() == 0)
     }

@@ -271,7 +271,8 @@ public final class TaskQueue: Sendable {
   /// is not interrupted; if it fails, no retry starts after the deadline.
   ///
   /// `schedule`: when its first run may start, and whether it repeats (``TaskSchedule``). A
-  /// repeating task can be neither manual nor have a deadline; a deadline must come after the start.
+  /// repeating task can be neither manual, in a group, nor have a deadline; a deadline must come
+  /// after the start.
   @discardableResult
   public func add<Payload: Encodable & Sendable>(
     tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
@@ -286,8 +287,9 @@ public final class TaskQueue: Sendable {
     }
     let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
     let stored = try schedule.resolved(now: clock())
-    if stored.interval != nil && (manual || deadline != nil) {
-      throw FerryError.invalidArgument("a repeating task can be neither manual nor have a deadline")
+    if stored.interval != nil && (manual || deadline != nil || groupId != nil) {
+      // In a group, each repetition would wait at the group's end and hold what is added after it.
+      throw FerryError.invalidArgument("a repeating task can be neither manual, in a group, nor have a deadline")
     }
     if let start = stored.startAt, let deadlineMilliseconds, deadlineMilliseconds <= start {
       throw FerryError.invalidArgument("the deadline is not after the start: the task could never run")

@@ -59,8 +59,16 @@ public struct TaskSchedule: Sendable, Equatable {
   ///   to stop the series; a repetition cancelled while it runs adds no next one. ``TaskQueue/pause()``
   ///   stops it with the rest of the queue until ``TaskQueue/resume()``.
   ///
-  /// A repeating task can be neither manual nor have a deadline. `interval` is at least
+  /// A repeating task can be neither manual, in a group, nor have a deadline: each repetition would
+  /// join the end of its group, and a head waiting for its start holds the whole group — every
+  /// change added after it would wait up to an interval. `interval` is at least
   /// ``minimumInterval``.
+  ///
+  /// The series has no id of its own: find its queued task by tag and data id
+  /// (``TaskQueue/pendingTasks(tag:groupId:dataId:)-(String,_,_)``). An add of the same tag and
+  /// data id with `keep` returns that task, which runs at its own start — to sync now, add a task
+  /// without `keep`, or with another data id; with `replace` and no interval, it ends the series
+  /// (the replacement runs once).
   public static func every(_ interval: Duration, startingAt: Date? = nil) -> TaskSchedule {
     TaskSchedule(start: startingAt.map { .at($0) } ?? .now, interval: interval)
   }
