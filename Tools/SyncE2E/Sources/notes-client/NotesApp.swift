@@ -352,7 +352,7 @@ final class NotesApp: Sendable {
       switch task.status {
       case .ready: status.ready += 1
       case .running: status.running += 1
-      case .waiting: status.waiting += 1
+      case .waiting, .scheduled: status.waiting += 1
       case .blockedByError: status.blocked += 1
       case .dead: status.dead += 1
       case .waitingForGroup: status.behindGroupHead += 1
