@@ -112,7 +112,7 @@ public final class Environment: @unchecked Sendable {
   let databaseOpening = Mutex(())
   /// The thread holding this environment's write transaction, to refuse a nested write (which
   /// would wait forever on LMDB's writer lock held by that same thread).
-  let writingThread = Mutex<pthread_t?>(nil)
+  let writingThread = Mutex<ThreadIdentity?>(nil)
   /// The directory's device and inode, registered in `openInProcess` while open.
   let identity: DirectoryIdentity
 
@@ -159,7 +159,9 @@ public final class Environment: @unchecked Sendable {
       let code = errno
       throw LMDBError(code: code, operation: "reading \(path)")
     }
-    let identity = DirectoryIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    // `st_dev` is a signed 32-bit number on Apple platforms: a negative one must not trap.
+    let identity = DirectoryIdentity(
+      device: UInt64(truncatingIfNeeded: info.st_dev), inode: UInt64(truncatingIfNeeded: info.st_ino))
     let registered = openInProcess.withLock { $0.insert(identity).inserted }
     guard registered else {
       throw LMDBError(
@@ -373,8 +375,8 @@ public final class Environment: @unchecked Sendable {
     if options.readOnly {
       throw LMDBError(code: EACCES, message: "the environment at \(path) is open read-only")
     }
-    let me = pthread_self()
-    if let holder = writingThread.withLock({ $0 }), pthread_equal(holder, me) != 0 {
+    let me = ThreadIdentity.current
+    if writingThread.withLock({ $0 }) == me {
       throw LMDBError(
         code: MDB_BAD_TXN,
         message: "a write transaction was begun inside another on the same thread (it would wait forever)")
