@@ -66,6 +66,7 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
           .newerFormat, log.description + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
       case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
+      case .unsupportedLMDB: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied, .needsRecovery: return ToolError(.unavailable, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
       case .storage(let failure) where failure.isDamage: return damaged(failure.message)

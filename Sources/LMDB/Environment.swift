@@ -54,6 +54,9 @@ public final class Environment: @unchecked Sendable {
     /// Accept an existing zero-length data file as a new environment (what a creation killed
     /// before LMDB wrote its meta pages leaves). Off: an empty data file is damage.
     public var acceptEmptyDataFile: Bool = false
+    /// Tests only: the LMDB version the open checks in place of the linked one, to show its
+    /// refusal of another layout without building another LMDB (``LMDBVersion/isSupported``).
+    package var lmdbVersionInPlaceOfLinked: LMDBVersion?
 
     /// The default options: read-write, create if missing, a 1 MiB map that grows, durable commits.
     public init() {}
@@ -129,12 +132,15 @@ public final class Environment: @unchecked Sendable {
   /// Opens (and, unless read-only, creates) the environment at `path`, then opens every named
   /// database in `databases` in one committed transaction.
   ///
-  /// Errors: ``LMDBError/noSuchFile`` for a missing directory (or its parent),
+  /// Errors: ``LMDBError/versionMismatch`` when the LMDB linked is not one whose pages Ferry reads
+  /// (``LMDBVersion/isSupported``), ``LMDBError/noSuchFile`` for a missing directory (or its parent),
   /// ``LMDBError/notADirectory``, ``LMDBError/permissionDenied``, ``LMDBError/invalid`` for a file
   /// that is not LMDB's, ``LMDBError/notFound`` for a database missing from a read-only environment.
   public static func open(
     path: String, options: Options = Options(), databases: [String] = []
   ) throws -> Environment {
+    // First: every check below, and Ferry's reads of the file after, assume LMDB 0.9's pages.
+    try LMDBVersion.requireSupported(options.lmdbVersionInPlaceOfLinked ?? .linked)
     var created = false
     var info = stat()
     if stat(path, &info) == 0 {
