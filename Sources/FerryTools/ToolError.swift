@@ -30,6 +30,9 @@ package enum ExitStatus: Int32, Sendable {
   /// An operator command was refused because the task is not in the queue, or not in the state
   /// the command needs (revive: dead; resolve: blocked by an error). Nothing was changed for it.
   case notApplicable = 11
+  /// A flush to the disk failed (an I/O error, or a file system that refuses it): what the command
+  /// wrote may not be on the disk. `compact --copy` then leaves the original store in place.
+  case notFlushed = 12
   /// Flags that do not parse (the argument parser's own status).
   case badFlags = 64
 }

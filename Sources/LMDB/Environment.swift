@@ -716,25 +716,9 @@ func parentDirectory(of path: String) -> String {
 }
 
 /// Flushes a directory's entries (a file created, renamed or removed in it): `fsync`, and
-/// `F_FULLFSYNC` on Apple platforms. Throws ``LMDBError`` with the OS error.
+/// `F_FULLFSYNC` on Apple platforms (``DiskFlush``). Throws ``LMDBError`` with the OS error.
 package func fsyncDirectory(_ path: String) throws {
-  #if canImport(Glibc)
-    let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY)
-  #else
-    let fd = Darwin.open(path, O_RDONLY | O_DIRECTORY)
-  #endif
-  if fd < 0 {
-    let code = errno
-    throw LMDBError(code: code, operation: "opening directory \(path) to fsync it")
-  }
-  defer { close(fd) }
-  #if canImport(Darwin)
-    let flushed = fcntl(fd, F_FULLFSYNC) == 0 || fsync(fd) == 0
-  #else
-    let flushed = fsync(fd) == 0
-  #endif
-  if !flushed {
-    let code = errno
+  if let code = DiskFlush.flushDirectory(path) {
     throw LMDBError(code: code, operation: "fsync of directory \(path)")
   }
 }

@@ -485,8 +485,10 @@ case "compact-copy":
   // Runs `ferry compact --copy DIR` (retention 0) in this process, crash points armed from the
   // environment (FERRY_CRASH_POINT=compact.swapped with FERRY_CRASH_SIGNAL=STOP stops it right
   // after the copy was renamed into place, compact.copied right after the copy was made); says "compacted" when it returns, "refused S M" when
-  // it throws (its exit status S).
+  // it throws (its exit status S). FERRY_FAIL_FLUSH=compact.copy (or compact.directory) makes
+  // that flush fail.
   CrashPoint.armFromEnvironment()
+  DiskFlush.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do throws(ToolError) {
