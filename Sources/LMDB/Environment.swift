@@ -55,7 +55,7 @@ public final class Environment: @unchecked Sendable {
     /// before LMDB wrote its meta pages leaves). Off: an empty data file is damage.
     public var acceptEmptyDataFile: Bool = false
     /// Tests only: the LMDB version the open checks in place of the linked one, to show its
-    /// refusal of another layout without building another LMDB (``LMDBVersion/isSupported``).
+    /// refusal of another layout without building another LMDB (`LMDBVersion.isSupported`).
     package var lmdbVersionInPlaceOfLinked: LMDBVersion?
 
     /// The default options: read-write, create if missing, a 1 MiB map that grows, durable commits.
@@ -133,7 +133,7 @@ public final class Environment: @unchecked Sendable {
   /// database in `databases` in one committed transaction.
   ///
   /// Errors: ``LMDBError/versionMismatch`` when the LMDB linked is not one whose pages Ferry reads
-  /// (``LMDBVersion/isSupported``), ``LMDBError/noSuchFile`` for a missing directory (or its parent),
+  /// (`LMDBVersion.isSupported`), ``LMDBError/noSuchFile`` for a missing directory (or its parent),
   /// ``LMDBError/notADirectory``, ``LMDBError/permissionDenied``, ``LMDBError/invalid`` for a file
   /// that is not LMDB's, ``LMDBError/notFound`` for a database missing from a read-only environment.
   public static func open(
