@@ -9,7 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source Tools/setup.sh
-if ! [ -f /usr/include/sqlite3.h ]; then
+# GRDB's SQLite: part of the SDK on macOS; Debian's libsqlite3-dev elsewhere.
+if [ "$(uname -s)" != Darwin ] && ! [ -f /usr/include/sqlite3.h ]; then
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "ferry: SQLite's headers (sqlite3.h) are missing and there is no apt-get: install them by hand" >&2
+    exit 1
+  fi
   echo "ferry: installing libsqlite3-dev (for the SQLite peer)..."
   sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -20,6 +25,10 @@ args=()
 for argument in "$@"; do
   if [ "$argument" = --instructions ]; then instructions=1; else args+=("$argument"); fi
 done
+if [ "$instructions" -eq 1 ] && [ "$(uname -s)" = Darwin ]; then
+  echo "ferry: --instructions counts with valgrind's callgrind, which does not run on macOS" >&2
+  exit 1
+fi
 if [ "$instructions" -eq 1 ]; then bash Tools/cost.sh; fi
 cd Tools/Benchmarks
 ln -sfn ../.. FerryPackage   # a fixed package identity for the repository, whatever its directory is called

@@ -114,6 +114,8 @@ public final class EventLog: Sendable {
     /// The id a store created by this open gets (a new one when nil): `ferry salvage` gives the
     /// store it rebuilds the damaged store's id, so the store stays the same store.
     package var storeIdAtCreation: EventID?
+    /// Tests only: the LMDB version the open checks in place of the linked one.
+    package var lmdbVersionInPlaceOfLinked: LMDBVersion?
 
     /// A configuration with the given projections and catalog, and defaults for everything else.
     public init(projections: [any Projection] = [], catalog: EventCatalog? = nil) {
@@ -178,7 +180,8 @@ public final class EventLog: Sendable {
   /// is behind (an interrupted rebuild, another process's appends) is caught up, before this returns.
   ///
   /// Throws ``FerryLogError/noSuchStore(path:)``, ``FerryLogError/notAStore(path:reason:)``,
-  /// ``FerryLogError/newerFormat(path:found:supported:)``, ``FerryLogError/permissionDenied(path:detail:)``.
+  /// ``FerryLogError/newerFormat(path:found:supported:)``, ``FerryLogError/permissionDenied(path:detail:)``,
+  /// ``FerryLogError/unsupportedLMDB(found:supported:)``.
   public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog
   {
     do {
@@ -215,6 +218,12 @@ public final class EventLog: Sendable {
   }
 
   private static func openStore(at path: String, configuration: Configuration) throws -> EventLog {
+    // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
+    // reads know LMDB 0.9's page layout only.
+    let lmdb = configuration.lmdbVersionInPlaceOfLinked ?? .linked
+    guard lmdb.isSupported else {
+      throw FerryLogError.unsupportedLMDB(found: lmdb.description, supported: LMDBVersion.supportedRange)
+    }
     var projections = configuration.projections
     if configuration.idempotentAppends { projections.append(EventIDIndex()) }
     try validate(projections: projections, userProjections: configuration.projections)
@@ -254,6 +263,7 @@ public final class EventLog: Sendable {
     options.acceptEmptyDataFile = place == .interruptedCreation
     options.initialMapSize = configuration.initialMapSize
     options.maxMapSize = configuration.maxMapSize
+    options.lmdbVersionInPlaceOfLinked = configuration.lmdbVersionInPlaceOfLinked
     let environment: Environment
     do {
       environment = try Environment.open(path: path, options: options)

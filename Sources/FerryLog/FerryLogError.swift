@@ -21,6 +21,10 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case notAStore(path: String, reason: String)
   /// The store was written by a newer Ferry; this code refuses to touch it.
   case newerFormat(path: String, found: UInt32, supported: UInt32)
+  /// The process runs on an LMDB whose page layout Ferry's own reads of the store's files were
+  /// not written for (LMDB's 1.0 line, say): nothing was opened. `found` is the version linked,
+  /// `supported` the versions Ferry reads. The app must be built with a supported LMDB.
+  case unsupportedLMDB(found: String, supported: String)
   /// The store is already open in this process; close that log before opening it again.
   case alreadyOpen(path: String)
   /// The process may not read or write the store.
@@ -87,6 +91,9 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .newerFormat(let path, let found, let supported):
       return
         "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
+    case .unsupportedLMDB(let found, let supported):
+      return "this process runs on LMDB \(found), whose page layout Ferry's checks of a store's files were not "
+        + "written for; Ferry supports \(supported): build the app with one of those (nothing was opened)"
     case .alreadyOpen(let path): return "the store at \(path) is already open in this process"
     case .permissionDenied(let path, let detail): return "permission denied for \(path): \(detail)"
     case .corruptRecord(let sequence, let reason): return "corrupt record at sequence \(sequence): \(reason)"

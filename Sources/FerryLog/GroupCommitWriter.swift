@@ -140,18 +140,18 @@ final class GroupCommitWriter: @unchecked Sendable {
   /// The writer thread, once it has started. Its name does not tell it (on Linux, Foundation's
   /// `Thread.current.name` there is the name the system gave the thread, not the one set before
   /// it started).
-  private let thread = Mutex<pthread_t?>(nil)
+  private let thread = Mutex<ThreadIdentity?>(nil)
 
   /// Whether the caller runs on this writer's thread: a job there that waited for another job
   /// would wait for itself.
   var isCurrentThread: Bool {
-    let current = pthread_self()
-    return thread.withLock { started in started.map { pthread_equal($0, current) != 0 } ?? false }
+    let current = ThreadIdentity.current
+    return thread.withLock { $0 == current }
   }
 
   func start() {
     let thread = Thread { [self] in
-      self.thread.withLock { $0 = pthread_self() }
+      self.thread.withLock { $0 = .current }
       run()
       finished.signal()
     }

@@ -116,7 +116,7 @@ package final class LogInstruments: Sendable {
     let level: Logger.Level
     switch error {
     case .damagedStore, .lostCommits, .corruptRecord, .sequenceGap, .unsupportedRecordFormat: level = .error
-    case .diskFull, .quotaExceeded, .ioError: level = .error
+    case .diskFull, .quotaExceeded, .ioError, .unsupportedLMDB: level = .error
     case .alreadyOpen, .noSuchStore: level = .debug
     default: level = .notice
     }

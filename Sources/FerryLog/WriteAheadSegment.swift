@@ -184,13 +184,9 @@ enum WriteAheadSegment {
 
   /// Flushes the file's data to the medium (`fdatasync`; `F_FULLFSYNC` on Apple platforms).
   static func flush(_ fd: Int32, directory: String, what: String = "the write-ahead segment") throws {
-    #if canImport(Darwin)
-      if fcntl(fd, F_FULLFSYNC) == 0 { return }
-      if fsync(fd) == 0 { return }
-    #else
-      if fdatasync(fd) == 0 { return }
-    #endif
-    throw ioFailure(errno, directory: directory, doing: "flushing \(what)")
+    if let code = DiskFlush.flush(fd, dataOnly: true) {
+      throw ioFailure(code, directory: directory, doing: "flushing \(what)")
+    }
   }
 
   static func ioFailure(_ code: Int32, directory: String, doing: String) -> FerryLogError {

@@ -280,7 +280,15 @@ private func copyCompacted(_ path: String) throws {
       .storageError,
       "could not make the compacted copy private: \(String(cString: strerror(code))); nothing was swapped")
   }
-  fsync(fd)
+  // LMDB's copy does not flush it: a failure here must stop the swap, or a power cut after the
+  // rename could leave a data.mdb that never reached the disk in place of the old one.
+  if let code = DiskFlush.flush(fd, label: DiskFlush.compactCopy) {
+    close(fd)
+    throw ToolError(
+      .notFlushed,
+      "could not flush the compacted copy to the disk: \(String(cString: strerror(code))); nothing was swapped: "
+        + "the store keeps its own data.mdb (the events were removed from it in place)")
+  }
   close(fd)
   // `lock.mdb` holds the old file's transaction counters, and a later user of a lock file trusts
   // them. This process holds it exclusively, so nobody uses it: removed now, before the rename, the
@@ -304,15 +312,20 @@ private func copyCompacted(_ path: String) throws {
       .storageError, "could not move the compacted copy into place: \(String(cString: strerror(errno)))")
   }
   CrashPoint.reach(CrashPoint.compactSwapped)
-  let directory = open(path, O_RDONLY)
-  if directory >= 0 {
-    fsync(directory)
-    close(directory)
-  }
+  let directoryFlush = DiskFlush.flushDirectory(path, label: DiskFlush.compactDirectory)
   // Opened here, while Ferry's opens wait for the open lock, LMDB makes the new `lock.mdb` and,
   // this process its first user, sets it from the new file; the waiting opens then find it current.
   let fresh = try Environment.open(path: path, options: Environment.Options())
   fresh.close()
+  if let code = directoryFlush {
+    // Both files are whole stores (the events were removed from the old one in place first):
+    // after a power cut the directory names one or the other.
+    throw ToolError(
+      .notFlushed,
+      "the compacted copy is in place, but the store's directory could not be flushed to the disk: "
+        + "\(String(cString: strerror(code))); after a power cut the store may come back with its old, "
+        + "larger file (both hold the same events); run it again to be sure")
+  }
 }
 
 /// Removes the staging directories (`.compact-<pid>`) that killed `compact --copy` runs left in the

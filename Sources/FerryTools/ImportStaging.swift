@@ -1,4 +1,5 @@
 import Foundation
+import LMDB
 
 #if canImport(Glibc)
   import Glibc
@@ -250,13 +251,7 @@ struct ImportStaging {
       throw ToolError(.storageError, "cannot open \(path) to flush it: \(String(cString: strerror(code)))")
     }
     defer { close(descriptor) }
-    #if canImport(Darwin)
-      let flushed = fcntl(descriptor, F_FULLFSYNC) == 0 || fsync(descriptor) == 0
-    #else
-      let flushed = fsync(descriptor) == 0
-    #endif
-    guard flushed else {
-      let code = errno
+    if let code = DiskFlush.flush(descriptor) {
       throw ToolError(.storageError, "cannot flush \(path): \(String(cString: strerror(code)))")
     }
   }

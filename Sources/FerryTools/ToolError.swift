@@ -30,6 +30,9 @@ package enum ExitStatus: Int32, Sendable {
   /// An operator command was refused because the task is not in the queue, or not in the state
   /// the command needs (revive: dead; resolve: blocked by an error). Nothing was changed for it.
   case notApplicable = 11
+  /// A flush to the disk failed (an I/O error, or a file system that refuses it): what the command
+  /// wrote may not be on the disk. `compact --copy` then leaves the original store in place.
+  case notFlushed = 12
   /// Flags that do not parse (the argument parser's own status).
   case badFlags = 64
 }
@@ -66,6 +69,7 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
           .newerFormat, log.description + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
       case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
+      case .unsupportedLMDB: return ToolError(.storageError, log.description)
       case .alreadyOpen, .permissionDenied, .needsRecovery: return ToolError(.unavailable, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
       case .storage(let failure) where failure.isDamage: return damaged(failure.message)

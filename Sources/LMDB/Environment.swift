@@ -54,6 +54,9 @@ public final class Environment: @unchecked Sendable {
     /// Accept an existing zero-length data file as a new environment (what a creation killed
     /// before LMDB wrote its meta pages leaves). Off: an empty data file is damage.
     public var acceptEmptyDataFile: Bool = false
+    /// Tests only: the LMDB version the open checks in place of the linked one, to show its
+    /// refusal of another layout without building another LMDB (`LMDBVersion.isSupported`).
+    package var lmdbVersionInPlaceOfLinked: LMDBVersion?
 
     /// The default options: read-write, create if missing, a 1 MiB map that grows, durable commits.
     public init() {}
@@ -112,7 +115,7 @@ public final class Environment: @unchecked Sendable {
   let databaseOpening = Mutex(())
   /// The thread holding this environment's write transaction, to refuse a nested write (which
   /// would wait forever on LMDB's writer lock held by that same thread).
-  let writingThread = Mutex<pthread_t?>(nil)
+  let writingThread = Mutex<ThreadIdentity?>(nil)
   /// The directory's device and inode, registered in `openInProcess` while open.
   let identity: DirectoryIdentity
 
@@ -129,12 +132,15 @@ public final class Environment: @unchecked Sendable {
   /// Opens (and, unless read-only, creates) the environment at `path`, then opens every named
   /// database in `databases` in one committed transaction.
   ///
-  /// Errors: ``LMDBError/noSuchFile`` for a missing directory (or its parent),
+  /// Errors: ``LMDBError/versionMismatch`` when the LMDB linked is not one whose pages Ferry reads
+  /// (`LMDBVersion.isSupported`), ``LMDBError/noSuchFile`` for a missing directory (or its parent),
   /// ``LMDBError/notADirectory``, ``LMDBError/permissionDenied``, ``LMDBError/invalid`` for a file
   /// that is not LMDB's, ``LMDBError/notFound`` for a database missing from a read-only environment.
   public static func open(
     path: String, options: Options = Options(), databases: [String] = []
   ) throws -> Environment {
+    // First: every check below, and Ferry's reads of the file after, assume LMDB 0.9's pages.
+    try LMDBVersion.requireSupported(options.lmdbVersionInPlaceOfLinked ?? .linked)
     var created = false
     var info = stat()
     if stat(path, &info) == 0 {
@@ -159,7 +165,9 @@ public final class Environment: @unchecked Sendable {
       let code = errno
       throw LMDBError(code: code, operation: "reading \(path)")
     }
-    let identity = DirectoryIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    // `st_dev` is a signed 32-bit number on Apple platforms: a negative one must not trap.
+    let identity = DirectoryIdentity(
+      device: UInt64(truncatingIfNeeded: info.st_dev), inode: UInt64(truncatingIfNeeded: info.st_ino))
     let registered = openInProcess.withLock { $0.insert(identity).inserted }
     guard registered else {
       throw LMDBError(
@@ -373,8 +381,8 @@ public final class Environment: @unchecked Sendable {
     if options.readOnly {
       throw LMDBError(code: EACCES, message: "the environment at \(path) is open read-only")
     }
-    let me = pthread_self()
-    if let holder = writingThread.withLock({ $0 }), pthread_equal(holder, me) != 0 {
+    let me = ThreadIdentity.current
+    if writingThread.withLock({ $0 }) == me {
       throw LMDBError(
         code: MDB_BAD_TXN,
         message: "a write transaction was begun inside another on the same thread (it would wait forever)")
@@ -708,25 +716,9 @@ func parentDirectory(of path: String) -> String {
 }
 
 /// Flushes a directory's entries (a file created, renamed or removed in it): `fsync`, and
-/// `F_FULLFSYNC` on Apple platforms. Throws ``LMDBError`` with the OS error.
+/// `F_FULLFSYNC` on Apple platforms (``DiskFlush``). Throws ``LMDBError`` with the OS error.
 package func fsyncDirectory(_ path: String) throws {
-  #if canImport(Glibc)
-    let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY)
-  #else
-    let fd = Darwin.open(path, O_RDONLY | O_DIRECTORY)
-  #endif
-  if fd < 0 {
-    let code = errno
-    throw LMDBError(code: code, operation: "opening directory \(path) to fsync it")
-  }
-  defer { close(fd) }
-  #if canImport(Darwin)
-    let flushed = fcntl(fd, F_FULLFSYNC) == 0 || fsync(fd) == 0
-  #else
-    let flushed = fsync(fd) == 0
-  #endif
-  if !flushed {
-    let code = errno
+  if let code = DiskFlush.flushDirectory(path) {
     throw LMDBError(code: code, operation: "fsync of directory \(path)")
   }
 }

@@ -23,7 +23,12 @@ struct DataFile {
   func check() throws -> DataFileCheck { try DataFileCheck.read(path) }
 
   func truncate(to length: Int) throws {
-    guard Glibc.truncate(path, off_t(length)) == 0 else { throw POSIXError(.EIO) }
+    #if canImport(Glibc)
+      let truncated = Glibc.truncate(path, off_t(length))
+    #else
+      let truncated = Darwin.truncate(path, off_t(length))
+    #endif
+    guard truncated == 0 else { throw POSIXError(.EIO) }
   }
 
   func readU64(at offset: Int) -> UInt64 {

@@ -77,30 +77,6 @@ func runFerry(_ arguments: [String], tmp: String, extra: [String: String] = [:])
   return finish(process, out, err)
 }
 
-/// The pids of the children of `parent`, read from /proc.
-func children(of parent: Int32) -> [Int32] {
-  let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-  return entries.compactMap { entry -> Int32? in
-    guard let pid = Int32(entry),
-      let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
-      let close = stat.lastIndex(of: ")")
-    else { return nil }
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    guard fields.count > 2, Int32(fields[1]) == parent else { return nil }
-    return pid
-  }
-}
-
-/// Whether a process has ended: no such process, or a zombie nobody has reaped yet (whoever
-/// inherited it — in a container, not always a process that reaps).
-func isGone(_ pid: Int32) -> Bool {
-  if kill(pid, 0) != 0 && errno == ESRCH { return true }
-  guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-    let close = stat.lastIndex(of: ")")
-  else { return true }
-  return stat[stat.index(after: close)...].split(separator: " ").first == "Z"
-}
-
 /// A store of `tasks` tasks (some cancelled, some failed, some blocked) and a few cache fetches,
 /// written through the library.
 func makeStore(at path: String, tasks: Int) async throws {
@@ -272,8 +248,7 @@ func rawControls(_ data: Data) -> [Int] {
     // Should the reader outlive its parent (the bug this test is for), it holds the output pipe
     // open and `finish` would wait for ever: it is killed after half a minute.
     DispatchQueue.global().asyncAfter(deadline: .now() + 30) {
-      let command = (try? String(contentsOfFile: "/proc/\(child)/cmdline", encoding: .utf8)) ?? ""
-      if !isGone(child) && command.contains("ferry") { kill(child, SIGKILL) }
+      if !isGone(child) && processCommand(child)?.contains("ferry") == true { kill(child, SIGKILL) }
     }
     // SIGKILL cannot be forwarded: the reader notices its parent is gone.
     kill(process.processIdentifier, SIGKILL)

@@ -8,6 +8,21 @@ import Foundation
 import LMDB
 import Synchronization
 
+/// A directory that lists this process's open descriptors (Apple platforms have no /proc).
+#if canImport(Glibc)
+  let openDescriptorsDirectory = "/proc/self/fd"
+#else
+  let openDescriptorsDirectory = "/dev/fd"
+#endif
+
+/// The resource `getrlimit` names the open-descriptor limit by: an enum case on Linux, a plain
+/// number on Apple platforms.
+#if canImport(Glibc)
+  let openFilesLimit = Int32(RLIMIT_NOFILE.rawValue)
+#else
+  let openFilesLimit = RLIMIT_NOFILE
+#endif
+
 /// Writes a line straight to file descriptor 1 (no buffering), so the parent sees it even if this
 /// process is killed right after.
 func say(_ line: String) {
@@ -510,8 +525,10 @@ case "compact-copy":
   // Runs `ferry compact --copy DIR` (retention 0) in this process, crash points armed from the
   // environment (FERRY_CRASH_POINT=compact.swapped with FERRY_CRASH_SIGNAL=STOP stops it right
   // after the copy was renamed into place, compact.copied right after the copy was made); says "compacted" when it returns, "refused S M" when
-  // it throws (its exit status S).
+  // it throws (its exit status S). FERRY_FAIL_FLUSH=compact.copy (or compact.directory) makes
+  // that flush fail.
   CrashPoint.armFromEnvironment()
+  DiskFlush.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do throws(ToolError) {
@@ -685,9 +702,9 @@ case "attack-run-without-fds":
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "t") { _ in .succeeded }
       var limit = rlimit()
-      getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+      getrlimit(openFilesLimit, &limit)
       limit.rlim_cur = 256
-      setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+      setrlimit(openFilesLimit, &limit)
       var hogs: [Int32] = []
       while true {
         let fd = open("/dev/null", O_RDONLY)
@@ -719,7 +736,7 @@ case "fd-cycles":
     arguments.count == 4 || arguments[4] == "segment"
   else { fail("fd-cycles DIR COUNT [segment]") }
   let openDescriptors: @Sendable () -> Int = {
-    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    (try? FileManager.default.contentsOfDirectory(atPath: openDescriptorsDirectory).count) ?? -1
   }
   let done = DispatchSemaphore(value: 0)
   Task.detached {
