@@ -661,13 +661,14 @@ public final class EventLog: Sendable {
   /// Close a log before opening its directory again in the same process.
   public func close() {
     transitions.withLock { _ in
-      let (wasOpen, session) = life.withLock { life in
+      let (wasOpen, wasSuspended, session) = life.withLock { life in
         defer { life.isClosed = true }
-        return (!life.isClosed, life.session)
+        return (!life.isClosed, life.isSuspended, life.session)
       }
       guard wasOpen else { return }
       notifier.close()
-      Self.end(session)
+      // A suspension ended the session already (its open lock's descriptor is closed).
+      if !wasSuspended { Self.end(session) }
     }
   }
 
