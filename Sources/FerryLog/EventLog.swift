@@ -159,12 +159,14 @@ public final class EventLog: Sendable {
     let writer: GroupCommitWriter?
     let segment: SegmentSession?
     let openLock: StoreOpenLock?
+    let headMark: HeadMark?
     let stale: [String: String]
 
     init(
       environment: Environment, core: StoreCore, writer: GroupCommitWriter?, segment: SegmentSession?,
-      openLock: StoreOpenLock?, stale: [String: String]
+      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String]
     ) {
+      self.headMark = headMark
       self.environment = environment
       self.core = core
       self.writer = writer
@@ -650,7 +652,7 @@ public final class EventLog: Sendable {
     }
     return Session(
       environment: environment, core: core, writer: writer, segment: segment, openLock: opened.openLock,
-      stale: opened.stale)
+      headMark: headMark, stale: opened.stale)
   }
 
   deinit {
@@ -682,6 +684,8 @@ public final class EventLog: Sendable {
       try? segment.checkpointNow(environment: session.environment, core: session.core)
       segment.releasePin(session.environment)
     }
+    session.segment?.closeFile()
+    session.headMark?.closeFile()
     session.environment.close()
     session.openLock?.release()
   }
