@@ -99,7 +99,7 @@ extension FerryStore {
   /// so does a call that the suspension overtook (begun before, but its write not yet handed to
   /// the writer). Nothing waits for the resume: a suspended app cannot resume itself, and a
   /// call that waited would hold whatever awaits it for as long as the app stays in the
-  /// background. Update streams (``TaskQueue/updates()``, ``CacheLedger/changes(for:)``) stay
+  /// background. Update streams (``TaskQueue/updates()``, ``CacheRepository/states()``) stay
   /// open and deliver again after the resume, what other processes did meanwhile included.
   /// The objects the app holds — the store, ``queue``, ``ledger``, runners, repositories — stay
   /// valid. Suspending a suspended or closed store does nothing; ``close()`` closes a suspended
