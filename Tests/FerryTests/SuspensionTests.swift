@@ -1,4 +1,4 @@
-import Ferry
+@testable import Ferry
 import FerryLog
 import FerryTesting
 import Foundation
@@ -244,6 +244,30 @@ import Testing
     #expect(try store.ledger.record("notes") != nil)
     #expect(try store.queue.pendingTasks().isEmpty)
     run.stop()
+  }
+
+  /// The lifecycle hook's decision (the UIKit notifications themselves exist on iOS only): the
+  /// store ends as the app's latest move asked, whatever order its tasks run in.
+  @Test func followingTheAppSuspendsAndResumesAsItsLatestMoveAsked() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    store.appWantsSuspension.withLock { $0 = true }
+    await store.followApp()
+    #expect(store.isSuspended)
+    await store.followApp()  // a second task of the same move: nothing more
+    #expect(store.isSuspended)
+    store.appWantsSuspension.withLock { $0 = false }
+    await store.followApp()
+    #expect(!store.isSuspended)
+    // The background's task runs after the foreground's: the store stays open.
+    store.appWantsSuspension.withLock { $0 = true }
+    store.appWantsSuspension.withLock { $0 = false }
+    await store.followApp()
+    await store.followApp()
+    #expect(!store.isSuspended)
+    _ = try await store.queue.add(tag: "t", payload: ["n": 0])
   }
 
   /// Adds from several tasks while the store is suspended and resumed: every add either is

@@ -125,6 +125,8 @@ public final class FerryStore: Sendable {
   let suspension = Suspension()
   /// The observers of the app's lifecycle (``Configuration/suspendsWhenBackgrounded``).
   let lifecycle = Mutex<[any NSObjectProtocol]>([])
+  /// Whether the app's last lifecycle move was to the background (the store follows it).
+  let appWantsSuspension = Mutex(false)
 
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(

@@ -171,31 +171,38 @@ extension FerryStore {
         forName: UIApplication.didEnterBackgroundNotification, object: nil, queue: nil
       ) { [weak self] _ in
         guard let self else { return }
+        self.appWantsSuspension.withLock { $0 = true }
         // iOS suspends the app soon after this notification: the suspension asks for the time
-        // it needs, and ends that request once every lock is given up.
-        let request = Mutex<UIBackgroundTaskIdentifier>(.invalid)
-        let end: @Sendable () -> Void = {
-          let id = request.withLock { id in
-            defer { id = .invalid }
-            return id
-          }
-          if id != .invalid { Task { @MainActor in UIApplication.shared.endBackgroundTask(id) } }
-        }
+        // it needs, and gives it back once every lock is let go of.
         Task { @MainActor in
-          let id = UIApplication.shared.beginBackgroundTask(withName: "Ferry suspension") { end() }
-          request.withLock { $0 = id }
-          await self.suspend()
-          end()
+          let request = BackgroundTimeRequest()
+          request.id = UIApplication.shared.beginBackgroundTask(withName: "Ferry suspension") {
+            MainActor.assumeIsolated { request.end() }
+          }
+          await self.followApp()
+          request.end()
         }
       }
       let foreground = center.addObserver(
         forName: UIApplication.willEnterForegroundNotification, object: nil, queue: nil
       ) { [weak self] _ in
         guard let self else { return }
-        Task { try? await self.resume() }
+        self.appWantsSuspension.withLock { $0 = false }
+        Task { await self.followApp() }
       }
       lifecycle.withLock { $0 = [background, foreground] }
     #endif
+  }
+
+  /// Suspends or resumes the store as the app's latest move asked: the tasks the notifications
+  /// start may run in any order, so each does what the latest one wants, and the last to run
+  /// leaves the store as the app now is.
+  func followApp() async {
+    if appWantsSuspension.withLock({ $0 }) {
+      await suspend()
+    } else {
+      try? await resume()
+    }
   }
 
   /// Stops following the app's lifecycle (at close).
@@ -207,3 +214,17 @@ extension FerryStore {
     for observer in observers { NotificationCenter.default.removeObserver(observer) }
   }
 }
+
+#if canImport(UIKit) && !os(macOS)
+  /// The background time a suspension asked UIKit for, ended once (by the suspension or by
+  /// UIKit's expiration handler, whichever comes first).
+  @MainActor final class BackgroundTimeRequest {
+    var id = UIBackgroundTaskIdentifier.invalid
+
+    func end() {
+      guard id != .invalid else { return }
+      UIApplication.shared.endBackgroundTask(id)
+      id = .invalid
+    }
+  }
+#endif
