@@ -136,13 +136,13 @@ extension EventLog {
     guard let writer else {
       throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
     }
-    if isClosed { throw FerryLogError.closed }
+    if isUnavailable { throw unavailable }
     let outcome = try await withUnsafeThrowingContinuation {
       (continuation: UnsafeContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
       let request = GroupCommitWriter.AppendRequest(
         work: .command { context in try command(context) }, continuation: continuation)
       if !writer.submit(.append(request)) {
-        continuation.resume(throwing: FerryLogError.closed)
+        continuation.resume(throwing: unavailable)
       }
     }
     guard let result = outcome.result as? Result else {

@@ -148,24 +148,61 @@ public final class EventLog: Sendable {
   public let configuration: Configuration
   /// Projections that a read-only open found missing, of another version, or behind the log,
   /// with the reason. Always empty for a read-write log, which rebuilds or catches them up at open.
-  public let staleProjections: [String: String]
+  public var staleProjections: [String: String] { session.stale }
   /// Whether this open created the store.
   public let wasCreated: Bool
   /// Events replayed into projections at open (catching up or rebuilding after a version change).
   public let eventsReplayedAtOpen: Int
 
-  let environment: Environment
-  let core: StoreCore
-  let writer: GroupCommitWriter?
+  /// What one open (or resume) of the store holds: everything ``suspend()`` lets go of.
+  final class Session: Sendable {
+    let environment: Environment
+    let core: StoreCore
+    let writer: GroupCommitWriter?
+    let segment: SegmentSession?
+    let openLock: StoreOpenLock?
+    let headMark: HeadMark?
+    let stale: [String: String]
+
+    init(
+      environment: Environment, core: StoreCore, writer: GroupCommitWriter?, segment: SegmentSession?,
+      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String]
+    ) {
+      self.headMark = headMark
+      self.environment = environment
+      self.core = core
+      self.writer = writer
+      self.segment = segment
+      self.openLock = openLock
+      self.stale = stale
+    }
+  }
+
+  /// Whether the log is open, suspended (``suspend()``) or closed, and the session it uses: the
+  /// last one, closed, while suspended or closed.
+  struct Life {
+    var session: Session
+    var isClosed = false
+    var isSuspended = false
+  }
+
+  private let life: Mutex<Life>
+  /// Serialises ``suspend()``, ``resume()`` and ``close()``.
+  private let transitions = Mutex(())
+
+  /// The current session (one consistent set of environment, core and writer).
+  var session: Session { life.withLock { $0.session } }
+  var environment: Environment { session.environment }
+  var core: StoreCore { session.core }
+  var writer: GroupCommitWriter? { session.writer }
   /// This process's use of the store's write-ahead segment, when the store has one.
-  let segment: SegmentSession?
+  var segment: SegmentSession? { session.segment }
   /// The shared lock every open holds on `ferry-open.lock` (nil when none could be taken).
-  let openLock: StoreOpenLock?
+  var openLock: StoreOpenLock? { session.openLock }
   let notifier = HeadNotifier()
   /// The sequence ranges this open appended (merged when adjacent), so that a tail can tell them
   /// from other processes' appends.
   let ownRanges = OwnRanges()
-  private let closed = Mutex(false)
   /// Reads whose body ran in the writer's transaction (``read(_:)``, ReadInWriter.swift).
   let readsInWriter = Atomic<Int>(0)
   /// The log's logger and metrics (``Configuration/logger``, ``Configuration/metricsFactory``).
@@ -184,6 +221,11 @@ public final class EventLog: Sendable {
   /// ``FerryLogError/unsupportedLMDB(found:supported:)``.
   public static func open(at path: String, configuration: Configuration = Configuration()) throws -> EventLog
   {
+    EventLog(try openParts(at: path, configuration: configuration), path: path, configuration: configuration)
+  }
+
+  /// Everything an open sets up, before the writer starts (an open's, or a resume's).
+  private static func openParts(at path: String, configuration: Configuration) throws -> Opened {
     do {
       return try openReporting(at: path, configuration: configuration)
     } catch let error as FerryLogError {
@@ -192,7 +234,20 @@ public final class EventLog: Sendable {
     }
   }
 
-  private static func openReporting(at path: String, configuration: Configuration) throws -> EventLog {
+  /// What an open found and holds, before the writer starts.
+  struct Opened {
+    let environment: Environment
+    let core: StoreCore
+    let stale: [String: String]
+    let created: Bool
+    let replayed: Int
+    let headMark: HeadMark?
+    let segment: SegmentSession?
+    let openLock: StoreOpenLock?
+    let head: UInt64
+  }
+
+  private static func openReporting(at path: String, configuration: Configuration) throws -> Opened {
     do {
       do {
         return try openStore(at: path, configuration: configuration)
@@ -217,7 +272,7 @@ public final class EventLog: Sendable {
     }
   }
 
-  private static func openStore(at path: String, configuration: Configuration) throws -> EventLog {
+  private static func openStore(at path: String, configuration: Configuration) throws -> Opened {
     // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
     // reads know LMDB 0.9's page layout only.
     let lmdb = configuration.lmdbVersionInPlaceOfLinked ?? .linked
@@ -381,7 +436,7 @@ public final class EventLog: Sendable {
   private static func finishOpening(
     _ environment: Environment, path: String, configuration: Configuration, projections: [any Projection],
     openLock: StoreOpenLock?, recoveryPin: SnapshotPin?, restored: RestoredCheckpoint?
-  ) throws -> EventLog {
+  ) throws -> Opened {
     let existing = Set(try environment.namedDatabases())
     var isNew: Bool
     var storedFormat = storeFormatVersion
@@ -546,36 +601,38 @@ public final class EventLog: Sendable {
     let liveCore = StoreCore(
       events: core.events, meta: core.meta, projections: bound.filter { stale[$0.name] == nil },
       eventIndex: stale[EventIDIndex.projectionName] == nil ? core.eventIndex : nil, catalog: core.catalog)
-    return EventLog(
-      path: path, configuration: configuration, environment: environment, core: liveCore, stale: stale,
-      created: isNew, replayed: replayed, headMark: headMark, segment: segment, openLock: openLock)
+    let head = try environment.read { txn in try core.head(txn) }
+    return Opened(
+      environment: environment, core: liveCore, stale: stale, created: isNew, replayed: replayed,
+      headMark: headMark, segment: segment, openLock: openLock, head: head)
   }
 
-  private init(
-    path: String, configuration: Configuration, environment: Environment, core: StoreCore,
-    stale: [String: String], created: Bool, replayed: Int, headMark: HeadMark?, segment: SegmentSession?,
-    openLock: StoreOpenLock?
-  ) {
-    self.segment = segment
-    self.openLock = openLock
+  private init(_ opened: Opened, path: String, configuration: Configuration) {
     self.path = path
     self.configuration = configuration
-    self.environment = environment
-    self.core = core
-    self.staleProjections = stale
-    self.wasCreated = created
-    self.eventsReplayedAtOpen = replayed
+    self.wasCreated = opened.created
+    self.eventsReplayedAtOpen = opened.replayed
     let instruments = LogInstruments(
       logger: configuration.logger, metricsFactory: configuration.metricsFactory,
       dimensions: configuration.metricsDimensions)
     self.instruments = instruments
-    instruments.opened(path: path, created: created, replayed: replayed, readOnly: configuration.readOnly)
-    if configuration.readOnly {
-      writer = nil
-    } else {
-      let notifier = self.notifier
-      let ownRanges = self.ownRanges
-      let writer = GroupCommitWriter(
+    instruments.opened(
+      path: path, created: opened.created, replayed: opened.replayed, readOnly: configuration.readOnly)
+    life = Mutex(
+      Life(
+        session: Self.startSession(
+          opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges, instruments: instruments)))
+  }
+
+  /// The session of an open: its parts, and a writer started on them (none read-only).
+  private static func startSession(
+    _ opened: Opened, configuration: Configuration, notifier: HeadNotifier, ownRanges: OwnRanges,
+    instruments: LogInstruments
+  ) -> Session {
+    let (environment, core, headMark, segment) = (opened.environment, opened.core, opened.headMark, opened.segment)
+    var writer: GroupCommitWriter?
+    if !configuration.readOnly {
+      let started = GroupCommitWriter(
         environment: environment, core: core, maxEventsPerCommit: configuration.maxEventsPerCommit,
         catchUpChunk: configuration.rebuildChunkSize,
         prepare: { events in try EventLog.prepare(events, configuration: configuration) },
@@ -600,9 +657,12 @@ public final class EventLog: Sendable {
         onDurable: { head in headMark?.advance(to: head) },
         onCommit: { head in notifier.publish(head) }, instruments: instruments, segment: segment,
         spin: configuration.writerSpin ?? (segment != nil ? .microseconds(50) : .zero))
-      writer.start()
-      self.writer = writer
+      started.start()
+      writer = started
     }
+    return Session(
+      environment: environment, core: core, writer: writer, segment: segment, openLock: opened.openLock,
+      headMark: headMark, stale: opened.stale)
   }
 
   deinit {
@@ -612,22 +672,97 @@ public final class EventLog: Sendable {
   /// Waits for queued appends to finish, then closes the store. Later calls throw ``FerryLogError/closed``.
   /// Close a log before opening its directory again in the same process.
   public func close() {
-    let wasOpen = closed.withLock { isClosed in
-      defer { isClosed = true }
-      return !isClosed
+    transitions.withLock { _ in
+      let (wasOpen, wasSuspended, session) = life.withLock { life in
+        defer { life.isClosed = true }
+        return (!life.isClosed, life.isSuspended, life.session)
+      }
+      guard wasOpen else { return }
+      notifier.close()
+      // A suspension ended the session already (its open lock's descriptor is closed).
+      if !wasSuspended { Self.end(session) }
     }
-    guard wasOpen else { return }
-    writer?.stop()
-    notifier.close()
-    if let segment {
+  }
+
+  /// Stops the session's writer once every write handed to it is committed, and lets go of the
+  /// store: checkpoint, environment, open lock. Ending a session twice is harmless.
+  private static func end(_ session: Session) {
+    session.writer?.stop()
+    if let segment = session.segment, !session.environment.isClosed {
       // Everything written becomes the checkpoint (the next open then has nothing to replay);
       // a failure here loses nothing: the frames are still there for the next open.
-      try? segment.checkpointNow(environment: environment, core: core)
-      segment.releasePin(environment)
+      try? segment.checkpointNow(environment: session.environment, core: session.core)
+      segment.releasePin(session.environment)
     }
-    environment.close()
-    openLock?.release()
+    session.segment?.closeFile()
+    session.headMark?.closeFile()
+    session.environment.close()
+    session.openLock?.release()
   }
+
+  // MARK: Suspension
+
+  /// Lets go of the store without closing the log: waits until every write already handed to the
+  /// writer is committed (blocking the calling thread meanwhile), stops the writer, closes the
+  /// LMDB environment and gives up every file lock this log holds (LMDB's on `lock.mdb` and
+  /// Ferry's on `ferry-open.lock`), so that a process holding it may be suspended — iOS ends a
+  /// suspended app that holds a lock in a shared container — and another process may open the
+  /// store meanwhile, alone.
+  ///
+  /// Until ``resume()`` every call that reads or writes throws ``FerryLogError/suspended`` at
+  /// once, and so does a call the suspension overtook (its write was not handed to the writer
+  /// before the suspension, or its read had not begun); tails (``tail(after:pollInterval:chunkSize:)``)
+  /// wait. Suspending a suspended or closed log does nothing.
+  public func suspend() {
+    transitions.withLock { _ in
+      let session = life.withLock { life -> Session? in
+        guard !life.isClosed, !life.isSuspended else { return nil }
+        life.isSuspended = true
+        return life.session
+      }
+      guard let session else { return }
+      Self.end(session)
+      instruments.suspended(path: path)
+    }
+  }
+
+  /// Opens the store again after ``suspend()``, as ``open(at:configuration:)`` would — the same
+  /// checks, recovery of the write-ahead segment, and projections caught up with whatever other
+  /// processes appended meanwhile — and takes its locks again. Does nothing unless suspended.
+  /// When the open fails (the store was damaged or removed meanwhile) the log stays suspended and
+  /// the open's error is thrown; resume may be tried again.
+  public func resume() throws {
+    try transitions.withLock { _ in
+      guard life.withLock({ !$0.isClosed && $0.isSuspended }) else { return }
+      var again = configuration
+      again.storeIdAtCreation = nil
+      // The store exists: a resume never creates one where it went missing.
+      again.createIfMissing = false
+      let opened = try Self.openParts(at: path, configuration: again)
+      let session = Self.startSession(
+        opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges, instruments: instruments)
+      life.withLock { life in
+        life.session = session
+        life.isSuspended = false
+      }
+      instruments.resumed(path: path, replayed: opened.replayed)
+      // Other processes' appends made while suspended: waiting tails read them.
+      notifier.publish(opened.head)
+    }
+  }
+
+  /// Whether the log is suspended (``suspend()``) now.
+  public var isSuspended: Bool { life.withLock { $0.isSuspended } }
+
+  /// The error for a call the log cannot serve now: ``FerryLogError/closed`` once closed,
+  /// ``FerryLogError/suspended`` otherwise (the writer or environment it used belongs to a
+  /// session that a suspension ended).
+  var unavailable: FerryLogError {
+    life.withLock { $0.isClosed } ? .closed : .suspended
+  }
+
+  /// Whether the log was closed or suspended: a call must not begin.
+  var isUnavailable: Bool { life.withLock { $0.isClosed || $0.isSuspended } }
 
   /// Whether this open of the log appended the event at `sequence` (as opposed to another process).
   public func appendedHere(_ sequence: UInt64) -> Bool {
@@ -655,7 +790,7 @@ public final class EventLog: Sendable {
   }
 
   /// Whether ``close()`` was called.
-  public var isClosed: Bool { closed.withLock { $0 } }
+  public var isClosed: Bool { life.withLock { $0.isClosed } }
 
   private static func validate(projections: [any Projection], userProjections: [any Projection]) throws {
     var seen = Set<String>()
@@ -803,13 +938,13 @@ public final class EventLog: Sendable {
       throw FerryLogError.permissionDenied(path: path, detail: "the store is open read-only")
     }
     if events.isEmpty { return [] }
-    if isClosed { throw FerryLogError.closed }
+    if isUnavailable { throw unavailable }
     let prepared = try Self.prepare(events, configuration: configuration)
     let outcome = try await withUnsafeThrowingContinuation {
       (continuation: UnsafeContinuation<GroupCommitWriter.AppendOutcome, any Error>) in
       let request = GroupCommitWriter.AppendRequest(work: .events(prepared), continuation: continuation)
       if !writer.submit(.append(request)) {
-        continuation.resume(throwing: FerryLogError.closed)
+        continuation.resume(throwing: unavailable)
       }
     }
     return outcome.sequences
@@ -1061,7 +1196,11 @@ public final class EventLog: Sendable {
   /// `body` on a new read snapshot.
   private func readSnapshot<R>(_ body: (LogView) throws -> R) throws -> R {
     try guarded {
-      try environment.read { txn in try body(LogView(core: core, transaction: txn, stale: staleProjections)) }
+      // One session for the whole read: a resume meanwhile must not mix two environments' handles.
+      let session = self.session
+      return try session.environment.read { txn in
+        try body(LogView(core: session.core, transaction: txn, stale: session.stale))
+      }
     }
   }
 
@@ -1081,7 +1220,7 @@ public final class EventLog: Sendable {
     var notCurrent = behind
     switch try catchUpBehind(writer) {
     case .refused:
-      throw FerryLogError.closed
+      throw unavailable
     case .pending:
       // The writer did not finish the catch-up in a second (another process holds LMDB's write
       // lock, or this process's writer is on a long job): the job stays queued, and the read's
@@ -1172,11 +1311,13 @@ public final class EventLog: Sendable {
 
   /// Runs `body`, turning storage errors into ``FerryLogError`` and refusing work after close.
   func guarded<R>(_ body: () throws -> R) throws -> R {
-    if isClosed { throw FerryLogError.closed }
+    let began = life.withLock { life -> Session? in life.isClosed || life.isSuspended ? nil : life.session }
+    guard let began else { throw unavailable }
     do {
       return try body()
     } catch let error as LMDBError {
-      if isClosed { throw FerryLogError.closed }
+      // A suspension (or close) ended the session under the call: its environment is closed.
+      if isUnavailable || began !== session { throw unavailable }
       throw FerryLogError(error, path: path)
     }
   }

@@ -61,6 +61,11 @@ public enum FerryLogError: Error, CustomStringConvertible {
   case snapshotUnusable(projection: String, reason: String)
   /// The log was closed; no more appends are taken.
   case closed
+  /// The store is suspended (`EventLog.suspend()`, `FerryStore.suspend()`): it holds no lock and
+  /// has no environment open, so nothing is read or written until it is resumed. A call made
+  /// while suspended, or overtaken by the suspension, fails with this at once; call it again
+  /// after resuming.
+  case suspended
   /// The store's files are damaged in a way that makes reading them unsafe or untrustworthy (a
   /// data file shorter than its meta page says, meta pages that disagree, a read that crashed).
   /// `ferry salvage` builds a new store from what is left.
@@ -123,6 +128,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .snapshotUnusable(let projection, let reason):
       return "the snapshot of '\(projection)' cannot be used: \(reason)"
     case .closed: return "the event log is closed"
+    case .suspended: return "the store is suspended: resume it before reading or writing"
     case .damagedStore(let path, let reason):
       if reason.contains("data.mdb is missing") {
         return "the store at \(path) is damaged: \(reason); restore data.mdb from a copy (there is nothing to salvage)"

@@ -120,8 +120,19 @@ final class HeadMark: Sendable {
     return fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
   }
 
+  /// Whether ``closeFile()`` closed `fd` (read and set under `written`'s lock).
+  private let fileClosed = Atomic<Bool>(false)
+
+  /// Closes the mark file, once: at close or suspension of the log, once its writer stopped (a
+  /// suspended process keeps no file of the store open). Later advances write nothing.
+  func closeFile() {
+    written.withLock { _ in
+      if fd >= 0 && !fileClosed.exchange(true, ordering: .relaxed) { close(fd) }
+    }
+  }
+
   deinit {
-    if fd >= 0 { close(fd) }
+    if fd >= 0 && !fileClosed.load(ordering: .relaxed) { close(fd) }
   }
 
   /// Raises the mark to `head` unless it already says as much (another process may have raised
@@ -129,7 +140,7 @@ final class HeadMark: Sendable {
   func advance(to head: UInt64) {
     guard fd >= 0 else { return }
     written.withLock { written in
-      guard head > written else { return }
+      guard head > written, !fileClosed.load(ordering: .relaxed) else { return }
       withUnsafeTemporaryAllocation(byteCount: Self.length, alignment: 8) { buffer in
         let got = pread(fd, buffer.baseAddress, Self.length, 0)
         if got == Self.length, let current = markedHead(UnsafeRawBufferPointer(buffer)), current >= head {

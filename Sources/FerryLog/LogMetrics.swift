@@ -83,7 +83,7 @@ package final class LogInstruments: Sendable {
     commitFailures?.increment()
     let level: Logger.Level
     switch error as? FerryLogError {
-    case .closed: level = .debug
+    case .closed, .suspended: level = .debug
     default: level = .error
     }
     logger?.log(
@@ -108,6 +108,17 @@ package final class LogInstruments: Sendable {
         metadata: metadata.merging(["ferry.events.replayed": "\(replayed)"]) { $1 })
     }
     logger.debug("event log opened", metadata: metadata)
+  }
+
+  /// The log let go of the store (``EventLog/suspend()``).
+  func suspended(path: String) {
+    logger?.info("event log suspended: no lock held", metadata: ["ferry.store": "\(path)"])
+  }
+
+  /// The log opened the store again after a suspension.
+  func resumed(path: String, replayed: Int) {
+    logger?.info(
+      "event log resumed", metadata: ["ferry.store": "\(path)", "ferry.events.replayed": "\(replayed)"])
   }
 
   /// An open refused: damage, lost commits and unreadable records at error, the rest at notice.

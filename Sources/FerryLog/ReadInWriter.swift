@@ -34,7 +34,7 @@ extension EventLog {
             lent, core: core, environment: environment, chunk: chunk, stale: stale, segment: segment,
             instruments: instruments)
         })
-      guard accepted else { throw FerryLogError.closed }
+      guard accepted else { throw unavailable }
       guard lent.wait(until: deadline) else { throw Self.heldUp(notCurrent) }
       readsInWriter.add(1, ordering: .relaxed)
       return try lent.result(or: notCurrent)

@@ -228,7 +228,7 @@ extension EventLog {
             continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
           }
         })
-      if !accepted { continuation.resume(throwing: FerryLogError.closed) }
+      if !accepted { continuation.resume(throwing: self.unavailable) }
     }
   }
 
@@ -636,7 +636,7 @@ extension EventLog {
             continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
           }
         })
-      if !accepted { continuation.resume(throwing: FerryLogError.closed) }
+      if !accepted { continuation.resume(throwing: self.unavailable) }
     }
   }
 

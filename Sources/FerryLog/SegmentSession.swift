@@ -45,7 +45,16 @@ final class SegmentSession: Sendable {
     state.withLock { $0.fileSize = size }
   }
 
-  deinit { close(fd) }
+  /// Whether ``closeFile()`` closed `fd`.
+  private let fileClosed = Atomic<Bool>(false)
+
+  /// Closes the segment file, once: at close or suspension of the log, after its last checkpoint
+  /// (a suspended process keeps no file of the store open). Nothing uses the session afterwards.
+  func closeFile() {
+    if !fileClosed.exchange(true, ordering: .acquiringAndReleasing) { close(fd) }
+  }
+
+  deinit { closeFile() }
 
   /// Counts for tests and benchmarks: checkpoints made and frames written by this process.
   var counts: (checkpoints: Int, frames: Int) { state.withLock { ($0.checkpoints, $0.frames) } }

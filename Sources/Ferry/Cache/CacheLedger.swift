@@ -108,6 +108,15 @@ public final class CacheLedger: Sendable {
     changes.finish()
   }
 
+  /// Stops reading other processes' fetches for a suspension (the queue suspends the log).
+  func suspendTail() { foreignTail.suspend() }
+
+  /// Goes on reading other processes' fetches after a resume, from where it stopped (what a
+  /// compaction removed meanwhile unread is told as a possible change, as at any time).
+  func resumeTail() {
+    foreignTail.resume(log)
+  }
+
   /// Starts telling this process's observers about fetches other processes record (an app
   /// extension refreshing a cache, say).
   private func observeOtherProcesses() {

@@ -41,6 +41,23 @@ public final class TaskQueue: Sendable {
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
   private let foreignTail = ForeignTail()
+  /// This queue's runners, held weakly: a suspension of the store stops them and its resume
+  /// starts again those that ran automatically.
+  private let runners = Mutex<[WeakRunner]>([])
+
+  struct WeakRunner {
+    weak var runner: TaskRunner?
+  }
+
+  func adopt(_ runner: TaskRunner) {
+    runners.withLock { runners in
+      runners.removeAll { $0.runner == nil }
+      runners.append(WeakRunner(runner: runner))
+    }
+  }
+
+  /// The runners of this queue that are still in use.
+  var liveRunners: [TaskRunner] { runners.withLock { $0.compactMap(\.runner) } }
 
   /// Opens (or creates) the store at `path` and returns its queue (``FerryStore/queue``).
   ///
@@ -96,6 +113,30 @@ public final class TaskQueue: Sendable {
       return false
     }
     if releaseNow { token?.release() }
+  }
+
+  /// Lets go of the store for a suspension (``FerryStore/suspend()``), once the runners stopped:
+  /// stops reading other processes' changes (keeping where it was), suspends the log — every
+  /// write handed to the writer is committed first — and gives up this process's liveness token,
+  /// whatever handler still runs: a run whose outcome could not be logged is then like a killed
+  /// process's, interrupted by the resume or by any other process.
+  func suspendStore() {
+    foreignTail.suspend()
+    log.suspend()
+    let token = owner.withLock { owner -> RunOwner? in
+      defer { owner = nil }
+      return owner
+    }
+    liveRuns.withLock { $0.closedOwner = nil }
+    token?.release()
+  }
+
+  /// Takes the store up again after ``suspendStore()``: the log reopens (projections catch up with
+  /// other processes' appends) and the tail of other processes' changes goes on from where it
+  /// stopped. The store then interrupts dead owners' runs (``FerryStore/resume()``).
+  func resumeStore() throws {
+    try log.resume()
+    foreignTail.resume(log)
   }
 
   /// Runs of this queue that may be live: reserved before a claim command is sent (it may claim

@@ -162,6 +162,7 @@ public final class TaskRunner: Sendable {
     self.queue = queue
     self.configuration = configuration
     self.number = queue.nextRunnerNumber()
+    queue.adopt(self)
     if let connectivity = configuration.connectivity {
       // Back online: whatever waited for the network (automatic running, windows, deferred tasks) goes on at once.
       let changes = connectivity.changes()
@@ -365,6 +366,11 @@ public final class TaskRunner: Sendable {
   /// that ignores its cancellation gets ``Configuration/interruptionGrace``; then its run is
   /// logged as interrupted and the runner stops waiting for it.
   public func stop() {
+    _ = halt()
+  }
+
+  /// What ``stop()`` does; returns the pass and the automatic loop it stopped.
+  private func halt() -> (pass: ActivePass?, automatic: Task<Void, Never>?) {
     let (pass, automatic, windows) = state.withLock { s in
       defer { s.automatic = nil }
       // Cut under the lock: a window never starts a pass after this (see `windowPass`).
@@ -375,6 +381,18 @@ public final class TaskRunner: Sendable {
     automatic?.wakeup.signal()
     for window in windows { window.wakeup.signal() }
     pass?.task.cancel()
+    return (pass, automatic?.task)
+  }
+
+  /// Stops the runner for a suspension of its store, as ``stop()`` does, and waits until the pass
+  /// under way has ended — its runs' outcomes logged, or logged as interrupted after
+  /// ``Configuration/interruptionGrace`` — and automatic running has stopped. Returns whether it
+  /// ran automatically, so that the resume starts it again.
+  func suspendRunning() async -> Bool {
+    let (pass, automatic) = halt()
+    _ = try? await pass?.task.value
+    await automatic?.value
+    return automatic != nil
   }
 
   /// Tells the runner that what its `isReadyToRun` checks look at has changed (the network is

@@ -159,7 +159,10 @@ extension TaskRunner {
   /// ```swift
   /// // iOS (not compiled here): a BGProcessingTask drives a window.
   /// BGTaskScheduler.shared.register(forTaskWithIdentifier: "app.sync", using: nil) { bgTask in
-  ///   let window = Task { try await runner.run(until: Date().addingTimeInterval(25)) }
+  ///   let window = Task {
+  ///     try await store.resume()                           // if the app suspended it
+  ///     return try await runner.run(until: Date().addingTimeInterval(25))
+  ///   }
   ///   bgTask.expirationHandler = { window.cancel() }       // ends the window at once
   ///   Task {
   ///     let report = try? await window.value
@@ -169,6 +172,7 @@ extension TaskRunner {
   ///       request.requiresNetworkConnectivity = true
   ///       try? BGTaskScheduler.shared.submit(request)
   ///     }
+  ///     await store.suspend()                              // no lock held once it completes
   ///     bgTask.setTaskCompleted(success: report?.end == .outOfWork)
   ///   }
   /// }

@@ -97,6 +97,12 @@ public final class FerryStore: Sendable {
     public var writerSpin: Duration? = nil
     /// The id a store created by this open gets (``EventLog/Configuration/storeIdAtCreation``).
     package var storeIdAtCreation: EventID?
+    /// On iOS, tvOS, watchOS and visionOS: suspend the store (``FerryStore/suspend()``) when the
+    /// app enters the background and resume it (``FerryStore/resume()``) when it returns to the
+    /// foreground, following `UIApplication`'s notifications. Off by default; an app whose store
+    /// sits in an app-group container turns it on, or calls the two itself (from its scene
+    /// delegate, or around a background task). Ignored on other platforms.
+    public var suspendsWhenBackgrounded = false
 
     /// The defaults.
     public init() {}
@@ -112,6 +118,15 @@ public final class FerryStore: Sendable {
   let automaticCompaction = Mutex<Task<Void, Never>?>(nil)
   /// The task that reads the queue gauges now and then, while metrics are on (Observability.swift).
   let gaugeTimer = Mutex<Task<Void, Never>?>(nil)
+  /// What the open asked for that a resume starts again.
+  let automaticPolicy: AutomaticCompaction?
+  let gaugeInterval: Duration
+  /// Whether the store is suspended, and what to start again at resume (Suspension.swift).
+  let suspension = Suspension()
+  /// The observers of the app's lifecycle (``Configuration/suspendsWhenBackgrounded``).
+  let lifecycle = Mutex<[any NSObjectProtocol]>([])
+  /// Whether the app's last lifecycle move was to the background (the store follows it).
+  let appWantsSuspension = Mutex(false)
 
   /// Every event type of a Ferry store, at its current schema version.
   static let catalog = EventCatalog(
@@ -153,12 +168,14 @@ public final class FerryStore: Sendable {
       let automatic = configuration.automaticCompaction
       let store = FerryStore(
         log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
-        ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+        ledger: CacheLedger(log: log, clock: clock, sleep: sleep), automaticCompaction: automatic,
+        gaugeInterval: configuration.gaugeInterval)
       // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
       // (another process is in a handler right now) are left alone.
       store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true, inWriter: false))
       if let automatic { store.startAutomaticCompaction(automatic) }
       store.startObserving(gaugeInterval: configuration.gaugeInterval)
+      if configuration.suspendsWhenBackgrounded { store.followAppLifecycle() }
       return store
     } catch {
       log.close()
@@ -166,10 +183,15 @@ public final class FerryStore: Sendable {
     }
   }
 
-  init(log: EventLog, queue: TaskQueue, ledger: CacheLedger) {
+  init(
+    log: EventLog, queue: TaskQueue, ledger: CacheLedger, automaticCompaction: AutomaticCompaction? = nil,
+    gaugeInterval: Duration = .seconds(5)
+  ) {
     self.log = log
     self.queue = queue
     self.ledger = ledger
+    self.automaticPolicy = automaticCompaction
+    self.gaugeInterval = gaugeInterval
     queue.cacheInvalidated.withLock { $0 = { [weak ledger] keys in ledger?.invalidated(keys) } }
   }
 
@@ -186,6 +208,7 @@ public final class FerryStore: Sendable {
   /// outcomes can no longer be logged, and the next open interrupts those runs (their tasks run
   /// again). Call it without `await`, from a `defer` too.
   public func close() {
+    stopFollowingAppLifecycle()
     automaticCompaction.withLock { $0?.cancel() }
     stopObserving()
     queue.close()

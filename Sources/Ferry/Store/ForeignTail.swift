@@ -10,58 +10,126 @@ final class ForeignTail: Sendable {
   /// Events read at most per read transaction.
   static let chunkSize = 1000
 
-  private let task = Mutex<Task<Void, Never>?>(nil)
+  private struct State {
+    var task: Task<Void, Never>?
+    /// Counts the loops started: a loop that a stop or suspension replaced writes nothing more.
+    var generation = 0
+    /// The last sequence the loop has read up to (kept across a suspension).
+    var last: UInt64?
+    /// What the running loop tells.
+    var handlers: Handlers?
+    /// The tail that a suspension stopped, to be started again from `last` by a resume.
+    var suspended: Handlers?
+  }
+
+  private typealias Handlers = (deliver: @Sendable (LoggedEvent) -> Void, missed: @Sendable () -> Void)
+
+  private let state = Mutex(State())
 
   /// Starts reading after the current head (once); `deliver` gets every event another process
   /// appended, in order. `missed` is called after a read that found events gone before they
   /// could be read — a compaction removed them — of which some were not appended here (this
   /// process's own were told to its observers when committed): what they said is lost, and the
-  /// observers must read the state again.
+  /// observers must read the state again. While the log is suspended it starts at resume.
   func start(
     _ log: EventLog, deliver: @escaping @Sendable (LoggedEvent) -> Void,
     missed: @escaping @Sendable () -> Void
   ) {
-    task.withLock { task in
-      guard task == nil, !log.isClosed, let head = try? log.head() else { return }
-      task = Task {
-        var last = head
-        while !Task.isCancelled && !log.isClosed {
-          do {
-            // The head first: every event at or below it that the read after does not find was
-            // removed (a later append can only be above it).
-            let head = try log.head()
-            let events = try log.events(after: last, limit: Self.chunkSize)
-            var lost = false
-            for event in events {
-              if event.sequence > last &+ 1, !log.appendedHere(allOf: (last + 1)...(event.sequence - 1)) {
-                lost = true
-              }
-              last = event.sequence
-              if !log.appendedHere(event.sequence) { deliver(event) }
+    state.withLock { state in
+      guard state.task == nil, !log.isClosed else { return }
+      if log.isSuspended {
+        state.suspended = (deliver, missed)
+        return
+      }
+      guard let head = try? log.head() else { return }
+      state.last = head
+      launch(log, &state, deliver: deliver, missed: missed)
+    }
+  }
+
+  /// The loop, from `state.last` on.
+  private func launch(
+    _ log: EventLog, _ state: inout State, deliver: @escaping @Sendable (LoggedEvent) -> Void,
+    missed: @escaping @Sendable () -> Void
+  ) {
+    state.generation += 1
+    state.handlers = (deliver, missed)
+    let generation = state.generation
+    let first = state.last ?? 0
+    state.task = Task { [self] in
+      var last = first
+      while !Task.isCancelled && !log.isClosed {
+        do {
+          // The head first: every event at or below it that the read after does not find was
+          // removed (a later append can only be above it).
+          let head = try log.head()
+          let events = try log.events(after: last, limit: Self.chunkSize)
+          // A loop a suspension replaced delivers nothing more: the next one reads from `last`.
+          guard isCurrent(generation) else { return }
+          var lost = false
+          for event in events {
+            if event.sequence > last &+ 1, !log.appendedHere(allOf: (last + 1)...(event.sequence - 1)) {
+              lost = true
             }
-            if events.count < Self.chunkSize, head > last {
-              if !log.appendedHere(allOf: (last + 1)...head) { lost = true }
-              last = head
-            }
-            if lost { missed() }
-            if events.count == Self.chunkSize { continue }
-          } catch {
-            return  // The log closed or failed: observers keep what they saw.
+            last = event.sequence
+            if !log.appendedHere(event.sequence) { deliver(event) }
           }
-          // Only other processes' appends are of interest here, and they cannot wake this one.
-          do { try await Task.sleep(for: Self.pollInterval) } catch { return }
+          if events.count < Self.chunkSize, head > last {
+            if !log.appendedHere(allOf: (last + 1)...head) { lost = true }
+            last = head
+          }
+          record(last, generation)
+          if lost { missed() }
+          if events.count == Self.chunkSize { continue }
+        } catch {
+          return  // The log closed, was suspended or failed: observers keep what they saw.
         }
+        // Only other processes' appends are of interest here, and they cannot wake this one.
+        do { try await Task.sleep(for: Self.pollInterval) } catch { return }
       }
     }
   }
 
+  private func isCurrent(_ generation: Int) -> Bool { state.withLock { $0.generation == generation } }
+
+  private func record(_ last: UInt64, _ generation: Int) {
+    state.withLock { state in if state.generation == generation { state.last = last } }
+  }
+
+  /// Stops reading for a suspension of the log, keeping where it was: ``resume(_:)`` goes on from
+  /// there, so that what other processes appended meanwhile is delivered.
+  func suspend() {
+    state.withLock { state in
+      guard let task = state.task else { return }
+      task.cancel()
+      state.task = nil
+      state.generation += 1
+      state.suspended = state.handlers
+    }
+  }
+
+  /// Starts the tail a suspension stopped again, from where it was.
+  func resume(_ log: EventLog) {
+    state.withLock { state in
+      guard let tail = state.suspended else { return }
+      state.suspended = nil
+      guard state.task == nil, !log.isClosed, !log.isSuspended else { return }
+      if state.last == nil { state.last = try? log.head() }
+      launch(log, &state, deliver: tail.deliver, missed: tail.missed)
+    }
+  }
+
   /// Whether the tail is being read now (started and not stopped).
-  var isRunning: Bool { task.withLock { $0 != nil } }
+  var isRunning: Bool { state.withLock { $0.task != nil } }
 
   func stop() {
-    task.withLock { task in
-      task?.cancel()
-      task = nil
+    state.withLock { state in
+      state.task?.cancel()
+      state.task = nil
+      state.generation += 1
+      state.suspended = nil
+      state.handlers = nil
+      state.last = nil
     }
   }
 }

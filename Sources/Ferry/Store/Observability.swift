@@ -384,6 +384,12 @@ extension FerryStore {
         FerryLogMetadata.store: "\(log.path)", FerryLogMetadata.sequence: "\((try? log.head()) ?? 0)",
         "ferry.created": "\(log.wasCreated)", "ferry.interrupted": "\(queue.interruptedAtOpen.count)",
       ])
+    startGaugeTimer(gaugeInterval: gaugeInterval)
+  }
+
+  /// Reads the queue gauges now and every `gaugeInterval`, while metrics are on.
+  func startGaugeTimer(gaugeInterval: Duration) {
+    let observer = queue.observer
     guard observer.measures else { return }
     observer.setGaugeInterval(gaugeInterval)
     observer.refreshGauges()
@@ -400,12 +406,17 @@ extension FerryStore {
     gaugeTimer.withLock { $0 = timer }
   }
 
-  /// Stops the gauge readings and logs the close.
-  func stopObserving() {
+  /// Stops the gauge readings (the timer does not read a suspended store).
+  func stopGaugeTimer() {
     gaugeTimer.withLock { timer in
       timer?.cancel()
       timer = nil
     }
+  }
+
+  /// Stops the gauge readings and logs the close.
+  func stopObserving() {
+    stopGaugeTimer()
     if !log.isClosed {
       queue.observer.logger?.info("store closed", metadata: [FerryLogMetadata.store: "\(log.path)"])
     }
