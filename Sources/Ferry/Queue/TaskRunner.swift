@@ -83,6 +83,9 @@ public final class TaskRunner: Sendable {
     /// The store the run is on (its directory).
     let store: String
     let taskId: TaskID
+    /// The other tasks of a batched handler's call (empty for a call of one task): a request
+    /// from the handler to run one of them waits for that same call too.
+    var batchIds: [TaskID] = []
     /// The pass that called the handler; nil for a single-task run.
     let pass: ObjectIdentifier?
     /// The handler's own call: which task runs it, and whether it is still under way.
@@ -292,10 +295,10 @@ public final class TaskRunner: Sendable {
   /// the request came, so a task added before `run()` is in its report.
   ///
   /// A handler may call it, from its own task or from a task it starts (`Task {}`). Asked from
-  /// the handler's own task for the pass that called it (or, by any runner, for its own task) it
-  /// throws ``FerryError/invalidArgument(_:)``: it would wait for itself. From a task the handler
-  /// starts it runs like any request, once the handler has returned — as long as the handler does
-  /// not await that task.
+  /// the handler's own task for the pass that called it (or, by any runner, for its own task or
+  /// a task of its batch) it throws ``FerryError/invalidArgument(_:)``: it would wait for itself.
+  /// From a task the handler starts it runs like any request, once the handler has returned — as
+  /// long as the handler does not await that task.
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
@@ -304,7 +307,9 @@ public final class TaskRunner: Sendable {
       throw FerryError.unknownCollection(name)
     }
     if case .task(let id) = filter {
-      if let scope = Self.handlerScope, scope.taskId == id, scope.store == queue.log.path, scope.isTheHandlerItself {
+      if let scope = Self.handlerScope, scope.taskId == id || scope.batchIds.contains(id),
+        scope.store == queue.log.path, scope.isTheHandlerItself
+      {
         // It would wait for this very run's outcome, which waits for it.
         throw FerryError.invalidArgument("task \(id)'s own handler cannot run it: the run would wait for itself")
       }
@@ -1005,7 +1010,8 @@ public final class TaskRunner: Sendable {
     }
     let handlerCall = HandlerCall()
     let scope = HandlerScope(
-      store: queue.log.path, taskId: first.task.id, pass: control.map(ObjectIdentifier.init), call: handlerCall)
+      store: queue.log.path, taskId: first.task.id, batchIds: runs.dropFirst().map(\.task.id),
+      pass: control.map(ObjectIdentifier.init), call: handlerCall)
     let called: Result<BatchEnd, CancellationError> = await Self.$handlerScope.withValue(scope) {
       do throws(CancellationError) {
         return .success(try await callBatch(registration, batch.handler, runs, handlerCall))

@@ -1,0 +1,64 @@
+import FerryLog
+import Foundation
+import Synchronization
+import TestSupport
+import Testing
+
+@testable import Ferry
+
+/// Batched handlers attacked as a hostile app would use them: a handler that asks for a task of
+/// its own batch, another runner waiting for a task a batch defers, batches at the largest size.
+@Suite(.timeLimit(.minutes(3))) struct BatchAttackTests {
+  /// The starts and ends the log holds for each task, in log order.
+  static func said(_ log: EventLog) throws -> [TaskID: [String]] {
+    var said: [TaskID: [String]] = [:]
+    for (_, event) in try log.forEachTaskEvent() {
+      switch event {
+      case .runStarted(let id, _, _, _, _): said[id, default: []].append("started")
+      case .runSucceeded(let id, _): said[id, default: []].append("succeeded")
+      case .runFailed(let id, _, _, _): said[id, default: []].append("failed")
+      case .runInterrupted(let id): said[id, default: []].append("interrupted")
+      case .runDeferred(let id, _): said[id, default: []].append("deferred")
+      case .errorRecorded(let id, _, true): said[id, default: []].append("error")
+      default: continue
+      }
+    }
+    return said
+  }
+
+  /// A batched handler that asks its runner to run another task of its own batch would wait for
+  /// its own call's outcome: refused like a handler of one task asking for its own task (it used
+  /// to wait for ever — until the time limit cancelled the whole batch).
+  @Test func aBatchedHandlerAskingToRunATaskOfItsOwnBatchIsRefused() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await fixture.open()
+    defer { queue.close() }
+    let a = try await queue.add(tag: "note", payload: Item(name: "a"))
+    let b = try await queue.add(tag: "note", payload: Item(name: "b"))
+    let answers = Journal()
+    let run = runner(queue)
+    run.register(tag: "note", batchSize: 8, timeLimit: .seconds(10)) { tasks in
+      do {
+        _ = try await run.run(.task(b))
+        answers.note("ran")
+      } catch FerryError.invalidArgument(_) {
+        answers.note("refused")
+      } catch {
+        answers.note("threw \(error)")
+      }
+      return Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, TaskResult.succeeded) })
+    }
+    let pass = Task { try await run.run() }
+    // A call stuck waiting for itself ends only when the store's clock passes its time limit.
+    while answers.all.isEmpty {
+      fixture.time += 60_000
+      try await Task.sleep(for: .milliseconds(5))
+    }
+    let report = try await pass.value
+    #expect(answers.all == ["refused"])
+    #expect(report.batches.map(\.taskIds) == [[a, b]])
+    #expect(report.succeeded == 2)
+    #expect(try Self.said(queue.log)[b] == ["started", "succeeded"])
+  }
+}
