@@ -61,4 +61,46 @@ import Testing
     #expect(report.succeeded == 2)
     #expect(try Self.said(queue.log)[b] == ["started", "succeeded"])
   }
+
+  /// `run(.task(id))` of a task in another runner's batch waits for that batch and reports the
+  /// task's outcome as the log says it: a deferral (no outcome from the batch handler) is a
+  /// deferral, not an interruption.
+  @Test func waitingForATaskAnotherRunnersBatchDefersReportsTheDeferral() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await fixture.open()
+    defer { queue.close() }
+    // The waiting runner has no handler for the tag: arriving after the batch ended, it skips the
+    // task (`noHandler`) instead of running it, and the round is tried again.
+    let waiter = runner(queue)
+    var outcome: TaskOutcome?
+    for _ in 0..<20 {
+      let a = try await queue.add(tag: "note", payload: Item(name: "a"))
+      let b = try await queue.add(tag: "note", payload: Item(name: "b"))
+      let entered = Gate()
+      let gate = Gate()
+      let batching = runner(queue)
+      batching.register(tag: "note", batchSize: 8) { tasks in
+        entered.open()
+        await gate.wait()
+        // No outcome for b: deferred.
+        return Dictionary(uniqueKeysWithValues: tasks.filter { $0.id != b }.map { ($0.id, TaskResult.succeeded) })
+      }
+      let pass = Task { try await batching.run() }
+      await entered.wait()
+      let waiting = Task { try await waiter.run(.task(b)).outcome(of: b) }
+      // Only lets the batch end sooner or later: a waiter that comes late is told apart below.
+      try await Task.sleep(for: .milliseconds(50))
+      gate.open()
+      let batchReport = try await pass.value
+      #expect(batchReport.outcome(of: a) == .succeeded)
+      #expect(batchReport.outcome(of: b) == .deferred(TaskRunner.noOutcome))
+      let seen = try await waiting.value
+      try await queue.cancel(b)
+      if seen == .skipped(.noHandler) { continue }
+      outcome = seen
+      break
+    }
+    #expect(outcome == .deferred(TaskRunner.noOutcome))
+  }
 }

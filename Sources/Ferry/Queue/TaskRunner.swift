@@ -1244,6 +1244,8 @@ public final class TaskRunner: Sendable {
         case .runFailed(id, let message, _, let next):
           return .failed(message, retryAt: next.map(Date.init(unixMilliseconds:)))
         case .runInterrupted(id): return .interrupted
+        // Deferred (a batch gave it no outcome, or it was offline): its attempt given back, not cut short.
+        case .runDeferred(id, let reason): return .deferred(reason)
         case .errorRecorded(id, let message, true): return .errorRecorded(message)
         // Cancelled (or cleared) while the other runner's run goes on: the task has left the queue
         // (its row waits for that run only to hold its group), which ends the wait as it always did.
