@@ -103,4 +103,38 @@ import Testing
     }
     #expect(outcome == .deferred(TaskRunner.noOutcome))
   }
+
+  /// A batch size of 1000 takes 1000 ready tasks of the tag in one call, as the spec says ("while
+  /// there is room"): the search for other heads used to stop after 512 keys, so such a batch
+  /// held at most 513 tasks.
+  @Test func theLargestBatchIsFilledWhenThatManyTasksAreReady() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let queue = try await fixture.open()
+    defer { queue.close() }
+    var ids: [TaskID] = []
+    for start in stride(from: 0, to: 1200, by: 100) {
+      let added = try await withThrowingTaskGroup(of: TaskID.self) { adds in
+        for n in start..<start + 100 { adds.addTask { try await queue.add(tag: "note", payload: Item(name: "\(n)")) } }
+        var added: [TaskID] = []
+        for try await id in adds { added.append(id) }
+        return added
+      }
+      ids += added
+    }
+    ids.sort()
+    let sizes = Journal()
+    let run = runner(queue)
+    run.register(tag: "note", batchSize: TaskRunner.maxBatchSize) { tasks in
+      sizes.note("\(tasks.count)")
+      return Dictionary(uniqueKeysWithValues: tasks.map { ($0.id, TaskResult.succeeded) })
+    }
+    let report = try await run.run()
+    #expect(sizes.all == ["1000", "200"])
+    #expect(report.batches.map(\.taskIds.count) == [1000, 200])
+    #expect(report.batches.flatMap(\.taskIds) == ids, "the batches took the tasks in id order")
+    #expect(report.succeeded == 1200)
+    let said = try Self.said(queue.log)
+    #expect(ids.allSatisfy { said[$0] == ["started", "succeeded"] })
+  }
 }

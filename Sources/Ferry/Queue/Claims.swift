@@ -313,7 +313,8 @@ enum ClaimSearch {
   /// same command: `first`, then the tasks right behind it in its group, one after another while
   /// each has the same tag and may start; then, while there is room, other heads of that tag at
   /// the same priority level past the pass's cursor, each followed by the tasks behind it in its
-  /// group the same way. Never more than `size` runs; a task whose deadline passed ends the search
+  /// group the same way, until the batch is full or `scanLimit` keys of the level did not join
+  /// it. Never more than `size` runs; a task whose deadline passed ends the search
   /// of its group (the next sweep expires it). Group tasks stay consecutive and in group order.
   static func fillBatch(
     _ first: ClaimedRun, size: Int, _ context: CommandContext, pass: PassState, cursors: PassCursors,
@@ -349,22 +350,34 @@ enum ClaimSearch {
 
     if let group = first.task.groupId { try addFollowers(of: first.task.id, group: group) }
     guard members.count < size, let level = try queue.row(first.task.id)?.level else { return members }
-    // Other heads of the level, read before any is claimed (a claim changes `ready`); the pass's
-    // cursor is not moved, so tasks of other tags stay for its walk.
-    let cursor = cursors.ready[level] ?? 0
-    var ids: [TaskID] = []
-    if cursor < TaskID.max {
-      try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
+    // Other heads of the level, in chunks read before any of them is claimed (a claim changes
+    // `ready`, and only at keys the scan has passed); the pass's cursor is not moved, so tasks of
+    // other tags stay for its walk. The search ends when the batch is full or `scanLimit` keys
+    // did not join it: the keys that join cost what they claim, so a batch of 1000 fills.
+    var after = cursors.ready[level] ?? 0
+    var passedOver = 0
+    while members.count < size && passedOver < scanLimit && after < TaskID.max {
+      var ids: [TaskID] = []
+      let chunk = min(64, size - members.count + scanLimit - passedOver)
+      try queue.tables.scan("ready", from: QueueKey.ready(level, after + 1)) { key, _ in
         guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
         ids.append(id)
-        return ids.count < scanLimit
+        return ids.count < chunk
       }
-    }
-    for id in ids where members.count < size {
-      guard !handlers.unhandled.contains(id), let row = try queue.row(id), fits(id, row) else { continue }
-      if let group = row.groupId, pass.isFailed(group) { continue }
-      members.append(try claim(id, row, context, owner: owner, runner: runner, batch: first.task.id))
-      if let group = row.groupId { try addFollowers(of: id, group: group) }
+      for id in ids {
+        after = id
+        guard members.count < size else { break }
+        guard !handlers.unhandled.contains(id), let row = try queue.row(id), fits(id, row),
+          row.groupId.map({ !pass.isFailed($0) }) ?? true
+        else {
+          passedOver += 1
+          if passedOver >= scanLimit { break }
+          continue
+        }
+        members.append(try claim(id, row, context, owner: owner, runner: runner, batch: first.task.id))
+        if let group = row.groupId { try addFollowers(of: id, group: group) }
+      }
+      if ids.count < chunk { break }  // the level ended
     }
     return members
   }
