@@ -138,3 +138,46 @@ import Testing
     #expect(ids.allSatisfy { said[$0] == ["started", "succeeded"] })
   }
 }
+
+/// A batch-running process killed at its N-th commit — just before or just after it, so a claim
+/// commit or an outcome commit lost or kept — then another process finishing the queue. The log
+/// must show every task started and ended in turn (never two runs of it at once), one success
+/// each, and each group's successes in group order, whatever the failures given back meanwhile.
+@Suite(.timeLimit(.minutes(5))) struct BatchKillAttackTests {
+  @Test(arguments: [CrashPoint.beforeCommit, CrashPoint.afterCommit], [2, 3, 4, 6, 9])
+  func aKillAtAnyCommitNeverRunsATaskTwiceNorOutOfGroupOrder(point: String, after: Int) async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await FerryStore.open(at: fixture.path)
+    defer { store.close() }
+    var groups: [String: [TaskID]] = [:]
+    var all: [TaskID] = []
+    for n in 0..<40 {
+      let group: String? = n % 5 == 0 ? nil : "g\(n % 4)"
+      let kind = n % 7 == 3 ? "fail" : "ok"
+      let id = try await store.queue.add(tag: "note", payload: ["kind": kind], groupId: group)
+      all.append(id)
+      if let group { groups[group, default: []].append(id) }
+    }
+    let killed = try Child(
+      "ferry-test-worker", ["batch-run", fixture.path, "6"],
+      environment: ["FERRY_CRASH_POINT": point, "FERRY_CRASH_AFTER": "\(after)"])
+    let status = try await killed.wait()
+    #expect(status == 0 || status == SIGKILL, "\(killed.output.suffix(3))")
+    print("batch kill at \(point) #\(after): status \(status), \(killed.output.filter { $0.hasPrefix("batch ") }.count) calls")
+    let finisher = try Child("ferry-test-worker", ["batch-run", fixture.path, "6"])
+    #expect(try await finisher.wait() == 0, "\(finisher.output.suffix(3))")
+    #expect(try store.queue.pendingTasks().isEmpty)
+    let said = try BatchAttackTests.said(store.log)
+    for id in all {
+      let runs = said[id] ?? []
+      // Started, ended, started, ended…: a second start before an end would be two runs at once.
+      let inTurn = runs.enumerated().allSatisfy { index, word in (word == "started") == (index % 2 == 0) }
+      #expect(inTurn && runs.last == "succeeded", "task \(id): \(runs)")
+      #expect(runs.filter { $0 == "succeeded" }.count == 1, "task \(id): \(runs)")
+    }
+    var successes: [TaskID] = []
+    for (_, event) in try store.log.forEachTaskEvent() { if case .runSucceeded(let id, _) = event { successes.append(id) } }
+    for (group, ids) in groups { #expect(successes.filter(ids.contains) == ids, "group \(group)") }
+  }
+}

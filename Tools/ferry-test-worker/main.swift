@@ -216,22 +216,26 @@ case "batch-run":
   // Runs passes with a batched "note" handler (batch size SIZE) until nothing is runnable; each
   // call says "batch ID:ATTEMPT:KEY ..." in the order it was given its tasks. With "kill", a call
   // holding a task whose payload says "crash" on its first attempt SIGKILLs this process after
-  // saying so: the server had the batch, the outcomes were never logged.
+  // saying so: the server had the batch, the outcomes were never logged. A task whose payload
+  // says "fail" fails on its first attempt (retryable at once), and the handler says the rest of
+  // the batch succeeded. The crash points are armed from the environment.
   guard arguments.count >= 4, let size = Int(arguments[3]) else { fail("batch-run DIR SIZE [kill]") }
   let kills = arguments.count > 4 && arguments[4] == "kill"
+  CrashPoint.armFromEnvironment()
   let done = DispatchSemaphore(value: 0)
   Task.detached {
     do {
       let store = try await FerryStore.open(at: directory)
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "note", batchSize: size) { tasks in
+      runner.register(tag: "note", batchSize: size, retry: RetryPolicy(initialDelay: .zero, jitter: 0)) { tasks in
         say("batch " + tasks.map { "\($0.id):\($0.attempt):\($0.idempotencyKey)" }.joined(separator: " "))
         var results: [TaskID: TaskResult] = [:]
         for task in tasks {
-          if kills, task.attempt == 1, try task.payload(as: [String: String].self)["kind"] == "crash" {
+          let kind = try task.payload(as: [String: String].self)["kind"]
+          if kills, task.attempt == 1, kind == "crash" {
             kill(getpid(), SIGKILL)
           }
-          results[task.id] = .succeeded
+          results[task.id] = kind == "fail" && task.attempt == 1 ? .failed("rejected once") : .succeeded
         }
         return results
       }

@@ -309,7 +309,7 @@ enum ClaimSearch {
     return .claimed(try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
   }
 
-  /// The batch a batched tag's claim `first` leads (`Specs/task-events.md` §4.5), claimed in the
+  /// The batch a batched tag's claim `first` leads (`Specs/task-events.md` §4.8), claimed in the
   /// same command: `first`, then the tasks right behind it in its group, one after another while
   /// each has the same tag and may start; then, while there is room, other heads of that tag at
   /// the same priority level past the pass's cursor, each followed by the tasks behind it in its
