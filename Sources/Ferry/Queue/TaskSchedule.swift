@@ -65,7 +65,7 @@ public struct TaskSchedule: Sendable, Equatable {
   /// ``minimumInterval``.
   ///
   /// The series has no id of its own: find its queued task by tag and data id
-  /// (``TaskQueue/pendingTasks(tag:groupId:dataId:)-(String,_,_)``). An add of the same tag and
+  /// (``TaskQueue/pendingTasks(tag:groupId:dataId:)-(String?,_,_)``). An add of the same tag and
   /// data id with `keep` returns that task, which runs at its own start — to sync now, add a task
   /// without `keep`, or with another data id; with `replace` and no interval, it ends the series
   /// (the replacement runs once).
