@@ -10,6 +10,51 @@ import Testing
 /// does to its runners while the store is suspended, observers across a suspension, a resume
 /// that fails, another process rewriting the store while this one is suspended.
 @Suite(.timeLimit(.minutes(5))) struct SuspensionAttackTests {
+  /// The app stops a runner while its store is suspended (it is leaving for good, or the user
+  /// turned sync off): the resume must not start it again behind the app's back.
+  @Test func aRunnerStoppedWhileSuspendedStaysStoppedAfterTheResume() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    let run = runner(store.queue)
+    run.register(tag: "t") { _ in .succeeded }
+    run.startAutomaticRunning()
+    await store.suspend()
+    run.stop()
+    try await store.resume()
+    #expect(!run.isRunningAutomatically)
+    // A task added now stays pending: nothing runs it.
+    let id = try await store.queue.add(tag: "t", payload: ["n": 0])
+    #expect(try store.queue.pendingTasks().map(\.id) == [id])
+    run.stop()
+  }
+
+  /// The app starts automatic running while the store is suspended — its foreground handler ran
+  /// before the store's resume (the lifecycle hook's task runs later): the loop's first pass
+  /// found the store suspended. After the resume the tasks that were waiting must run without
+  /// anything else waking the loop.
+  @Test func automaticRunningStartedWhileSuspendedRunsWhatWaitsAfterTheResume() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    let run = runner(store.queue)
+    run.register(tag: "t") { _ in .succeeded }
+    let id = try await store.queue.add(tag: "t", payload: ["n": 0])
+    let updates = store.queue.updates()
+    await store.suspend()
+    run.startAutomaticRunning()
+    try await store.resume()
+    for await update in updates {
+      if case .succeeded(id) = update { break }
+    }
+    #expect(try store.queue.pendingTasks().isEmpty)
+    run.stop()
+    let ledger = try RunLedger(store.log)
+    ledger.expectEachTaskRanOnce([id])
+  }
+
   /// The reading of other processes' appends is replaced by a suspension while it is telling an
   /// event (the suspension comes from inside the delivery: the moment is then exact): the loop
   /// the resume starts must go on after what was told, never tell it again; and nothing of the
