@@ -491,7 +491,7 @@ import Testing
   /// Whether process `pid` is waiting for a POSIX record lock (Linux's `/proc/locks` lists the
   /// waiters with `->`).
   static func isWaitingForALock(_ pid: Int32) -> Bool {
-    guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return false }
+    guard let text = procText("/proc/locks") else { return false }
     return text.split(separator: "\n").contains { line in
       let fields = line.split(whereSeparator: { $0 == " " })
       return fields.count > 5 && fields[1] == "->" && fields[5] == "\(pid)"

@@ -394,7 +394,7 @@ struct StoreFiles {
 
   /// The store's files that any process holds a lock on (`/proc/locks`: POSIX, OFD and flock).
   func lockedFiles() -> Set<String> {
-    guard let text = try? String(contentsOfFile: "/proc/locks", encoding: .utf8) else { return [] }
+    guard let text = procText("/proc/locks") else { return [] }
     let byInode = Dictionary(inodes.map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
     var locked: Set<String> = []
     for line in text.split(separator: "\n") {

@@ -120,3 +120,13 @@ public func processCommand(_ pid: Int32) -> String? {
     return nil
   #endif
 }
+
+/// The whole text of a file of `/proc` (nil when it cannot be read). Foundation's
+/// `String(contentsOfFile:)` reads a `/proc` file, whose size says 0, only up to its first page
+/// (4 KB): `/proc/locks` on a machine running many tests is longer, and lines past it were missed.
+public func procText(_ path: String) -> String? {
+  guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+  defer { try? handle.close() }
+  guard let data = try? handle.readToEnd() else { return nil }
+  return String(decoding: data, as: UTF8.self)
+}

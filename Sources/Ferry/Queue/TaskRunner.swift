@@ -135,6 +135,9 @@ public final class TaskRunner: Sendable {
     /// The background windows under way (``TaskRunner/run(until:_:)``), by number.
     var windows: [Int: WindowHandle] = [:]
     var nextWindow = 0
+    /// A suspension of the store stopped automatic running, and the app has not stopped the
+    /// runner since: the resume starts it again.
+    var resumesAutomatically = false
   }
 
   /// The queue it runs.
@@ -371,13 +374,15 @@ public final class TaskRunner: Sendable {
   /// that ignores its cancellation gets ``Configuration/interruptionGrace``; then its run is
   /// logged as interrupted and the runner stops waiting for it.
   public func stop() {
-    _ = halt()
+    _ = halt(forSuspension: false)
   }
 
-  /// What ``stop()`` does; returns the pass and the automatic loop it stopped.
-  private func halt() -> (pass: ActivePass?, automatic: Task<Void, Never>?) {
+  /// What ``stop()`` does; returns the pass and the automatic loop it stopped. For a suspension
+  /// the resume is to start automatic running again; after a stop of the app's it is not.
+  private func halt(forSuspension: Bool) -> (pass: ActivePass?, automatic: Task<Void, Never>?) {
     let (pass, automatic, windows) = state.withLock { s in
       defer { s.automatic = nil }
+      s.resumesAutomatically = forSuspension && (s.automatic != nil || s.resumesAutomatically)
       // Cut under the lock: a window never starts a pass after this (see `windowPass`).
       for window in s.windows.values { window.cut.cut(.stopped) }
       return (s.pass, s.automatic, Array(s.windows.values))
@@ -394,10 +399,22 @@ public final class TaskRunner: Sendable {
   /// ``Configuration/interruptionGrace`` — and automatic running has stopped. Returns whether it
   /// ran automatically, so that the resume starts it again.
   func suspendRunning() async -> Bool {
-    let (pass, automatic) = halt()
+    let (pass, automatic) = halt(forSuspension: true)
     _ = try? await pass?.task.value
     await automatic?.value
     return automatic != nil
+  }
+
+  /// After the store's resume: starts automatic running again when a suspension stopped it and
+  /// the app did not stop the runner since; wakes a loop the app started while the store was
+  /// suspended (its passes found the store suspended, and nothing else may come to wake it).
+  func resumeRunning() {
+    let (restart, running) = state.withLock { s in
+      defer { s.resumesAutomatically = false }
+      return (s.resumesAutomatically && s.automatic == nil, s.automatic?.wakeup)
+    }
+    if restart { startAutomaticRunning() }
+    running?.signal()
   }
 
   /// Tells the runner that what its `isReadyToRun` checks look at has changed (the network is

@@ -64,22 +64,32 @@ final class ForeignTail: Sendable {
           // removed (a later append can only be above it).
           let head = try log.head()
           let events = try log.events(after: last, limit: Self.chunkSize)
-          // A loop a suspension replaced delivers nothing more: the next one reads from `last`.
-          guard isCurrent(generation) else { return }
           var lost = false
           for event in events {
-            if event.sequence > last &+ 1, !log.appendedHere(allOf: (last + 1)...(event.sequence - 1)) {
-              lost = true
+            let gap =
+              event.sequence > last &+ 1 && !log.appendedHere(allOf: (last + 1)...(event.sequence - 1))
+            // Recorded before it is told: the loop a suspension starts next reads from what was
+            // recorded, so an event this loop tells is never told again, and one it no longer
+            // tells (it was replaced) is told by the next.
+            guard record(event.sequence, generation) else {
+              if lost { missed() }
+              return
             }
+            if gap { lost = true }
             last = event.sequence
             if !log.appendedHere(event.sequence) { deliver(event) }
           }
           if events.count < Self.chunkSize, head > last {
-            if !log.appendedHere(allOf: (last + 1)...head) { lost = true }
+            let gap = !log.appendedHere(allOf: (last + 1)...head)
+            guard record(head, generation) else {
+              if lost { missed() }
+              return
+            }
+            if gap { lost = true }
             last = head
           }
-          record(last, generation)
           if lost { missed() }
+          guard isCurrent(generation) else { return }
           if events.count == Self.chunkSize { continue }
         } catch {
           return  // The log closed, was suspended or failed: observers keep what they saw.
@@ -92,8 +102,14 @@ final class ForeignTail: Sendable {
 
   private func isCurrent(_ generation: Int) -> Bool { state.withLock { $0.generation == generation } }
 
-  private func record(_ last: UInt64, _ generation: Int) {
-    state.withLock { state in if state.generation == generation { state.last = last } }
+  /// Records that the loop of `generation` has read up to `last`; false when a stop or
+  /// suspension replaced that loop (it must tell nothing more).
+  private func record(_ last: UInt64, _ generation: Int) -> Bool {
+    state.withLock { state in
+      guard state.generation == generation else { return false }
+      state.last = last
+      return true
+    }
   }
 
   /// Stops reading for a suspension of the log, keeping where it was: ``resume(_:)`` goes on from

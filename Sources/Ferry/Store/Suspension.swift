@@ -132,7 +132,8 @@ extension FerryStore {
   /// owner is gone — this process's own that the suspension cut short among them — interrupted
   /// and ready again; then automatic compaction, the gauge timer, the reading of other
   /// processes' changes for observers and the automatic running of every runner that ran
-  /// automatically start again.
+  /// automatically start again — unless the app stopped that runner (``TaskRunner/stop()``) while
+  /// suspended. Automatic running the app started while suspended runs a pass at once.
   ///
   /// When the store cannot be opened (it was removed or damaged meanwhile) it stays suspended
   /// and the open's error is thrown; calling it again tries again. When only the interruption of
@@ -154,7 +155,13 @@ extension FerryStore {
       }
       if let automaticPolicy { startAutomaticCompaction(automaticPolicy) }
       startGaugeTimer(gaugeInterval: gaugeInterval)
-      for runner in suspension.markResumed() { runner.startAutomaticRunning() }
+      // Those the suspension stopped (held here: an automatic loop may be all that held one),
+      // and any the app started meanwhile.
+      let stopped = suspension.markResumed()
+      var seen = Set<ObjectIdentifier>()
+      for runner in stopped + queue.liveRunners where seen.insert(ObjectIdentifier(runner)).inserted {
+        runner.resumeRunning()
+      }
       if let failure { throw failure }
     }
   }
