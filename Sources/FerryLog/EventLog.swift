@@ -272,13 +272,18 @@ public final class EventLog: Sendable {
     }
   }
 
-  private static func openStore(at path: String, configuration: Configuration) throws -> Opened {
-    // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
-    // reads know LMDB 0.9's page layout only.
-    let lmdb = configuration.lmdbVersionInPlaceOfLinked ?? .linked
+  /// Refuses an LMDB whose page layout Ferry's own reads of the data file (damage checks, the
+  /// write-ahead segment, salvage's raw scan) were not written for.
+  package static func requireSupportedLMDB(_ lmdb: LMDBVersion = .linked) throws(FerryLogError) {
     guard lmdb.isSupported else {
       throw FerryLogError.unsupportedLMDB(found: lmdb.description, supported: LMDBVersion.supportedRange)
     }
+  }
+
+  private static func openStore(at path: String, configuration: Configuration) throws -> Opened {
+    // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
+    // reads know LMDB 0.9's page layout only.
+    try requireSupportedLMDB(configuration.lmdbVersionInPlaceOfLinked ?? .linked)
     var projections = configuration.projections
     if configuration.idempotentAppends { projections.append(EventIDIndex()) }
     try validate(projections: projections, userProjections: configuration.projections)

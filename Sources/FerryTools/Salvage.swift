@@ -170,6 +170,12 @@ package func salvage(
   source: String, target: String, treeReader: URL?, output: Output
 ) async throws(ToolError) -> SalvageReport {
   let dataPath = try salvageSource(source)
+  // The raw scan reads pages in LMDB 0.9's layout: on another LMDB it would misread them.
+  do {
+    try EventLog.requireSupportedLMDB()
+  } catch {
+    throw ToolError.from(error)
+  }
   let destination: ImportTarget
   do {
     destination = try ImportTarget(target, verb: "salvage")

@@ -153,6 +153,8 @@ extension FerryStore {
           failure = error
         }
       }
+      // Closed while the reopen recovered: nothing starts on a closed store.
+      if log.isClosed { return }
       if let automaticPolicy { startAutomaticCompaction(automaticPolicy) }
       startGaugeTimer(gaugeInterval: gaugeInterval)
       // Those the suspension stopped (held here: an automatic loop may be all that held one),
