@@ -110,7 +110,7 @@ import Testing
     struct Dump: Decodable {
       struct Product: Decodable { var name: String }
       struct Target: Decodable {
-        struct Dependency: Decodable { var product: [String?]? }
+        struct Dependency: Decodable { var product: [String?]?, byName: [String?]?, target: [String?]? }
         var dependencies: [Dependency]
       }
       var products: [Product]?
@@ -121,7 +121,7 @@ import Testing
     let ferryDump = try dump(Self.root)
     try #require(ferryDump.status == 0, "\(ferryDump.output)")
     let linked = try JSONDecoder().decode(Dump.self, from: Data(appDump.output.utf8)).targets
-      .flatMap(\.dependencies).compactMap { $0.product?.first ?? nil }
+      .flatMap(\.dependencies).compactMap { ($0.product ?? $0.byName ?? $0.target)?.first ?? nil }
     let products = Set(
       try JSONDecoder().decode(Dump.self, from: Data(ferryDump.output.utf8)).products?.map(\.name) ?? [])
     #expect(linked == ["Ferry"], "the manifest links \(linked)")
