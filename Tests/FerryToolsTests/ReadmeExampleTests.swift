@@ -2,9 +2,16 @@ import Foundation
 import TestSupport
 import Testing
 
-/// The README's push and pull examples are the visible lines of Tools/readme-examples/*.swift,
-/// which the build compiles and this suite runs on a real store: they cannot drift from the API.
-@Suite(.timeLimit(.minutes(2))) struct ReadmeExampleTests {
+/// Every Swift block of the README is compiled: the push and pull examples are the visible lines of
+/// Tools/readme-examples/*.swift, which the build compiles and this suite runs on a real store, and
+/// the install section's manifest is compiled by SwiftPM here. They cannot drift from the API.
+/// (The limit is a hang guard, far above a loaded machine's time.)
+@Suite(.timeLimit(.minutes(10))) struct ReadmeExampleTests {
+  /// The README's Swift blocks, each after a `<!-- snippet: NAME -->` line: the examples, and the
+  /// install section's manifest.
+  static let examples = ["Push", "Pull"]
+  static let manifest = "Package"
+
   static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
     .deletingLastPathComponent().deletingLastPathComponent()
 
@@ -25,10 +32,14 @@ import Testing
     return visible
   }
 
+  static func readmeLines() throws -> [String] {
+    let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+    return readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+  }
+
   /// The Swift block that follows `<!-- snippet: NAME -->` in README.md.
   static func readmeBlock(_ name: String) throws -> [String]? {
-    let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
-    let lines = readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+    let lines = try readmeLines()
     guard let marker = lines.firstIndex(of: "<!-- snippet: \(name) -->"),
       marker + 1 < lines.count, lines[marker + 1] == "```swift",
       let end = lines[(marker + 2)...].firstIndex(of: "```")
@@ -36,7 +47,20 @@ import Testing
     return Array(lines[(marker + 2)..<end])
   }
 
-  @Test(arguments: ["Push", "Pull"])
+  /// No Swift block in the README escapes the checks below: each is a named snippet this suite knows.
+  @Test func everySwiftBlockOfTheReadmeIsChecked() throws {
+    let lines = try Self.readmeLines()
+    let known = Set((Self.examples + [Self.manifest]).map { "<!-- snippet: \($0) -->" })
+    var blocks = 0
+    for (index, line) in lines.enumerated() where line.hasPrefix("```swift") {
+      blocks += 1
+      let marker = index > 0 ? lines[index - 1] : ""
+      #expect(known.contains(marker), "README line \(index + 1): a Swift block no test compiles (\(marker))")
+    }
+    #expect(blocks == known.count, "README has \(blocks) Swift blocks, the suite checks \(known.count)")
+  }
+
+  @Test(arguments: examples)
   func theReadmeShowsExactlyTheCompiledExample(_ name: String) throws {
     let block = try #require(try Self.readmeBlock(name), "README.md has no `<!-- snippet: \(name) -->` block")
     let example = try Self.visibleLines(of: name)
@@ -46,6 +70,62 @@ import Testing
       break
     }
     #expect(block.count == example.count, "README \(name) has \(block.count) lines, the example \(example.count)")
+  }
+
+  /// The install section's manifest compiles (SwiftPM evaluates it, in a package of its own beside a
+  /// link to this checkout at the path it names), and the products it links are this package's.
+  @Test func theInstallManifestCompiles() throws {
+    let manifest = try #require(try Self.readmeBlock(Self.manifest), "README.md has no manifest block")
+    let app = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-readme-app-\(UUID().uuidString)")
+    defer { try? FileManager.default.removeItem(at: app) }
+    try FileManager.default.createDirectory(
+      at: app.appendingPathComponent("Sources/NotesApp"), withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(at: app.appendingPathComponent("Packages"), withIntermediateDirectories: true)
+    try FileManager.default.createSymbolicLink(
+      at: app.appendingPathComponent("Packages/ferry"), withDestinationURL: Self.root)
+    try (manifest.joined(separator: "\n") + "\n").write(
+      to: app.appendingPathComponent("Package.swift"), atomically: true, encoding: .utf8)
+    try "print(\"notes\")\n".write(
+      to: app.appendingPathComponent("Sources/NotesApp/main.swift"), atomically: true, encoding: .utf8)
+
+    // Scratch paths of their own: the test run may hold the lock on this checkout's .build.
+    func dump(_ package: URL) throws -> (status: Int32, output: String) {
+      let process = Process()
+      process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+      process.arguments = [
+        "swift", "package", "--package-path", package.path,
+        "--scratch-path", app.appendingPathComponent(".scratch-\(package.lastPathComponent)").path, "dump-package",
+      ]
+      let out = Pipe()
+      let errors = app.appendingPathComponent("stderr-\(package.lastPathComponent)")
+      _ = FileManager.default.createFile(atPath: errors.path, contents: nil)
+      process.standardOutput = out
+      process.standardError = try FileHandle(forWritingTo: errors)
+      try process.run()
+      let output = String(decoding: out.fileHandleForReading.readAll(), as: UTF8.self)
+      process.waitUntilExit()
+      if process.terminationStatus != 0 { return (process.terminationStatus, try String(contentsOf: errors, encoding: .utf8)) }
+      return (process.terminationStatus, output)
+    }
+    struct Dump: Decodable {
+      struct Product: Decodable { var name: String }
+      struct Target: Decodable {
+        struct Dependency: Decodable { var product: [String?]?, byName: [String?]?, target: [String?]? }
+        var dependencies: [Dependency]
+      }
+      var products: [Product]?
+      var targets: [Target]
+    }
+    let appDump = try dump(app)
+    try #require(appDump.status == 0, "the README's manifest does not compile:\n\(appDump.output)")
+    let ferryDump = try dump(Self.root)
+    try #require(ferryDump.status == 0, "\(ferryDump.output)")
+    let linked = try JSONDecoder().decode(Dump.self, from: Data(appDump.output.utf8)).targets
+      .flatMap(\.dependencies).compactMap { ($0.product ?? $0.byName ?? $0.target)?.first ?? nil }
+    let products = Set(
+      try JSONDecoder().decode(Dump.self, from: Data(ferryDump.output.utf8)).products?.map(\.name) ?? [])
+    #expect(linked == ["Ferry"], "the manifest links \(linked)")
+    #expect(Set(linked).isSubset(of: products), "not products of this package: \(Set(linked).subtracting(products))")
   }
 
   /// The examples run to the end on real stores (in a temporary directory) and print what the

@@ -10,18 +10,20 @@ enum SendResult: Sendable {
   case rejected(String)
 }
 
-/// An example server: refuses nothing, but is offline for the first upload of "dog.jpg".
+/// An example server: accepts every upload, but is offline for the first upload of "dog.jpg".
+/// It keeps what it was sent, with each request's idempotency key.
 final class ExampleAPI: Sendable {
-  private let sawDog = Mutex(false)
+  private let log = Mutex<[(photo: String, key: String)]>([])
 
-  func send(_ upload: some Sendable & CustomStringConvertible) async -> SendResult {
-    guard "\(upload)".contains("dog") else { return .ok }
-    let first = sawDog.withLock { saw in
-      defer { saw = true }
-      return !saw
+  func send(_ photo: String, idempotencyKey: String) async -> SendResult {
+    let first = log.withLock { log in
+      defer { log.append((photo, idempotencyKey)) }
+      return !log.contains { $0.photo == photo }
     }
-    return first ? .offline : .ok
+    return photo.contains("dog") && first ? .offline : .ok
   }
+
+  var received: [(photo: String, key: String)] { log.withLock { $0 } }
 
   func notes() async throws -> [String] { ["buy milk", "call Sam"] }
 }
