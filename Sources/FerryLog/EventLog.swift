@@ -90,7 +90,7 @@ public final class EventLog: Sendable {
     /// Where the log's metrics go (swift-metrics): nil, the default, uses `MetricsSystem.factory`
     /// as it is at open — the no-op handler unless the app bootstrapped a backend, and then
     /// nothing is measured at all. A factory given here is used instead (one per store, say, or
-    /// a test's). The README's "Logging and metrics" section lists the metrics.
+    /// a test's). The DocC article "Logging and metrics" lists the metrics.
     public var metricsFactory: (any MetricsFactory)?
     /// Dimensions added to every metric of this store, e.g. `[("store", "notes")]`: two stores in
     /// one process reporting to one backend keep their series apart only with different ones.

@@ -7,7 +7,7 @@ import Logging
 /// metrics factory (``EventLog/Configuration/metricsFactory``, else `MetricsSystem.factory` at open)
 /// is something other than swift-metrics' no-op handler.
 ///
-/// Metrics (the README's "Logging and metrics" table lists every Ferry metric):
+/// Metrics (the DocC article "Logging and metrics" lists every Ferry metric):
 /// - `ferry_commit_events`, `ferry_commit_bytes` (recorders): events and record bytes per group commit;
 /// - `ferry_commit_duration` (timer): a group commit's write transaction, from its start until durable;
 /// - `ferry_commit_sync_duration` (timer): its commit alone — LMDB writing the pages and the fsyncs;

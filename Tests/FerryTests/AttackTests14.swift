@@ -135,7 +135,7 @@ import Testing
   /// dimension that tells the stores apart, so both write one `ferry_queue_depth` series and it
   /// reads whichever store refreshed last (here 1, then 3, then 1 again…), and the counters of
   /// both add up in one series. Fixing it needs a per-store dimension (a configuration field,
-  /// the README's metrics table): not a small change, so it is left described here.
+  /// the metrics table of the DocC article "Logging and metrics"): not a small change, so it is left described here.
   /// Fixed: each store takes `metricsDimensions` of its own.
   @Test func twoStoresInOneProcessGaugeTheirQueuesInSeparateSeries() async throws {
     let metrics = TestMetrics()

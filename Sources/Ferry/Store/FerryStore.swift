@@ -73,7 +73,7 @@ public final class FerryStore: Sendable {
     /// factory given here is used instead of the global one (a store of its own, a test's).
     ///
     /// Tags are a metric dimension: keep them a small, fixed set (the first 64 distinct tags get
-    /// their own series, later ones are counted as `other`). The README lists every metric.
+    /// their own series, later ones are counted as `other`). The DocC article "Logging and metrics" lists every metric.
     public var metricsFactory: (any MetricsFactory)?
     /// Dimensions added to every metric of this store (default none). Two stores in one process
     /// that report to one backend share every series unless each has its own, e.g.

@@ -7,7 +7,7 @@ import Synchronization
 // Logging and metrics of the push and pull sides. Nothing here emits anything unless the store was
 // opened with a logger (``FerryStore/Configuration/logger``) or a metrics backend is there
 // (``FerryStore/Configuration/metricsFactory``, else the `MetricsSystem` the app bootstrapped).
-// The README's "Logging and metrics" section has the table of metrics and metadata keys.
+// The DocC article "Logging and metrics" has the table of metrics and metadata keys.
 
 /// The metadata keys of Ferry's log records.
 public enum FerryLogMetadata {
