@@ -33,5 +33,9 @@ if [ "$instructions" -eq 1 ]; then bash Tools/cost.sh; fi
 cd Tools/Benchmarks
 ln -sfn ../.. FerryPackage   # a fixed package identity for the repository, whatever its directory is called
 echo "ferry: building the benchmarks (release)..." >&2
-swift build -c release --product ferry-bench >/dev/null 2>&1 || swift build -c release --product ferry-bench
+if ! swift build -c release --product ferry-bench >/dev/null 2>&1; then
+  # A .build made before Ferry gained source files may plan without them: plan again.
+  rm -f .build/build.db .build/*.yaml
+  swift build -c release --product ferry-bench
+fi
 exec .build/release/ferry-bench "${args[@]}"

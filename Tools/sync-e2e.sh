@@ -56,6 +56,13 @@ build_log=$(mktemp)
 say "building $package (its own .build; the first build takes minutes)..."
 build_status=0
 swift build -c debug --package-path "$package" >"$build_log" 2>&1 || build_status=$?
+if [ "$build_status" -ne 0 ] && grep -q "cannot find .* in scope" "$build_log"; then
+  # A .build made before Ferry gained source files may plan without them: plan again.
+  say "planning the build again (a stale build plan missed new files)..."
+  rm -f "$package/.build/build.db" "$package"/.build/*.yaml
+  build_status=0
+  swift build -c debug --package-path "$package" >"$build_log" 2>&1 || build_status=$?
+fi
 if [ "$build_status" -ne 0 ]; then
   grep -E "error:" "$build_log" | head -n 40 >&2 || cat "$build_log" >&2
   rm -f "$build_log"

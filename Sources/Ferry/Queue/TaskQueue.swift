@@ -30,7 +30,8 @@ public final class TaskQueue: Sendable {
   let compactedUnread = Broadcaster<Void, Int>(buffer: 1)
   /// Runs found at open whose owner was gone (a crash), now logged as interrupted: their tasks are
   /// ready again — except a task cancelled while that run was under way, which the interruption
-  /// removes (``FerrySnapshot/cancelledRunning``).
+  /// removes (``FerrySnapshot/cancelledRunning``). After ``FerryStore/resume()``, the runs that
+  /// resume interrupted.
   public var interruptedAtOpen: [TaskID] { interruptedOnOpen.withLock { $0 } }
   private let interruptedOnOpen = Mutex<[TaskID]>([])
   /// This process's liveness token in the store, made when a runner first claims a run.

@@ -92,7 +92,9 @@ extension FerryStore {
   /// A run that was not part of a pass — `run(.task(id))` — or a handler still running past the
   /// grace is left as a killed process leaves it: its outcome cannot be logged, and the run is
   /// interrupted at the resume (or by any other process that opens the store), so its task runs
-  /// again — at least once, never twice at the same time.
+  /// again — at least once; a handler that ignores cancellation and is still running at the
+  /// resume may overlap its rerun, as after ``TaskRunner/stop()`` past the grace. A handler must
+  /// not call `suspend()` itself: the suspension waits for the handler's pass to end.
   ///
   /// **While suspended every call that reads or writes the store throws
   /// `FerryLogError.suspended` at once** — an add, a read of a task or a cache age, a pass — and

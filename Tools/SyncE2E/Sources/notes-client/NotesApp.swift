@@ -106,8 +106,9 @@ final class NotesApp: Sendable {
         var sent: [RunningTask] = []
         var stopped = Set<String>()
         for task in tasks {
-          let group = task.groupId ?? ""
-          if stopped.contains(group) { continue }  // never sent ahead of its group's earlier change
+          // A change with no group holds no other back.
+          let group = task.groupId
+          if let group, stopped.contains(group) { continue }  // never sent ahead of its group's earlier change
           if tag == Tags.create {
             let note = try task.payload(as: CreatePayload.self)
             items.append(
@@ -118,7 +119,7 @@ final class NotesApp: Sendable {
             let edit = try task.payload(as: EditPayload.self)
             guard let output = try queue.output(dataId: edit.localId, tag: Tags.create) else {
               results[task.id] = .failed("note \(edit.localId) has no server id yet (its create has not succeeded)")
-              stopped.insert(group)
+              if let group { stopped.insert(group) }
               continue
             }
             let serverId = try output.decode(as: CreateOutput.self).serverId
@@ -399,7 +400,7 @@ struct CreateBody: Encodable {
 /// One change of a `POST /batch`.
 struct BatchItem: Encodable {
   var key: String
-  var group: String
+  var group: String?
   var method: String
   var path: String
   var body: ChangeFields

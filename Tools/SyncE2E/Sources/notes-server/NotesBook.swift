@@ -238,7 +238,8 @@ actor NotesBook {
     var answers: [Answer] = []
     var delay = false
     for item in items {
-      if stopped.contains(item.group) {
+      // A change with no group is applied on its own: it stops nothing, and nothing stops it.
+      if let group = item.group, stopped.contains(group) {
         answers.append(
           Answer(status: 409, body: errorBody("not applied: an earlier change of its group was not"), delay: false))
         continue
@@ -246,7 +247,7 @@ actor NotesBook {
       let body = try encoder.encode(item.body)
       let noteId: String? = item.method == "PUT" ? String(item.path.dropFirst("/notes/".count)) : nil
       let answer = try change(method: item.method, path: item.path, noteId: noteId, key: item.key, body: Array(body))
-      if !(200..<300).contains(answer.status) { stopped.insert(item.group) }
+      if !(200..<300).contains(answer.status), let group = item.group { stopped.insert(group) }
       delay = delay || answer.delay
       answers.append(answer)
     }
@@ -305,7 +306,7 @@ struct ChangeBody: Codable {
 /// One change of a `POST /batch`: what its own request would carry, and its group.
 struct BatchItem: Codable {
   var key: String
-  var group: String
+  var group: String?
   var method: String
   var path: String
   var body: ChangeBody

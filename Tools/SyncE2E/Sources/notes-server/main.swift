@@ -8,8 +8,9 @@
 //   POST /notes         {title, body}            → 201 {id}
 //   PUT  /notes/{id}    {title, body, revision}  → 200 {id, title, body, revision}
 //   GET  /notes                                  → 200 {notes: [...]}
-//   POST /batch         {items: [{key, group, method, path, body}]} → 200 {results: [{status, body}]}
-//                       (in order; a group stops at its first change not applied: 409 for the rest)
+//   POST /batch         {items: [{key, group?, method, path, body}]} → 200 {results: [{status, body}]}
+//                       (in order; a group stops at its first change not applied: 409 for the rest;
+//                       a change without a group stops nothing)
 //   POST /control       {failRate, failAfterApplyShare, delayMs, badMarker} → the settings
 import Foundation
 import HTTPTypes
