@@ -28,7 +28,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
 
 // Five minutes: some tests here make 6,000–20,000 durable commits, which a loaded disk can
 // take minutes over; the limit is there to end a hang, not to time the work.
-@Suite(.timeLimit(.minutes(5)), .serialized) struct AttackTests2 {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct AttackTests2 {
   // MARK: (2) The memory of unhandled tasks
 
   /// Regression: register() while a claim command of a pass is in flight. The command was built with

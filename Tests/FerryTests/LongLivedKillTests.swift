@@ -11,7 +11,7 @@ import Testing
 /// other processes compact it and are killed part-way — inside the compaction's transaction, and
 /// (with the write-ahead segment) in the checkpoint that follows it: nothing acknowledged is lost,
 /// every task runs exactly as often as its handler asks, and verify stays healthy.
-@Suite(.timeLimit(.minutes(3)), .serialized) struct LongLivedKillTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct LongLivedKillTests {
   @Test(arguments: [false, true]) func compactorsKilledBesideALongLivedRunner(segment: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

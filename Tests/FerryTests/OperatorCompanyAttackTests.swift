@@ -10,7 +10,7 @@ import Testing
 /// segment: no run is ever taken from its runner, no task runs twice or after its cancellation,
 /// every command exits with a documented status, and the log stays healthy. Everything is read
 /// from the log and the handlers' own lines, never from counters.
-@Suite(.timeLimit(.minutes(4))) struct OperatorCompanyAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct OperatorCompanyAttackTests {
   /// Runs `ferry` with `arguments`; its status, standard output and standard error.
   static func ferry(_ arguments: [String], killAfter: Duration? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()

@@ -9,7 +9,7 @@ import Testing
 /// Reads whose projection another process keeps moving — rebuilding it back to back — never give
 /// up with `projectionNotCurrent` in a read-write open: when a catch-up through this process's
 /// writer loses the race, the read runs in the writer's transaction (EventLog.read).
-@Suite(.serialized, .timeLimit(.minutes(5))) struct ReadFallbackTests {
+@Suite(.serialized, .timeLimit(.minutes(20))) struct ReadFallbackTests {
   /// What the readers of ``readsBesideARebuildLoopNeverGiveUp(segment:)`` saw.
   struct Seen: Sendable {
     var reads = 0
@@ -107,11 +107,10 @@ import Testing
       }
     }
     stop.store(true, ordering: .sequentiallyConsistent)
-    let settled = ContinuousClock.now + .seconds(60)
-    while readersDone.load(ordering: .sequentiallyConsistent) < readers && ContinuousClock.now < settled {
+    // A reader that hangs is caught by the suite's time limit, not a wall-clock wait.
+    while readersDone.load(ordering: .sequentiallyConsistent) < readers {
       try await Task.sleep(for: .milliseconds(5))
     }
-    #expect(readersDone.load(ordering: .sequentiallyConsistent) == readers, "a reader hung")
     say("stop", to: input)
     let closed = try await rebuilder.waitForLine(startingWith: "closed")
 

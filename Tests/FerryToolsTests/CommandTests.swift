@@ -62,7 +62,7 @@ struct DemoStore {
   func remove() { try? FileManager.default.removeItem(atPath: path) }
 }
 
-@Suite(.timeLimit(.minutes(2)), .serialized) struct CommandTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct CommandTests {
   @Test func theDemoTellsTheSameStoryForTheSameSeed() async throws {
     let first = DemoStore()
     let second = DemoStore()

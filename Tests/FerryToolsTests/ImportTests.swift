@@ -196,7 +196,7 @@ func contents(of directory: String) throws -> [String: Data] {
   return result
 }
 
-@Suite(.timeLimit(.minutes(5)), .serialized) struct ImportTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct ImportTests {
   @Test func aNonEmptyTargetIsRefusedBeforeAnythingIsWritten() async throws {
     let place = try ImportPlace()
     defer { place.remove() }
