@@ -50,7 +50,7 @@ import Testing
       _ = try await headReport
       #expect(try queue.task(head) == nil)
       #expect(
-        await waitFor(updates, within: 10) { $0 == .succeeded(next) },
+        await waitFor(updates) { $0 == .succeeded(next) },
         "the group's next task was not started after its cancelled head's run ended (\(outcome))")
       #expect(try queue.pendingTasks().isEmpty)
       try expectConsistent(queue)
@@ -415,7 +415,7 @@ import Testing
       #expect(try queue.task(id) == nil)
       let failure = Mutex<TaskUpdate?>(nil)
       #expect(
-        await waitFor(updates, within: 5) { update in
+        await waitFor(updates) { update in
           guard case .failed(id, _, _) = update else { return false }
           failure.withLock { $0 = update }
           return true

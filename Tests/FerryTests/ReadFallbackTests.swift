@@ -183,11 +183,10 @@ import Testing
       }
       outcome.withLock { $0 = (result, ContinuousClock.now - started) }
     }
-    let deadline = ContinuousClock.now + .seconds(30)
-    while outcome.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+    while outcome.withLock({ $0 }) == nil {
       try await Task.sleep(for: .milliseconds(5))
     }
-    let seen = try #require(outcome.withLock { $0 }, "the read still waited 30 s after it began")
+    let seen = try #require(outcome.withLock { $0 }, "the read never ended")
     #expect(seen.0.hasPrefix("notCurrent"), "\(seen.0)")
     #expect(seen.0.contains("did not get to the read within 4 s"), "\(seen.0)")
     // `readWriterWait` (4 s), not less (it gave up early) and not much more (it waited for the lock).
@@ -248,11 +247,10 @@ import Testing
     try await Task.sleep(for: .seconds(2))
     say("go", to: input)
     _ = try await locker.waitForLine(startingWith: "released")
-    let deadline = ContinuousClock.now + .seconds(30)
-    while outcome.withLock({ $0 }) == nil && ContinuousClock.now < deadline {
+    while outcome.withLock({ $0 }) == nil {
       try await Task.sleep(for: .milliseconds(5))
     }
-    let seen = try #require(outcome.withLock { $0 }, "the read still waited 30 s after the lock was released")
+    let seen = try #require(outcome.withLock { $0 }, "the read never ended")
     // An add goes through the writer after every job the read queued: the writer is idle after it.
     _ = try await queue.add(tag: "job", payload: ["n": "after"])
     if seen.0 == "notCurrent" {

@@ -353,7 +353,8 @@ struct DemoStore {
     defer { if process.isRunning { process.terminate() } }
     var seen = ""
     func readUntil(_ text: String) {
-      let deadline = Date().addingTimeInterval(30)
+      // Ends at the text or the end of the output; the deadline is only a hang guard.
+      let deadline = Date().addingTimeInterval(600)
       while !seen.contains(text) && Date() < deadline {
         let data = out.fileHandleForReading.availableData
         if data.isEmpty { break }

@@ -163,9 +163,10 @@ func timeOfImport(_ export: String) throws -> Double {
   return Date().timeIntervalSince(start)
 }
 
-/// Waits (up to 30 s) until `condition` holds; returns whether it did.
+/// Waits until `condition` holds; returns whether it did. Its ten minutes are a hang guard far
+/// above a loaded run (this blocking wait is beyond the time limit's reach).
 func eventually(_ condition: () throws -> Bool) rethrows -> Bool {
-  let deadline = Date().addingTimeInterval(30)
+  let deadline = Date().addingTimeInterval(600)
   while Date() < deadline {
     if try condition() { return true }
     usleep(5_000)
