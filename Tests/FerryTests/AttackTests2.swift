@@ -26,7 +26,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
   return timeline
 }
 
-// Five minutes: some tests here make 6,000–20,000 durable commits, which a loaded disk can
+// Twenty minutes: some tests here make 6,000–20,000 durable commits, which a loaded disk can
 // take minutes over; the limit is there to end a hang, not to time the work.
 @Suite(.timeLimit(.minutes(20)), .serialized) struct AttackTests2 {
   // MARK: (2) The memory of unhandled tasks
@@ -156,8 +156,8 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
       let group: String? = n % 2 == 0 ? "g\(n % 11)" : nil
       ids.append(try await queue.add(tag: "t", payload: ["n": n], groupId: group))
     }
-    let report = try await attackWithin(40) { try await runner.run() }
-    let r = try #require(report, "the pass did not end")
+    // No wall-clock give-up: a pass that never ends is caught by the suite's time limit.
+    let r = try await runner.run()
     let listed = r.entries.map(\.taskId)
     #expect(Set(listed).count == listed.count, "a task listed twice: \(listed.count) entries, \(Set(listed).count) distinct")
     #expect(overlap.load(ordering: .relaxed) == 0, "two tasks of one group ran at once")
@@ -226,7 +226,7 @@ func attack2Timeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owne
       let pass = Task { try await runner.run() }
       try await Task.sleep(for: .microseconds(Int.random(in: 0...4000)))
       runner.stop()
-      _ = try? await attackWithin(20) { try? await pass.value }
+      _ = try? await pass.value
       leftClaimed += try queue.pendingTasks().filter { $0.status == .running }.map(\.id)
     }
     #expect(leftClaimed.isEmpty, "claims left after a stopped pass returned: \(leftClaimed)")
