@@ -9,13 +9,13 @@ import Testing
 /// a killed writer leaves is replayed, meta pages that reached the disk without their trees are
 /// put back, a second process follows the store's mode, and a damaged segment is refused by name.
 @Suite(.timeLimit(.minutes(20))) struct SegmentTests {
-  /// A `ferry-test-worker segment-append` child (``SegmentAttackTests/Worker``): its
+  /// A `ferry-test-worker segment-append` child (``SegmentRecoveryTests/Worker``): its
   /// acknowledged sequences, then killed.
   struct Writer {
-    let worker: SegmentAttackTests.Worker
+    let worker: SegmentRecoveryTests.Worker
 
     init(_ directory: String, count: Int, on: Bool) throws {
-      worker = try SegmentAttackTests.Worker(["segment-append", directory, "\(count)", on ? "ON" : "OFF"])
+      worker = try SegmentRecoveryTests.Worker(["segment-append", directory, "\(count)", on ? "ON" : "OFF"])
     }
 
     /// Waits (at most a minute) until it says `line`.

@@ -180,7 +180,7 @@ import Testing
     try await queue.cancel(head)
     // A third process reads the store read-only (`ferry inspect --json`): the head is gone, the
     // next task waits behind it.
-    let inspect = try OperatorCompanyAttackTests.ferry(["inspect", path, "--json"])
+    let inspect = try OperatorCompanyTests.ferry(["inspect", path, "--json"])
     #expect(inspect.status == 0, "\(inspect.stderr)")
     let tasks = try #require(
       (try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])?["tasks"] as? [[String: Any]])
@@ -189,7 +189,7 @@ import Testing
     #expect((tasks.first?["behind"] as? Int).map(UInt64.init) == head)
     let report = try #require(try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])
     #expect((report["cancelledRunning"] as? [Int])?.map(UInt64.init) == [head])
-    let human = try OperatorCompanyAttackTests.ferry(["inspect", path])
+    let human = try OperatorCompanyTests.ferry(["inspect", path])
     #expect(human.stdout.contains("cancelled while running (not pending; each holds its group until its run ends): \(head)"))
     #expect(human.stdout.contains("after task \(head)"))
     #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))

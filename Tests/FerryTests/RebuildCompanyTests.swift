@@ -185,7 +185,7 @@ import Testing
   }
 }
 
-// Shared with ReadCatchUpAttackTests.
+// Shared with ReadCatchUpTests.
 
 /// Adds `count` jobs from eight concurrent lanes (so that commits group); returns their ids in order.
 func addJobs(_ queue: TaskQueue, _ count: Int, tag: String = "job") async throws -> [TaskID] {

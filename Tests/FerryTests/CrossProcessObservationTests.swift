@@ -8,7 +8,7 @@ import Testing
 
 /// The pull side and observation with company: another process forgets, cancels, compacts and
 /// grows the map while this one observes `states()` and `updates()`.
-@Suite(.timeLimit(.minutes(20))) struct PullAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct CrossProcessObservationTests {
   /// Collects what a stream yields, on a task of its own, so that a test can wait for a condition
   /// (and detect a hang) without holding the stream's iterator.
   final class Collected<Element: Sendable>: Sendable {

@@ -9,7 +9,7 @@ import Testing
 /// Hostile scenarios for reads that catch a projection up through the writer (EventLog.read,
 /// commit 91ca417): other processes rebuilding, killed part-way, at another version; reads nested,
 /// racing close, from handlers, read-only; the write-ahead segment with kills.
-@Suite(.timeLimit(.minutes(20))) struct ReadCatchUpAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct ReadCatchUpTests {
   // MARK: Nested reads
 
   /// A read inside a read (here: the queue's pending tasks inside `log.read`), with the projection

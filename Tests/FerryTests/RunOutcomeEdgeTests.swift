@@ -9,7 +9,7 @@ import Testing
 
 /// What a handler returns with its success, as a hostile handler returns it: stale keys that are
 /// no keys, the same key many times, more names than an event holds.
-@Suite(.timeLimit(.minutes(20))) struct OutputAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct RunOutcomeEdgeTests {
   /// Invalid cache keys are ignored by the fold; they must not also make the success unloggable.
   /// Twenty thousand names of 1,000 bytes are 20 MB, past the log's 16 MiB event: the success's
   /// commit failed, `run()` threw, and the task stayed claimed by a live process — it ran again

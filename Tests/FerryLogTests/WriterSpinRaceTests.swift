@@ -10,7 +10,7 @@ import Testing
 /// into a polling writer while another process writes, exclusive jobs during a poll, a process
 /// killed while its writer polls, and one processor. Every check of what was kept reads the log
 /// back, never a counter the code keeps (the poll counters only show that the writer polled).
-@Suite(.timeLimit(.minutes(20))) struct WriterSpinAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct WriterSpinRaceTests {
   // MARK: - Hostile windows
 
   /// Durations at the edges are clamped as documented (≤ 10 ms, negative none) and never trap —
@@ -345,7 +345,7 @@ func isClosedError(_ error: any Error) -> Bool {
   return false
 }
 
-/// A `ferry-test-worker spin-append` child (a ``SegmentAttackTests/Worker``, which collects its
+/// A `ferry-test-worker spin-append` child (a ``SegmentRecoveryTests/Worker``, which collects its
 /// lines) and what it says: its acks and its polls.
 struct SpinWorker {
   struct Ack: Sendable, CustomStringConvertible {
@@ -355,9 +355,9 @@ struct SpinWorker {
     var description: String { "seq \(sequence) #\(index) spins \(spins)" }
   }
 
-  let worker: SegmentAttackTests.Worker
+  let worker: SegmentRecoveryTests.Worker
 
-  init(_ arguments: [String]) throws { worker = try SegmentAttackTests.Worker(arguments) }
+  init(_ arguments: [String]) throws { worker = try SegmentRecoveryTests.Worker(arguments) }
 
   var output: [String] { worker.said }
 

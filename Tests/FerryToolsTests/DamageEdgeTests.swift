@@ -15,7 +15,7 @@ import Testing
 /// A hostile tester's findings against the damage work of issue 12 (branch dmg-attack): damage that
 /// is still written through, reported as something else, or that hangs; a salvage that adds what was
 /// never committed; what a killed `compact --copy` leaves. Each test states what should happen.
-@Suite(.timeLimit(.minutes(20)), .serialized) struct DamageAttackTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct DamageEdgeTests {
   /// The byte offset of the newest meta page (the one LMDB uses) and the page size.
   func newestMeta(_ dataFile: String) throws -> (offset: Int, pageSize: Int) {
     let check = try DataFileCheck.read(dataFile)

@@ -11,7 +11,7 @@ import Testing
 /// and without the write-ahead segment, one runner SIGKILLed part-way): every task runs once —
 /// a killed runner's task at most once more, after its owner is seen dead — nothing acknowledged
 /// is lost, group order holds, and verify stays healthy.
-@Suite(.timeLimit(.minutes(20))) struct CompanyAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct RebuildCompactionCompanyTests {
   /// What each job does (the `company-run` worker's handlers): "ok" succeeds, "fail" fails for
   /// good, "error" records an error, "flaky" fails retryably once and then succeeds.
   static func kind(_ i: Int) -> String {

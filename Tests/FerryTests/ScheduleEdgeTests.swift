@@ -10,7 +10,7 @@ import Testing
 /// A hostile user of start times: the farthest starts Ferry accepts, the longest interval, a
 /// start long past, and a clock set back — none may trap, run a task before its start, or keep
 /// automatic running from the work that is due.
-@Suite(.timeLimit(.minutes(20))) struct ScheduleAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct ScheduleEdgeTests {
   /// On the system clock (real sleeps): automatic running waits for starts thousands and
   /// millions of years away without trapping, and runs what is due meanwhile.
   @Test func theFarthestStartsAndTheLongestIntervalDoNotStopAutomaticRunning() async throws {

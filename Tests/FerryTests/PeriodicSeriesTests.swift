@@ -16,7 +16,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
 /// A hostile user of repeating tasks: cancels by tag or group while a repetition runs, revives a
 /// dead repetition after a launch restarted the series, compacts and rebuilds with series in
 /// flight. A series must never be doubled, lost or go on after it was cancelled (read from the log).
-@Suite(.timeLimit(.minutes(20))) struct PeriodicAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct PeriodicSeriesTests {
   /// `cancel(tag:)` is how an app stops "sync every minute" (a repeating task has no group). A
   /// repetition that runs at that moment must not add the next one when it succeeds; `clear()`
   /// must not let it either.

@@ -11,7 +11,7 @@ import Testing
 /// going away after a deferral, a window over a deferral. Counted from the runner's own log
 /// ("pass ended" records), never timed: a loop that spins runs hundreds of passes in the half
 /// second a loop that waits runs none in.
-@Suite(.timeLimit(.minutes(20))) struct DeferralAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct DeferralSpinTests {
   static func passes(_ sink: CapturingLogHandler.Sink) -> Int {
     sink.all.filter { $0.message == "pass ended" }.count
   }

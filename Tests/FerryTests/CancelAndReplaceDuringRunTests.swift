@@ -8,7 +8,7 @@ import Testing
 
 /// Hostile probes of projection version 5 (a task cancelled, cleared or replaced while its handler
 /// runs holds its group until that run's outcome, `Specs/task-events.md` §3.2).
-@Suite(.timeLimit(.minutes(20))) struct CancelDuringRunAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct CancelAndReplaceDuringRunTests {
   /// Automatic running waits behind a cancelled head whose handler runs in another runner (here a
   /// one-off `run(.task)`; the same holds for another process). When that run ends, the group's
   /// next task is free — whatever the outcome, since the cancelled head leaves the queue with it —
@@ -265,14 +265,14 @@ import Testing
     try await store.queue.cancel(head)
     let headBefore = try store.log.head()
     for command in [["cancel", path, "\(head)"], ["resolve", path, "\(head)"], ["revive", path, "\(head)"]] {
-      let result = try OperatorCompanyAttackTests.ferry(command)
+      let result = try OperatorCompanyTests.ferry(command)
       #expect(result.status != 0, "\(command): \(result.stdout) \(result.stderr)")
     }
     #expect(try store.log.head() == headBefore, "an operator command on a cancelled running task appended")
-    let compact = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0"])
+    let compact = try OperatorCompanyTests.ferry(["compact", path, "--retention", "0"])
     #expect(compact.status == 0, "\(compact.stderr)")
     for tool in [["verify", path], ["inspect", path]] {
-      let result = try OperatorCompanyAttackTests.ferry(tool)
+      let result = try OperatorCompanyTests.ferry(tool)
       #expect(result.status == 0, "\(tool): \(result.stdout) \(result.stderr)")
     }
     let cancelledRunning = try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning
@@ -295,9 +295,9 @@ import Testing
     #expect(try await run.run().entries.isEmpty, "the cancelled head ran again")
     store.close()
     closed = true
-    let copy = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0", "--copy"])
+    let copy = try OperatorCompanyTests.ferry(["compact", path, "--retention", "0", "--copy"])
     #expect(copy.status == 0, "\(copy.stderr)")
-    let verify = try OperatorCompanyAttackTests.ferry(["verify", path])
+    let verify = try OperatorCompanyTests.ferry(["verify", path])
     #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
     store = try await FerryStore.open(at: path, configuration: configuration)
     closed = false
