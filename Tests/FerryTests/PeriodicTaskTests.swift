@@ -227,7 +227,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
     #expect(try await Child("ferry-test-worker", ["run-tasks", fixture.path]).wait() == 0)
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let runs = try attackRuns(queue.log)
+    let runs = try runsByTask(queue.log)
     for id in ids { #expect(runs[id]?.successes == 1, "job \(id): \(String(describing: runs[id]))") }
     #expect(runs[ids[7]]?.starts == 2 && runs[ids[7]]?.interruptions == 1)
     let adds = try repeatingAdds(queue.log)

@@ -220,7 +220,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     for child in children { #expect(try await child.wait() == 0) }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let runs = try attackRuns(queue.log)
+    let runs = try runsByTask(queue.log)
     // A future task holds its group: what is behind it has not run either.
     let held = try Set(queue.pendingTasks().map(\.id))
     for id in due where !held.contains(id) { #expect(runs[id]?.starts == 1 && runs[id]?.successes == 1, "task \(id)") }

@@ -576,7 +576,7 @@ case "hold-open":
   }
   done.wait()
 case "attack-run-gated":
-  // (AttackTests) Adds one "gated" task (in GROUP when given) and runs it; its handler says
+  // (RunTaskWaitTests and others) Adds one "gated" task (in GROUP when given) and runs it; its handler says
   // "running ID ATTEMPT", waits until the file GATE exists, then succeeds. Says "done OUTCOME"
   // after the pass.
   guard arguments.count == 4 || arguments.count == 5 else { fail("attack-run-gated DIR GATE [GROUP]") }
@@ -603,7 +603,7 @@ case "attack-run-gated":
   }
   done.wait()
 case "attack-run-one":
-  // (AttackTests) Runs one task by id (`run(.task(ID))`) with handlers for "gated" and "hang"
+  // (RunTaskWaitTests) Runs one task by id (`run(.task(ID))`) with handlers for "gated" and "hang"
   // that say "ran ID ATTEMPT" and succeed; says "outcome OUTCOME".
   guard arguments.count == 4, let id = UInt64(arguments[3]) else { fail("attack-run-one DIR ID") }
   let done = DispatchSemaphore(value: 0)
@@ -696,7 +696,7 @@ case "push-unique":
   }
   done.wait()
 case "attack-run-without-fds":
-  // (AttackTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
+  // (OwnerTokenTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
   // gives the descriptors back and runs again (says "second OUTCOME").
   let done = DispatchSemaphore(value: 0)
   Task.detached {
@@ -779,7 +779,7 @@ case "fd-cycles":
   }
   done.wait()
 case "attack2-open-add-close-loop":
-  // (AttackTests2) For MS milliseconds: opens the store, adds one "app" task with data id
+  // (CompactCopyRaceTests) For MS milliseconds: opens the store, adds one "app" task with data id
   // "app-I", says "ack ID I" once the add returned, closes, pauses 0-3 ms; again and again. Opens that fail are
   // retried.
   guard arguments.count == 4, let ms = Int(arguments[3]) else { fail("attack2-open-add-close-loop DIR MS") }
