@@ -5,8 +5,8 @@ import Synchronization
 import TestSupport
 import Testing
 
-/// Attacks on the write-ahead segment (`Specs/one-sync-commit.md`, issue 17) as a hostile user
-/// would make them: other processes closing, rebuilding and being killed at awkward moments,
+/// Recovery of the write-ahead segment (`Specs/one-sync-commit.md`) under what a hostile user
+/// would do: other processes closing, rebuilding and being killed at awkward moments,
 /// files that are not what the protocol expects. Real stores, real processes, real files.
 @Suite(.timeLimit(.minutes(20))) struct SegmentRecoveryTests {
   /// A `ferry-test-worker` child whose standard output is collected line by line and whose

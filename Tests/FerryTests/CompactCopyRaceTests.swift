@@ -43,7 +43,7 @@ import Testing
     #expect(apps == acked, "acknowledged adds lost")
   }
 
-  // MARK: (4) compact --copy racing a tight open/close loop
+  // MARK: compact --copy racing a tight open/close loop
 
   /// Regression (copy: true failed, copy: false passed): ~80–85% of the app's acknowledged adds are gone.
   /// Likely: openers that wait on lock.mdb while `compact --copy` holds its exclusive lock get

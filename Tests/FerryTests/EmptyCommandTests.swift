@@ -11,7 +11,7 @@ import Testing
 ///
 /// A test marked "Regression:" failed on the code before its fix.
 @Suite(.timeLimit(.minutes(20)), .serialized) struct EmptyCommandTests {
-  // MARK: (3) Empty commands racing another process
+  // MARK: Empty commands racing another process
 
   /// Empty commands (a pass with nothing it may run, a pause that changes nothing) in a tight loop
   /// while another process appends: the store verifies healthy, and reopening it twice writes

@@ -14,7 +14,7 @@ import Testing
 ///
 /// A test marked "Regression:" failed on the code before its fix.
 @Suite(.timeLimit(.minutes(20)), .serialized) struct ParallelPassTests {
-  // MARK: (1) The coordinator loop
+  // MARK: The coordinator loop
 
   /// Passes: widths 1, 2, 8, 64, groups and ungrouped, handlers that throw, fail, record an error,
   /// sleep or return at once: one pass runs every runnable task exactly once, lists each once,
@@ -183,7 +183,7 @@ import Testing
     #expect(runs.withLock { $0.values.allSatisfy { $0 == 1 } && $0.count == 150 })
   }
 
-  // MARK: (5) close() racing a parallel pass
+  // MARK: close() racing a parallel pass
 
   /// Regression (was racy: hit in 1 of 2 full runs at 40 rounds; now 150): close() at random moments of a parallel pass (width 8): a handler of this queue must never run while
   /// the queue's liveness token is unlocked (another process, or a reopen, would take its run

@@ -11,7 +11,7 @@ import Testing
 ///
 /// A test marked "Regression:" failed on the code before its fix.
 @Suite(.timeLimit(.minutes(20)), .serialized) struct UnhandledTaskTests {
-  // MARK: (2) The memory of unhandled tasks
+  // MARK: The memory of unhandled tasks
 
   /// Regression: register() while a claim command of a pass is in flight. The command was built with
   /// the handler set from before register() (the pass's `handlerInfo` snapshot), so it skips the

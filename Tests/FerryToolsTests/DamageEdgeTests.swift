@@ -12,7 +12,7 @@ import Testing
   import Darwin
 #endif
 
-/// A hostile tester's findings against the damage work of issue 12 (branch dmg-attack): damage that
+/// Edge cases of damage handling: damage that
 /// is still written through, reported as something else, or that hangs; a salvage that adds what was
 /// never committed; what a killed `compact --copy` leaves. Each test states what should happen.
 @Suite(.timeLimit(.minutes(20)), .serialized) struct DamageEdgeTests {
