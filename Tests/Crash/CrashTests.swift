@@ -91,7 +91,7 @@ struct HarnessRandom {
   mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }
 
-@Suite(.timeLimit(.minutes(10))) struct CrashTests {
+@Suite(.timeLimit(.minutes(20))) struct CrashTests {
   /// Kills the workload hundreds of times — at random moments and at every labelled crash point,
   /// sometimes a second time during recovery — and checks every invariant after each kill.
   @Test func nothingAcknowledgedIsLostAcrossHundredsOfKills() async throws {

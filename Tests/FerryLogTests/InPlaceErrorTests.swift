@@ -4,7 +4,7 @@ import Testing
 @testable import FerryLog
 
 /// The in-place replay refuses what the event path refuses, with the same error.
-@Suite(.timeLimit(.minutes(1))) struct InPlaceErrorTests {
+@Suite(.timeLimit(.minutes(20))) struct InPlaceErrorTests {
   func openError(_ store: TemporaryStore, _ projections: [any Projection], _ catalog: EventCatalog) -> String {
     do {
       let log = try store.open(projections, catalog: catalog)

@@ -58,7 +58,7 @@ struct PlainCount: Projection {
   }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct InPlaceFoldTests {
+@Suite(.timeLimit(.minutes(20))) struct InPlaceFoldTests {
   func rows(_ log: EventLog) throws -> [[UInt8]] {
     try log.read { view in try view.tables(of: "echo").entries("rows").map { $0.key + $0.value } }
   }

@@ -4,7 +4,7 @@ import Testing
 
 @testable import FerryLog
 
-@Suite(.timeLimit(.minutes(2))) struct ProjectionTests {
+@Suite(.timeLimit(.minutes(20))) struct ProjectionTests {
   @Test func aProjectionThatThrowsFailsOnlyTheAppendThatCausedIt() async throws {
     let store = TemporaryStore()
     defer { store.remove() }
@@ -258,7 +258,7 @@ private struct LatestByType: Projection {
   }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct ValueMemoTests {
+@Suite(.timeLimit(.minutes(20))) struct ValueMemoTests {
   /// A command reads a row, logs events whose fold rewrites and removes it, and reads it again
   /// after each: every read sees the fold's latest write, whatever type it decodes as — the
   /// decoded value a transaction keeps is never served after its table changed.

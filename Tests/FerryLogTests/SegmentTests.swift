@@ -8,14 +8,14 @@ import Testing
 /// The write-ahead segment (`Specs/one-sync-commit.md`) on real stores and real processes: what
 /// a killed writer leaves is replayed, meta pages that reached the disk without their trees are
 /// put back, a second process follows the store's mode, and a damaged segment is refused by name.
-@Suite(.timeLimit(.minutes(5))) struct SegmentTests {
-  /// A `ferry-test-worker segment-append` child (``SegmentAttackTests/Worker``): its
+@Suite(.timeLimit(.minutes(20))) struct SegmentTests {
+  /// A `ferry-test-worker segment-append` child (``SegmentRecoveryTests/Worker``): its
   /// acknowledged sequences, then killed.
   struct Writer {
-    let worker: SegmentAttackTests.Worker
+    let worker: SegmentRecoveryTests.Worker
 
     init(_ directory: String, count: Int, on: Bool) throws {
-      worker = try SegmentAttackTests.Worker(["segment-append", directory, "\(count)", on ? "ON" : "OFF"])
+      worker = try SegmentRecoveryTests.Worker(["segment-append", directory, "\(count)", on ? "ON" : "OFF"])
     }
 
     /// Waits (at most a minute) until it says `line`.

@@ -4,7 +4,7 @@ import Testing
 
 @testable import FerryLog
 
-@Suite(.timeLimit(.minutes(2))) struct StoreTests {
+@Suite(.timeLimit(.minutes(20))) struct StoreTests {
   @Test func aFlippedByteIsReportedWithItsSequenceNumber() async throws {
     let store = TemporaryStore()
     defer { store.remove() }

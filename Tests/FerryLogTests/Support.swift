@@ -91,10 +91,11 @@ func flipByte(in file: String, after needle: [UInt8], offset extra: Int = 0) thr
   return first
 }
 
-/// Runs one of this package's executables with a time limit (a hung child is killed, never waited
-/// on forever) and returns its exit status and standard output.
+/// Runs one of this package's executables with a hang guard (a child still running after
+/// `timeout` is killed: the blocking read below is beyond any test time limit) and returns its
+/// exit status and standard output.
 func runProduct(
-  _ name: String, _ arguments: [String], timeout: Duration = .seconds(60)
+  _ name: String, _ arguments: [String], timeout: Duration = .seconds(20 * 60)
 ) async throws -> (
   status: Int32, output: String
 ) {
@@ -102,7 +103,7 @@ func runProduct(
 }
 
 /// Runs the executable at `path` (one of this package's or another, `taskset` say) the same way.
-func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seconds(60)) async throws -> (
+func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seconds(20 * 60)) async throws -> (
   status: Int32, output: String
 ) {
   let process = Process()

@@ -38,7 +38,7 @@ final class BatchJournal: Sendable {
   var all: [[TaskID]] { calls.withLock { $0 } }
 }
 
-@Suite(.timeLimit(.minutes(3))) struct BatchedHandlerTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchedHandlerTests {
   @Test func aBatchTakesUpToItsSizeAndLogsTheOutcomeItWasGivenForEachTask() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
@@ -185,7 +185,7 @@ final class BatchJournal: Sendable {
   }
 }
 
-@Suite(.timeLimit(.minutes(3))) struct BatchGroupOrderTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchGroupOrderTests {
   @Test func consecutiveTasksOfAGroupShareABatchInGroupOrder() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
@@ -294,7 +294,7 @@ final class BatchJournal: Sendable {
 
 /// Two runners of this process and a runner process on one store, batched: the log shows every
 /// task started once and succeeded once, each group's successes in group order.
-@Suite(.timeLimit(.minutes(5))) struct BatchCompanyTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchCompanyTests {
   @Test func twoRunnersAndAnotherProcessNeverRunABatchedTaskTwice() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
@@ -343,7 +343,7 @@ final class BatchJournal: Sendable {
 
 /// A runner process killed in the middle of a batch: after its runs are interrupted, the batch is
 /// sent again, whole, with the same idempotency keys, and every task succeeds once.
-@Suite(.timeLimit(.minutes(3))) struct BatchKillTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchKillTests {
   @Test func aBatchCutShortByAKillIsSentAgainWithTheSameKeys() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

@@ -7,7 +7,7 @@ import Testing
 @testable import Ferry
 
 /// Races and edges of the pull side found in review, each pinned by a test.
-@Suite(.timeLimit(.minutes(2))) struct CacheEdgeTests {
+@Suite(.timeLimit(.minutes(20))) struct CacheEdgeTests {
   @Test func aMaxAgeThatNeverEndsSetsNoTimer() async throws {
     try await withStore { store, clock, fixture in
       let backend = NotesBackend()

@@ -4,7 +4,7 @@ import Testing
 
 @testable import Ferry
 
-@Suite(.timeLimit(.minutes(2))) struct CacheLedgerTests {
+@Suite(.timeLimit(.minutes(20))) struct CacheLedgerTests {
   @Test func aKeyIsTooOldOnlyOnceItIsOlderThanItsMaxAge() async throws {
     try await withStore { store, clock, fixture in
       let ledger = store.ledger

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Ferry
 
-@Suite(.timeLimit(.minutes(1))) struct CachePagingTests {
+@Suite(.timeLimit(.minutes(20))) struct CachePagingTests {
   /// A server with three pages of posts and an app cache of the pages saved, in order.
   final class PostsServer: Sendable {
     static let pages = [["p1", "p2"], ["p3", "p4"], ["p5"]]

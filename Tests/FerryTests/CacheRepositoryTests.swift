@@ -47,7 +47,7 @@ final class NotesBackend: Sendable {
   var fetches: Int { state.withLock { $0.fetches } }
 }
 
-@Suite(.timeLimit(.minutes(2))) struct CacheRepositoryTests {
+@Suite(.timeLimit(.minutes(20))) struct CacheRepositoryTests {
   @Test func refreshFetchesWhenThereIsNoCacheOrItIsTooOld() async throws {
     try await withStore { store, clock, fixture in
       let backend = NotesBackend()

@@ -5,7 +5,7 @@ import Testing
 
 @testable import Ferry
 
-@Suite(.timeLimit(.minutes(1))) struct CacheRequirementsTests {
+@Suite(.timeLimit(.minutes(20))) struct CacheRequirementsTests {
   /// A server with a feed per user and an app cache per user; counts fetches per user.
   final class Feeds: Sendable {
     let state = Mutex<(saved: [String: [String]], fetches: [String: Int])>(([:], [:]))

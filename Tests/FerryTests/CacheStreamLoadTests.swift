@@ -5,7 +5,7 @@ import Testing
 
 @testable import Ferry
 
-@Suite(.timeLimit(.minutes(1))) struct CacheStreamLoadTests {
+@Suite(.timeLimit(.minutes(20))) struct CacheStreamLoadTests {
   /// An app database that can be observed: every write is yielded to every observer.
   final class NotesDatabase: Sendable {
     private let state = Mutex<(notes: [String]?, observers: [AsyncStream<[String]?>.Continuation])>((nil, []))

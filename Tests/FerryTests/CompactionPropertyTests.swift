@@ -351,7 +351,7 @@ func check(_ steps: [HistoryStep]) async {
   }
 }
 
-@Suite(.timeLimit(.minutes(5))) struct CompactionPropertyTests {
+@Suite(.timeLimit(.minutes(30))) struct CompactionPropertyTests {
   /// Random histories of queue and cache operations, with compactions (random retention, zero
   /// included) and projection rebuilds at open (a version change, sometimes without a snapshot)
   /// at random points, applied to a store and to a reference store that is never compacted nor

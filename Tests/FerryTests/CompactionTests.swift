@@ -30,7 +30,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
   }
 }
 
-@Suite(.timeLimit(.minutes(5))) struct CompactionTests {
+@Suite(.timeLimit(.minutes(20))) struct CompactionTests {
   @Test func compactionRemovesFinishedWorkAndKeepsEverythingStillNeeded() async throws {
     try await withStore { store, clock, fixture in
       let runner = TaskRunner(queue: store.queue)

@@ -13,7 +13,7 @@ enum Work: String, Sendable {
 
 /// What app developers reach for around the queue and the gate (issue 14): typed tags, a gate
 /// checked when it is made, and the rest of the public types reading as phrases.
-@Suite(.timeLimit(.minutes(2))) struct ConvenienceTests {
+@Suite(.timeLimit(.minutes(20))) struct ConvenienceTests {
   // MARK: Typed tags
 
   /// Tasks added with an enum tag and with its raw string are one tag: two runners registered by

@@ -5,7 +5,7 @@ import Testing
 /// the write-ahead segment, the head mark, the open lock and the runner's liveness token. An app
 /// that opens a store per request (an extension woken again and again) would otherwise run out.
 /// Counted in a worker process of its own, where no other test opens files meanwhile.
-@Suite(.timeLimit(.minutes(3))) struct DescriptorTests {
+@Suite(.timeLimit(.minutes(20))) struct DescriptorTests {
   @Test(arguments: [false, true]) func openAddRunCloseCyclesLeaveNoDescriptorOpen(segment: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

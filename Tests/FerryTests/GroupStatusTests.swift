@@ -7,7 +7,7 @@ import Testing
 
 /// Every ready task behind its group's head reads ``TaskStatus/waitingForGroup(behind:)``, whatever
 /// the head's state — only a head may run (`Specs/task-events.md` §3.3).
-@Suite(.timeLimit(.minutes(2))) struct GroupStatusTests {
+@Suite(.timeLimit(.minutes(20))) struct GroupStatusTests {
   @Test func aTaskBehindAHeadThatMayStartWaitsForItsGroup() async throws {
     try await withStore { store, _, _ in
       let queue = store.queue

@@ -9,7 +9,7 @@ import Testing
 /// A handler that awaits a request for its own pass (or its own run) would wait for itself and is
 /// refused; a task the handler starts and does not await cannot hold the pass, and its request
 /// runs (`Specs/task-events.md` §4.3, "From a handler").
-@Suite(.timeLimit(.minutes(2))) struct HandlerStartsWorkTests {
+@Suite(.timeLimit(.minutes(20))) struct HandlerStartsWorkTests {
   /// Where a handler leaves the tasks it started, for the test to await.
   final class Started: Sendable {
     let tasks = Mutex<[Task<RunReport, any Error>]>([])

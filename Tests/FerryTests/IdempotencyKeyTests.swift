@@ -9,7 +9,7 @@ import Testing
 /// The key a server deduplicates a change on: the same on every attempt, across reopen and
 /// compaction; new with a new payload; never repeated by another store, even one created anew
 /// at the same path.
-@Suite(.timeLimit(.minutes(3))) struct IdempotencyKeyTests {
+@Suite(.timeLimit(.minutes(20))) struct IdempotencyKeyTests {
   /// Keys the handler was handed, by task.
   final class Keys: Sendable {
     let seen = Mutex<[TaskID: [String]]>([:])

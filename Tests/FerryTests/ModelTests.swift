@@ -258,7 +258,7 @@ enum Command: CustomStringConvertible {
   }
 }
 
-@Suite(.timeLimit(.minutes(5))) struct ModelTests {
+@Suite(.timeLimit(.minutes(20))) struct ModelTests {
   /// Random command sequences, applied to a real store and to the model: after every step the
   /// store's projections equal the model, and at the end a rebuild from the log equals them.
   ///

@@ -56,7 +56,7 @@ struct CapturingLogHandler: LogHandler {
   }
 }
 
-@Suite(.timeLimit(.minutes(3))) struct ObservabilityTests {
+@Suite(.timeLimit(.minutes(20))) struct ObservabilityTests {
   // MARK: Logging
 
   @Test func logsNameTaskIdsTagsAndAttemptsAtTheRightLevelsAndNeverPayloads() async throws {

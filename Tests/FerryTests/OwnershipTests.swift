@@ -56,12 +56,17 @@ final class Child: Sendable {
   }
   var pid: Int32 { process.processIdentifier }
 
-  /// Waits (up to a minute) for a line that starts with `prefix`; returns it.
+  /// Waits for a line that starts with `prefix` and returns it; throws once the child has ended
+  /// without one. No wall-clock give-up: a child a loaded machine slows still answers, and one
+  /// that hangs is ended by the test's time limit.
   func waitForLine(startingWith prefix: String) async throws -> String {
-    let deadline = ContinuousClock.now + .seconds(60)
-    while ContinuousClock.now < deadline {
+    while true {
       if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
-      if ended.withLock({ $0 }) && !process.isRunning { break }
+      if ended.withLock({ $0 }) && !process.isRunning {
+        // The reader has taken all the child wrote: look once more before giving up.
+        if let line = output.first(where: { $0.hasPrefix(prefix) }) { return line }
+        break
+      }
       try await Task.sleep(for: .milliseconds(5))
     }
     throw FerryError.invalidArgument("no line starting with '\(prefix)' from the child: \(output.suffix(5))")
@@ -87,17 +92,13 @@ final class Child: Sendable {
     while process.isRunning && ContinuousClock.now < deadline { usleep(1_000) }
   }
 
-  /// Waits for the child to exit (up to five minutes), then for its reader to take the rest of
-  /// its output (up to five seconds more: a grandchild may hold the pipe open), and returns its
-  /// status. Without the second wait a caller could read `output` before the child's last line
-  /// arrived (seen in CI: a `ferry recover --json` that exited 0 had no line yet).
+  /// Waits for the child to exit (a child that hangs is ended by the test's time limit), then for
+  /// its reader to take the rest of its output (up to five seconds more: a grandchild may hold the
+  /// pipe open), and returns its status. Without the second wait a caller could read `output`
+  /// before the child's last line arrived (seen in CI: a `ferry recover --json` that exited 0 had
+  /// no line yet).
   func wait() async throws -> Int32 {
-    let deadline = ContinuousClock.now + .seconds(300)
     while process.isRunning {
-      guard ContinuousClock.now < deadline else {
-        kill()
-        throw FerryError.invalidArgument("the child did not exit in time")
-      }
       try await Task.sleep(for: .milliseconds(10))
     }
     let drained = ContinuousClock.now + .seconds(5)
@@ -178,7 +179,7 @@ struct RunLedger {
 /// The owner ids a process with this pid logs (`<pid hex>-<random>`).
 func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix: 16) + "-" }
 
-@Suite(.timeLimit(.minutes(5))) struct OwnershipTests {
+@Suite(.timeLimit(.minutes(20))) struct OwnershipTests {
   /// Adds `count` "job" tasks whose kinds follow `kind(i)`, in groups of ten for a third of them.
   func addJobs(_ queue: TaskQueue, _ count: Int, kind: (Int) -> String) async throws -> [TaskID] {
     var ids: [TaskID] = []
@@ -596,7 +597,7 @@ extension OwnershipTests {
         "FERRY_CRASH_POINT": "owner.tokenStaged", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
       ])
     defer { runner.kill() }
-    _ = try await pollUntil { isStopped(runner.pid) || !runner.process.isRunning }
+    try await pollUntil { isStopped(runner.pid) || !runner.process.isRunning }
     try #require(isStopped(runner.pid), "the runner did not reach its token: \(runner.output)")
     let owners = fixture.path + "/owners"
     let staged = { (try? FileManager.default.contentsOfDirectory(atPath: owners))?.filter { $0.hasSuffix(".new") } ?? [] }

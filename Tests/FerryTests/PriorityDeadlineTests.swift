@@ -12,7 +12,7 @@ import Testing
 /// groups and retries kept in order, adds during a pass, expiry by claim and by a pass's sweep —
 /// once, with two runners and a second process racing — runs that outlive their deadline, and a
 /// compacted log that brings it all back.
-@Suite(.timeLimit(.minutes(3))) struct PriorityDeadlineTests {
+@Suite(.timeLimit(.minutes(20))) struct PriorityDeadlineTests {
   /// Task ids handlers saw, in the order they ran.
   final class Order: Sendable {
     private let ids = Mutex<[TaskID]>([])

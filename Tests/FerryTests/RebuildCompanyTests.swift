@@ -9,7 +9,7 @@ import Testing
 /// Another process rebuilding the projections — killed part-way, or live in chunks while this one
 /// runs tasks — never makes this process's reads or runs fail: a read that finds its projection
 /// behind the log catches it up through this process's writer and reads again.
-@Suite(.timeLimit(.minutes(5))) struct RebuildCompanyTests {
+@Suite(.timeLimit(.minutes(20))) struct RebuildCompanyTests {
   @Test func aRebuildKilledPartWayInAnotherProcessIsCaughtUpByTheNextRead() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
@@ -166,8 +166,7 @@ import Testing
     try await Task.sleep(for: .milliseconds(50))
     say("go", to: input)
     var readsDuringRebuild = 0
-    let deadline = ContinuousClock.now + .seconds(60)
-    while !child.output.contains("rebuilt") && ContinuousClock.now < deadline {
+    while !child.output.contains("rebuilt") && child.process.isRunning {
       _ = try queue.pendingTasks()
       _ = try queue.nextRunnable()
       readsDuringRebuild += 1
@@ -186,7 +185,7 @@ import Testing
   }
 }
 
-// Shared with ReadCatchUpAttackTests.
+// Shared with ReadCatchUpTests.
 
 /// Adds `count` jobs from eight concurrent lanes (so that commits group); returns their ids in order.
 func addJobs(_ queue: TaskQueue, _ count: Int, tag: String = "job") async throws -> [TaskID] {
@@ -210,12 +209,10 @@ func say(_ line: String, to pipe: Pipe) {
   try? pipe.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8))
 }
 
-/// Waits (polling, never blocking the pool) until the child exits; false when it is still
-/// running at the deadline.
-func exits(_ child: Child, within limit: Duration) async throws -> Bool {
-  let deadline = ContinuousClock.now + limit
-  while child.process.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
-  return !child.process.isRunning
+/// Waits (polling, never blocking the pool) until the child exits. No wall-clock give-up: a
+/// child that hangs is ended by the test's time limit, which cancels the sleep.
+func waitForExit(_ child: Child) async throws {
+  while child.process.isRunning { try await Task.sleep(for: .milliseconds(5)) }
 }
 
 /// Another process opens the store and rebuilds it in chunks of `chunk`, and is killed after
@@ -228,9 +225,7 @@ func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async thro
     stdin: input.fileHandleForReading, environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
   _ = try await child.waitForLine(startingWith: "open")
   say("go", to: input)
-  let exited = try await exits(child, within: .seconds(60))
-  if !exited { child.kill() }
-  try #require(exited)
+  try await waitForExit(child)
   try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
   return child
 }

@@ -6,7 +6,7 @@ import Testing
 /// A finished or cancelled task leaves no row behind in any of the queue's tables, whatever it went
 /// through: the removal skips the deletes of rows a task cannot have (a `ready` row for a task that
 /// is not ready, an `errors` row for one that never had an error), and this shows it skips no more.
-@Suite(.timeLimit(.minutes(2))) struct RemovalTests {
+@Suite(.timeLimit(.minutes(20))) struct RemovalTests {
   static let tables = [
     "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines",
   ]

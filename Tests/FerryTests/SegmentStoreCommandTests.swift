@@ -4,7 +4,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(3))) struct SegmentStoreCommandTests {
+@Suite(.timeLimit(.minutes(20))) struct SegmentStoreCommandTests {
   /// A store with a write-ahead segment: while its writer lives, `ferry recover` only reads (and
   /// leaves the live process alone); once the writer is killed with commits in the segment, reads
   /// are refused ("needs recovery", naming `ferry recover`), `ferry recover` replays them and keeps
@@ -156,7 +156,7 @@ extension SegmentStoreCommandTests {
       "ferry-test-worker", ["store-rebuild", fixture.path, "1"], stdin: input.fileHandleForReading,
       environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP"])
     defer { opener.kill() }
-    _ = try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
+    try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
     try #require(isStopped(opener.pid), "the opener did not reach its fold: \(opener.output)")
     let mark = try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/ferry-open.lock"))
     withExtendedLifetime(input) { opener.kill() }

@@ -7,7 +7,7 @@ import Testing
 
 /// `FerryStore.close()` is synchronous and returns once the writes already handed to the writer
 /// are committed; a write asked for after it throws `closed` (its doc comment).
-@Suite(.timeLimit(.minutes(2))) struct StoreCloseTests {
+@Suite(.timeLimit(.minutes(20))) struct StoreCloseTests {
   @Test func everyAddThatReturnedBeforeOrDuringCloseIsThereAfterReopen() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }

@@ -14,7 +14,7 @@ import Testing
 /// iOS app suspended with one in an app group is killed), another process may open it read-write
 /// meanwhile, calls while suspended fail with `FerryLogError.suspended`, and what the app holds
 /// — queue, ledger, runners, update streams — goes on after the resume.
-@Suite(.timeLimit(.minutes(5))) struct SuspensionTests {
+@Suite(.timeLimit(.minutes(20))) struct SuspensionTests {
   static let hasProcLocks = FileManager.default.fileExists(atPath: "/proc/locks")
 
   @Test(.enabled(if: hasProcLocks), arguments: [false, true])

@@ -8,7 +8,7 @@ import Testing
 
 /// A handler's success may leave an output that later tasks read: the id a server gave a note
 /// created offline reaches the edits queued behind its create.
-@Suite(.timeLimit(.minutes(3))) struct TaskOutputTests {
+@Suite(.timeLimit(.minutes(20))) struct TaskOutputTests {
   struct Created: Codable, Equatable { var serverId: String }
   struct Edit: Codable { var createTask: TaskID; var text: String }
 

@@ -7,7 +7,7 @@ import Testing
 
 /// An add with `unique: .keep` keeps only a twin that will still run: a dead twin never swallows
 /// a newer change (`Specs/task-events.md` §3.2, §4.1; projection version 6).
-@Suite(.timeLimit(.minutes(2))) struct UniqueKeepTests {
+@Suite(.timeLimit(.minutes(20))) struct UniqueKeepTests {
   @Test func aDeadTwinDoesNotKeepANewerChangeOut() async throws {
     try await withStore { store, _, _ in
       let queue = store.queue

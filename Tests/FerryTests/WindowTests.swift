@@ -42,7 +42,7 @@ struct LoggedRuns: Equatable {
 
 /// Background windows, deadlines and condition wake-ups (`Specs/task-events.md` §4.6) on real
 /// stores, with two runners and a second process where they matter.
-@Suite(.timeLimit(.minutes(3))) struct WindowTests {
+@Suite(.timeLimit(.minutes(20))) struct WindowTests {
   @Test func aWindowEndingMidPassLeavesTheStoreConsistentAndTheNextWindowRunsTheInterruptedTaskOnce()
     async throws
   {

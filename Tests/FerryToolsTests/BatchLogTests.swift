@@ -4,7 +4,7 @@ import Testing
 
 /// `ferry log` shows which runs a batched handler took in one call: each `task.runStarted` of a
 /// batch names the batch's first task (`task.runStarted` version 3).
-@Suite(.timeLimit(.minutes(3))) struct BatchLogTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchLogTests {
   @Test func theLogNamesEachRunsBatch() async throws {
     let path = FileManager.default.temporaryDirectory.path + "/ferry-batch-log-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }

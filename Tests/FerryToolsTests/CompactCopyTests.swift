@@ -4,8 +4,8 @@ import LMDB
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(2)), .serialized) struct CompactCopyTests {
-  /// Regression (`AttackTests2.compactCopyRacingATightOpenCloseLoop(copy: true)` failed about one
+@Suite(.timeLimit(.minutes(20)), .serialized) struct CompactCopyTests {
+  /// Regression (`CompactCopyRaceTests.compactCopyRacingATightOpenCloseLoop(copy: true)` failed about one
   /// run in 26: the app's next open refused the store, "acknowledged up to 325, log ends at 324"):
   /// `compact --copy` told the state it had copied by `mdb_env_info`'s transaction id, which LMDB
   /// reads from the data file's meta pages. A commit in another process writes its meta page — and

@@ -8,7 +8,7 @@ import Testing
 
 /// The crash checks must be able to fail: fed a store and acknowledgements that break an invariant,
 /// they say so.
-@Suite(.timeLimit(.minutes(2))) struct CrashCheckTests {
+@Suite(.timeLimit(.minutes(20))) struct CrashCheckTests {
   @Test func aCleanWorkloadPassesEveryCheck() async throws {
     let store = DemoStore()
     defer { store.remove() }

@@ -13,7 +13,7 @@ import Testing
 
 /// The CLI over stores damaged in ways the log's own checks catch: each command exits 6 naming
 /// what is wrong, and a user without permission is told so.
-@Suite(.timeLimit(.minutes(3)), .serialized) struct DamageCommandTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct DamageCommandTests {
   func makeStore(_ path: String, tasks: Int = 20) async throws {
     let store = try await FerryStore.open(at: path)
     for i in 0..<tasks { _ = try await store.queue.add(tag: "note", payload: ["n": i]) }

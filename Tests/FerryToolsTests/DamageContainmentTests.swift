@@ -117,7 +117,7 @@ func rawControls(_ data: Data) -> [Int] {
   return found
 }
 
-@Suite(.timeLimit(.minutes(4)), .serialized) struct DamageContainmentTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct DamageContainmentTests {
   // MARK: 1. Contain what can crash
 
   @Test(arguments: ["8KiB", "16KiB", "half"])

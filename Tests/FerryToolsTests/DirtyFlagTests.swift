@@ -63,7 +63,7 @@ struct NamedTree {
 /// P_DIRTY (0x10 in a page header's flags, byte 10) is never on disk: LMDB clears it as it writes
 /// a page. Found on a page a write touches, LMDB would take the mapped page for its own dirty copy
 /// and write into the read-only map, a SIGSEGV. The open check refuses the store instead.
-@Suite(.timeLimit(.minutes(5)), .serialized) struct DirtyFlagTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct DirtyFlagTests {
   enum Writer: String, CaseIterable { case append, addTasks = "add-tasks" }
 
   /// Flips P_DIRTY on the rightmost leaf of `tree` in a copy of a campaign store, then writes

@@ -147,7 +147,7 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
   return Array(new.prefix(old.count)) == Array(old) && new.count == old.count + 3 ? .kept : .lostOnWrite
 }
 
-@Suite(.timeLimit(.minutes(15)), .serialized) struct FlipCampaignTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct FlipCampaignTests {
   /// A store of more than a thousand events with every kind of page: big payloads (overflow pages),
   /// a compaction that frees pages, cache fetches, tasks run, and more events after.
   func makeStore(at path: String) async throws {

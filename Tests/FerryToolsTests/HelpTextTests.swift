@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite(.timeLimit(.minutes(2))) struct HelpTextTests {
+@Suite(.timeLimit(.minutes(20))) struct HelpTextTests {
   static let commands = [
     "demo", "inspect", "log", "replay", "verify", "export", "import", "stats", "compact", "recover", "salvage", "cancel",
     "revive", "resolve", "forget", "pause", "resume",

@@ -7,7 +7,7 @@ import Testing
 
 /// `ferry inspect` prints statuses in the API's words (``TaskStatus``'s description), not the
 /// JSON's keys or the enum's case names; `--json` keeps the keys.
-@Suite(.timeLimit(.minutes(2))) struct InspectWordsTests {
+@Suite(.timeLimit(.minutes(20))) struct InspectWordsTests {
   @Test func theTableUsesTheStatusWordsOfTheAPI() async throws {
     let demo = DemoStore()
     defer { demo.remove() }

@@ -30,7 +30,7 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
   #expect(bad.isEmpty, "control characters in output: \(bad.map { String($0.value, radix: 16) })", sourceLocation: sourceLocation)
 }
 
-@Suite(.timeLimit(.minutes(2)), .serialized) struct JSONOutputTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct JSONOutputTests {
   @Test func verifyStatsCompactAndImportPrintJSONThatParsesBack() async throws {
     let demo = try await hostileStore()
     defer { demo.remove() }
@@ -153,7 +153,7 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
 /// by appends of this version: `ferry compact` removes nothing, and says why — in its line and
 /// in `--json` — rather than reporting "removed 0" and leaving an operator to guess why the log
 /// never shrinks.
-@Suite(.timeLimit(.minutes(2)), .serialized) struct CompactHeldBackTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct CompactHeldBackTests {
   /// Counts every event (a stand-in for a projection a later app version added).
   struct Tally: Projection {
     let name = "tally"
@@ -200,7 +200,7 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
 /// `ferry log --task N` tells data ids apart by their bytes, as the queue does: an add with
 /// `replace` whose data id is another spelling of N's ("cafe\u{301}" for "caf\u{E9}") leaves N
 /// queued, and the log must not show it as N's replacement (it did while it compared `String`s).
-@Suite(.timeLimit(.minutes(2))) struct LogReplacementSpellingTests {
+@Suite(.timeLimit(.minutes(20))) struct LogReplacementSpellingTests {
   @Test func anAddWithAnotherSpellingOfTheDataIdIsNotShownAsTheReplacement() async throws {
     let store = DemoStore()
     defer { store.remove() }

@@ -76,7 +76,7 @@ enum LongLived {
   }
 }
 
-@Suite(.timeLimit(.minutes(5)), .serialized) struct LongLivedStoreTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct LongLivedStoreTests {
   @Test(arguments: [false, true]) func hundredsOfCompactionCyclesStayBoundedAndWhole(segment: Bool) async throws {
     let path = FileManager.default.temporaryDirectory.path + "/ferry-long-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }

@@ -74,7 +74,7 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
   try JSONDecoder().decode(OperatorJSONReport.self, from: Data(run.stdout.utf8))
 }
 
-@Suite(.timeLimit(.minutes(3)), .serialized) struct OperatorCommandTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct OperatorCommandTests {
   @Test func operatorCommandsAppendTheLibrarysEventsAndNeverTouchAnotherProcesssRun() async throws {
     let worked = try await WorkedStore()
     defer { worked.finish() }
@@ -201,7 +201,7 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
 }
 
 /// `ferry revive|resolve --tag|--group|--all` beside another process's run.
-@Suite(.timeLimit(.minutes(3)), .serialized) struct BulkOperatorCommandTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct BulkOperatorCommandTests {
   @Test func bulkReviveAndResolveChangeEveryMatchingTaskAndNeverAnotherProcesssRun() async throws {
     let worked = try await WorkedStore()
     defer { worked.finish() }

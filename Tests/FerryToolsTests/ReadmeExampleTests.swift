@@ -6,7 +6,7 @@ import Testing
 /// Tools/readme-examples/*.swift, which the build compiles and this suite runs on a real store, and
 /// the install section's manifest is compiled by SwiftPM here. They cannot drift from the API.
 /// (The limit is a hang guard, far above a loaded machine's time.)
-@Suite(.timeLimit(.minutes(10))) struct ReadmeExampleTests {
+@Suite(.timeLimit(.minutes(20))) struct ReadmeExampleTests {
   /// The README's Swift blocks, each after a `<!-- snippet: NAME -->` line: the examples, and the
   /// install section's manifest.
   static let examples = ["Push", "Pull"]

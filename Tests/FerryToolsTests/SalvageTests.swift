@@ -165,7 +165,7 @@ func rangeTexts(_ sequences: [UInt64]) -> [String] {
 /// Whether `needle` occurs anywhere in `haystack`.
 func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: Data(needle)) != nil }
 
-@Suite(.timeLimit(.minutes(5)), .serialized) struct SalvageTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct SalvageTests {
   /// (a) An undamaged store salvages to the same log (every event, sequence, id, timestamp and
   /// payload: the exports are identical) and the same queue, everything from the live tree.
   @Test func anUndamagedStoreSalvagesToTheSameLogAndQueue() async throws {

@@ -5,7 +5,7 @@ import Testing
 
 /// A task's start time and repeat interval are in its `task.added`: an exported log imported
 /// elsewhere holds the same schedule, and `ferry inspect` shows it.
-@Suite(.timeLimit(.minutes(3))) struct ScheduleExportTests {
+@Suite(.timeLimit(.minutes(20))) struct ScheduleExportTests {
   @Test func anImportedStoreKeepsStartsAndIntervalsAndInspectShowsThem() async throws {
     let place = try ImportPlace()
     defer { place.remove() }
@@ -51,7 +51,7 @@ import Testing
 
 /// `ferry inspect`, `ferry log` and an export of a store whose starts are at the ends of what
 /// Ferry stores: the tools print them and exit 0, and the import keeps them.
-@Suite(.timeLimit(.minutes(3))) struct ScheduleExtremesToolTests {
+@Suite(.timeLimit(.minutes(20))) struct ScheduleExtremesToolTests {
   @Test func theToolsPrintTheFarthestAndEarliestStarts() async throws {
     let place = try ImportPlace()
     defer { place.remove() }

@@ -3,7 +3,7 @@ import Testing
 
 @testable import LMDB
 
-@Suite(.timeLimit(.minutes(2))) struct EnvironmentTests {
+@Suite(.timeLimit(.minutes(20))) struct EnvironmentTests {
   @Test func createsADirectoryOnlyItsOwnerCanOpen() throws {
     let scratch = ScratchDirectory()
     defer { scratch.remove() }

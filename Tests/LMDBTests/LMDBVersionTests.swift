@@ -4,7 +4,7 @@ import Testing
 @testable import LMDB
 
 /// Which LMDB Ferry runs on: its own reads of the data file know LMDB 0.9's page layout only.
-@Suite(.timeLimit(.minutes(2))) struct LMDBVersionTests {
+@Suite(.timeLimit(.minutes(20))) struct LMDBVersionTests {
   /// The 0.9 releases and the 0.9 development branch (`mdb.master`, 0.9.70) share the layout.
   @Test(arguments: [(0, 9, 0), (0, 9, 14), (0, 9, 31), (0, 9, 33), (0, 9, 70), (0, 9, 89)])
   func theReleasesOfZeroNineAreSupported(major: Int, minor: Int, patch: Int) {

@@ -31,9 +31,10 @@ func runProduct(_ name: String, _ arguments: [String]) throws -> (status: Int32,
   let pipe = Pipe()
   process.standardOutput = pipe
   try process.run()
-  // A hung child is killed after a minute rather than hanging the suite. The watchdog holds the
-  // process weakly: a strong hold kept it and its pipes' descriptors open for the whole minute.
-  let deadline = DispatchTime.now() + .seconds(60)
+  // A hung child is killed after 20 minutes (a hang guard far above a loaded run) rather than
+  // hanging the suite. The watchdog holds the process weakly: a strong hold kept it and its
+  // pipes' descriptors open until then.
+  let deadline = DispatchTime.now() + .seconds(20 * 60)
   DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in
     if let process, process.isRunning { process.terminate() }
   }

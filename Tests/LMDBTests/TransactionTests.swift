@@ -2,7 +2,7 @@ import Testing
 
 @testable import LMDB
 
-@Suite(.timeLimit(.minutes(2))) struct TransactionTests {
+@Suite(.timeLimit(.minutes(20))) struct TransactionTests {
   let scratch = ScratchDirectory()
 
   func withEnvironment(_ body: (Environment, Database) throws -> Void) throws {

@@ -576,7 +576,7 @@ case "hold-open":
   }
   done.wait()
 case "attack-run-gated":
-  // (AttackTests) Adds one "gated" task (in GROUP when given) and runs it; its handler says
+  // (RunTaskWaitTests and others) Adds one "gated" task (in GROUP when given) and runs it; its handler says
   // "running ID ATTEMPT", waits until the file GATE exists, then succeeds. Says "done OUTCOME"
   // after the pass.
   guard arguments.count == 4 || arguments.count == 5 else { fail("attack-run-gated DIR GATE [GROUP]") }
@@ -603,7 +603,7 @@ case "attack-run-gated":
   }
   done.wait()
 case "attack-run-one":
-  // (AttackTests) Runs one task by id (`run(.task(ID))`) with handlers for "gated" and "hang"
+  // (RunTaskWaitTests) Runs one task by id (`run(.task(ID))`) with handlers for "gated" and "hang"
   // that say "ran ID ATTEMPT" and succeed; says "outcome OUTCOME".
   guard arguments.count == 4, let id = UInt64(arguments[3]) else { fail("attack-run-one DIR ID") }
   let done = DispatchSemaphore(value: 0)
@@ -628,7 +628,7 @@ case "attack-run-one":
   }
   done.wait()
 case "push-run-one":
-  // (PushCompanyAttackTests) Opens the existing store (it follows the store's mode) and runs one
+  // (PushCompanyTests) Opens the existing store (it follows the store's mode) and runs one
   // task by id (`run(.task(ID))`) with a handler for every tag in TAGS (comma-separated) that says
   // "ran ID ATTEMPT" and, by RESULT, succeeds ("ok") or fails retryably after 200 ms ("retry");
   // says "outcome OUTCOME" and exits without running anything else.
@@ -665,7 +665,7 @@ case "push-run-one":
   }
   done.wait()
 case "push-unique":
-  // (PushCompanyAttackTests) Opens the existing store (with the write-ahead segment when "segment"
+  // (PushCompanyTests) Opens the existing store (with the write-ahead segment when "segment"
   // is given) and adds COUNT "job" tasks (payload kind "ok") with data id "dN" (N = i mod 3),
   // unique keep or replace chosen by SEED, printing "ack ID POLICY DATAID" once each add returned.
   guard (5...6).contains(arguments.count), let count = Int(arguments[3]), var seed = UInt64(arguments[4]) else {
@@ -696,7 +696,7 @@ case "push-unique":
   }
   done.wait()
 case "attack-run-without-fds":
-  // (AttackTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
+  // (OwnerTokenTests) Adds a task, uses up every file descriptor, runs a pass (says "first OK|ERROR"),
   // gives the descriptors back and runs again (says "second OUTCOME").
   let done = DispatchSemaphore(value: 0)
   Task.detached {
@@ -779,7 +779,7 @@ case "fd-cycles":
   }
   done.wait()
 case "attack2-open-add-close-loop":
-  // (AttackTests2) For MS milliseconds: opens the store, adds one "app" task with data id
+  // (CompactCopyRaceTests) For MS milliseconds: opens the store, adds one "app" task with data id
   // "app-I", says "ack ID I" once the add returned, closes, pauses 0-3 ms; again and again. Opens that fail are
   // retried.
   guard arguments.count == 4, let ms = Int(arguments[3]) else { fail("attack2-open-add-close-loop DIR MS") }
@@ -825,7 +825,7 @@ case "dmg-churn":
   }
   done.wait()
 case "company-run":
-  // (CompanyAttackTests) Opens the existing store (with the write-ahead segment when "segment" is
+  // (RebuildCompactionCompanyTests) Opens the existing store (with the write-ahead segment when "segment" is
   // given) and runs passes with CONCURRENCY workers over its "job" tasks until none is ready,
   // running or waiting, printing "ran ID ATTEMPT" as each handler starts. A job's payload "kind"
   // says what its handler does after sleeping a millisecond: "ok" succeeds, "fail" fails for good,
@@ -894,7 +894,7 @@ case "company-run":
   }
   done.wait()
 case "cancel-race-run":
-  // (CancelDuringRunAttackTests) Opens the existing store (with the write-ahead segment when
+  // (CancelAndReplaceDuringRunTests) Opens the existing store (with the write-ahead segment when
   // "segment" is given) and runs its "job" tasks automatically with CONCURRENCY lanes until the
   // file STOP exists; each handler says "ran ID ATTEMPT", sleeps 0-15 ms and then succeeds, or for
   // payload kind "flaky" fails retryably on its first attempt (retried after 5 ms). Says "done".
@@ -936,7 +936,7 @@ case "cancel-race-run":
   }
   done.wait()
 case "company-rebuild":
-  // (CompanyAttackTests) Opens the existing store with rebuildChunkSize CHUNK (and the write-ahead
+  // (RebuildCompactionCompanyTests) Opens the existing store with rebuildChunkSize CHUNK (and the write-ahead
   // segment when "segment" is given), says "open", then rebuilds every projection again and again,
   // saying "round I" after each, until a line arrives on standard input; then closes and says
   // "closed ROUNDS".
@@ -973,7 +973,7 @@ case "company-rebuild":
   }
   done.wait()
 case "company-compact":
-  // (CompanyAttackTests) Opens the existing store with rebuildChunkSize CHUNK (the chunks in which
+  // (RebuildCompactionCompanyTests) Opens the existing store with rebuildChunkSize CHUNK (the chunks in which
   // a compaction folds projections left behind; the write-ahead segment when "segment" is given),
   // says "open", then compacts it with a retention of zero again and again, saying "compacted I R"
   // (R events removed) after each, until a line arrives on standard input; then closes and says
@@ -1014,7 +1014,7 @@ case "company-compact":
   }
   done.wait()
 case "attack-registry":
-  // (CompanyAttackTests) Opens the log with the "registry" projection at VERSION (a changed
+  // (RebuildCompactionCompanyTests) Opens the log with the "registry" projection at VERSION (a changed
   // version is rebuilt at open, in chunks of one event), appends OPS one by one ("+KEY" a "set" of
   // KEY, "-KEY" an "unset"; comma-separated, "-" for none), says "head H", closes and says
   // "closed". Crash points are armed from the environment (FERRY_CRASH_POINT=rebuild.chunk kills
@@ -1043,7 +1043,7 @@ case "attack-registry":
   }
   done.wait()
 case "hold-write-lock":
-  // (CompanyAttackTests) Opens the store's LMDB environment and begins a write transaction, which
+  // (RebuildCompactionCompanyTests) Opens the store's LMDB environment and begins a write transaction, which
   // holds LMDB's writer lock (every other process's commit waits), says "locked", and on a line on
   // standard input aborts it, closes and says "released".
   var env: OpaquePointer?
@@ -1090,7 +1090,7 @@ case "unpublished-commit":
   mdb_env_close(env)
   say("committed \(id)")
 case "operate":
-  // (OperatorCompanyAttackTests) Runs the `ferry` operator command ACTION (cancel-group GROUP,
+  // (OperatorCompanyTests) Runs the `ferry` operator command ACTION (cancel-group GROUP,
   // cancel ID, pause, resume) on the store in this process, crash points armed from the
   // environment (FERRY_CRASH_POINT=append.beforeCommit or segment.frameFlushed, say); says "status
   // S" when it returns, "refused S M" when it throws.
@@ -1116,7 +1116,7 @@ case "operate":
   }
   done.wait()
 case "pull-act-compact":
-  // (PullAttackTests) Opens the existing store (the write-ahead segment when "segment" is
+  // (CrossProcessObservationTests) Opens the existing store (the write-ahead segment when "segment" is
   // given), does ACTION — "forget:KEY" forgets a cache key, "cancel:ID" cancels a task, "run:TAG"
   // runs one pass with a handler of TAG that succeeds (saying "ran N") — waits
   // 5 ms (so the event is before a zero retention's cutoff), compacts with a retention of zero,
@@ -1156,7 +1156,7 @@ case "pull-act-compact":
   }
   done.wait()
 case "pull-grow":
-  // (PullAttackTests) Opens the existing store and records COUNT failed fetches of keys
+  // (CrossProcessObservationTests) Opens the existing store and records COUNT failed fetches of keys
   // "big-I", each with a message of 60 KiB (so the map grows), one by one, saying "ack I" after
   // each; then closes and says "closed".
   guard arguments.count == 4, let count = Int(arguments[3]) else { fail("pull-grow DIR COUNT") }
@@ -1180,7 +1180,7 @@ case "pull-grow":
   }
   done.wait()
 case "spin-append":
-  // (WriterSpinAttackTests) Opens the log with the write-ahead segment (projection CountByType
+  // (WriterSpinRaceTests) Opens the log with the write-ahead segment (projection CountByType
   // under "countByType"), the writer's poll window WINDOW in microseconds ("default": nil, the
   // store's default), says "processors P window W", then appends COUNT events of type
   // "worker.event" one by one (payload "worker I"; with "bare", opened without the projection),
@@ -1215,7 +1215,7 @@ case "spin-append":
   }
   done.wait()
 case "spin-add-tasks":
-  // (WriterSpinAttackTests) Opens the store with the write-ahead segment, adds COUNT "job" tasks
+  // (WriterSpinRaceTests) Opens the store with the write-ahead segment, adds COUNT "job" tasks
   // one by one (payload kind "ok", data id "PREFIX-I"), printing "ack ID I" after each, then
   // "spins S caught C processors P", closes and says "closed".
   guard arguments.count == 5, let count = Int(arguments[3]) else { fail("spin-add-tasks DIR COUNT PREFIX") }
@@ -1246,7 +1246,7 @@ case "spin-add-tasks":
   }
   done.wait()
 case "spin-run-tasks":
-  // (WriterSpinAttackTests) Opens the store (following its write-ahead segment) and runs serial
+  // (WriterSpinRaceTests) Opens the store (following its write-ahead segment) and runs serial
   // passes (one task at a time) over its "job" tasks until a line "stop" has come on standard
   // input and then three passes ran nothing; says "ran ID ATTEMPT" as each handler starts and,
   // at the end, "spins S caught C", then closes and says "closed".
@@ -1303,7 +1303,7 @@ struct WorkerPayloads: Projection {
   }
 }
 
-/// The keys "set" and not "unset" since (the same projection as CompanyAttackTests' `Registry`):
+/// The keys "set" and not "unset" since (the same projection as RebuildCompactionCompanyTests' `Registry`):
 /// version 1 stores each key as it is, any other version under "vN:" — another version of an app
 /// laying out its rows differently.
 struct WorkerRegistry: Projection {

@@ -8,7 +8,7 @@ import Testing
 /// Operator and maintenance commands against stores with odd surroundings: a directory this
 /// process may not write to, and the like. Each gets its documented exit status and a message
 /// that says what is wrong — never "the disk is failing" for a directory that is only read-only.
-@Suite(.timeLimit(.minutes(3)), .serialized) struct OperatorDamageAttackTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct ReadOnlyDirectoryTests {
   /// Makes `path` a directory no file can be created in: mode 0500, and for root (whom modes do
   /// not stop) the immutable attribute when the file system has it. False when neither worked.
   static func makeUnwritable(_ path: String) -> Bool {

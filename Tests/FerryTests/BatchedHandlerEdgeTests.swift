@@ -8,7 +8,7 @@ import Testing
 
 /// Batched handlers attacked as a hostile app would use them: a handler that asks for a task of
 /// its own batch, another runner waiting for a task a batch defers, batches at the largest size.
-@Suite(.timeLimit(.minutes(3))) struct BatchAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchedHandlerEdgeTests {
   /// The starts and ends the log holds for each task, in log order.
   static func said(_ log: EventLog) throws -> [TaskID: [String]] {
     var said: [TaskID: [String]] = [:]
@@ -143,7 +143,7 @@ import Testing
 /// commit or an outcome commit lost or kept — then another process finishing the queue. The log
 /// must show every task started and ended in turn (never two runs of it at once), one success
 /// each, and each group's successes in group order, whatever the failures given back meanwhile.
-@Suite(.timeLimit(.minutes(5))) struct BatchKillAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct BatchedHandlerKillTests {
   @Test(arguments: [CrashPoint.beforeCommit, CrashPoint.afterCommit], [2, 3, 4, 6, 9])
   func aKillAtAnyCommitNeverRunsATaskTwiceNorOutOfGroupOrder(point: String, after: Int) async throws {
     let fixture = QueueFixture()
@@ -168,7 +168,7 @@ import Testing
     let finisher = try Child("ferry-test-worker", ["batch-run", fixture.path, "6"])
     #expect(try await finisher.wait() == 0, "\(finisher.output.suffix(3))")
     #expect(try store.queue.pendingTasks().isEmpty)
-    let said = try BatchAttackTests.said(store.log)
+    let said = try BatchedHandlerEdgeTests.said(store.log)
     for id in all {
       let runs = said[id] ?? []
       // Started, ended, started, ended…: a second start before an end would be two runs at once.

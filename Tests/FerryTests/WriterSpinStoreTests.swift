@@ -10,7 +10,7 @@ import Testing
 /// (both writers polling) beside `ferry verify`, `ferry compact`, `ferry stats` and read-only
 /// readers; and serial runner passes in two processes while a third adds. What was kept is read
 /// from the log's events.
-@Suite(.timeLimit(.minutes(4))) struct WriterSpinStoreAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct WriterSpinStoreTests {
   static func freshPath() -> String {
     FileManager.default.temporaryDirectory.path + "/ferry-spin-\(UUID().uuidString.prefix(8))"
   }

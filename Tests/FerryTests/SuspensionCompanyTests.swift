@@ -9,7 +9,7 @@ import Testing
 /// Attacks on `FerryStore.suspend()` / `resume()` with real processes and files: what the app
 /// does to its runners while the store is suspended, observers across a suspension, a resume
 /// that fails, another process rewriting the store while this one is suspended.
-@Suite(.timeLimit(.minutes(5))) struct SuspensionAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct SuspensionCompanyTests {
   /// The app stops a runner while its store is suspended (it is leaving for good, or the user
   /// turned sync off): the resume must not start it again behind the app's back.
   @Test func aRunnerStoppedWhileSuspendedStaysStoppedAfterTheResume() async throws {

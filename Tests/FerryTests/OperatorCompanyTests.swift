@@ -10,7 +10,7 @@ import Testing
 /// segment: no run is ever taken from its runner, no task runs twice or after its cancellation,
 /// every command exits with a documented status, and the log stays healthy. Everything is read
 /// from the log and the handlers' own lines, never from counters.
-@Suite(.timeLimit(.minutes(4))) struct OperatorCompanyAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct OperatorCompanyTests {
   /// Runs `ferry` with `arguments`; its status, standard output and standard error.
   static func ferry(_ arguments: [String], killAfter: Duration? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()
@@ -39,7 +39,7 @@ import Testing
   func operatorCommandsBesideTwoRunnerProcessesNeverTakeARunOrRunATaskTwice(segment: Bool, killing: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let company = CompanyAttackTests()
+    let company = RebuildCompactionCompanyTests()
     var configuration = FerryStore.Configuration()
     configuration.writeAheadSegment = segment
     let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
@@ -112,7 +112,7 @@ import Testing
   func operatorCommandsKilledInTheirCommitBesideTwoRunnerProcesses(segment: Bool, point: String) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let company = CompanyAttackTests()
+    let company = RebuildCompactionCompanyTests()
     var configuration = FerryStore.Configuration()
     configuration.writeAheadSegment = segment
     let queue = try await TaskQueue.open(at: fixture.path, configuration: configuration)
@@ -159,7 +159,7 @@ import Testing
 
   /// Each attempt of a task handled once, over both runners (from their handlers' own lines).
   static func expectEachAttemptHandledOnce(_ runners: [Child]) {
-    for (id, seen) in CompanyAttackTests.handlerRuns(runners) {
+    for (id, seen) in RebuildCompactionCompanyTests.handlerRuns(runners) {
       let attempts = seen.map(\.attempt)
       #expect(Set(attempts).count == attempts.count, "task \(id): one attempt handled twice \(seen)")
     }

@@ -9,7 +9,7 @@ import Testing
 
 /// What a handler returns with its success, as a hostile handler returns it: stale keys that are
 /// no keys, the same key many times, more names than an event holds.
-@Suite(.timeLimit(.minutes(3))) struct OutputAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct RunOutcomeEdgeTests {
   /// Invalid cache keys are ignored by the fold; they must not also make the success unloggable.
   /// Twenty thousand names of 1,000 bytes are 20 MB, past the log's 16 MiB event: the success's
   /// commit failed, `run()` threw, and the task stayed claimed by a live process — it ran again
@@ -58,7 +58,7 @@ import Testing
       let id = try await store.queue.add(tag: "t", payload: Item(name: "a"), groupId: "g")
       let behind = try await store.queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
       let pass = Task { try await run.run() }
-      #expect(try await pollUntil { started.load(ordering: .relaxed) == 1 })
+      try await pollUntil { started.load(ordering: .relaxed) == 1 }
       try await store.queue.cancel(id)
       gate.open()
       _ = try await pass.value
@@ -72,7 +72,7 @@ import Testing
 }
 
 /// Limits that keep a runner from looping on what a handler returns.
-@Suite(.timeLimit(.minutes(2))) struct RunnerLimitTests {
+@Suite(.timeLimit(.minutes(20))) struct RunnerLimitTests {
   @Test func aSuccessNamingTooManyStaleKeysIsLoggedWithTheFirstThousand() async throws {
     try await withStore { store, _, _ in
       let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))

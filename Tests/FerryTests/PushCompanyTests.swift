@@ -8,7 +8,7 @@ import Testing
 
 /// The push side's conveniences used in company: two runners in one process, or an app and its
 /// extension on one store. Promises are read from the log.
-@Suite(.timeLimit(.minutes(3))) struct PushCompanyAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct PushCompanyTests {
   /// Whether `condition` holds within `limit` (a hang detector, not a timing assertion: the
   /// condition is expected to hold at once or soon after).
   func holds(within limit: Duration = .seconds(20), _ condition: () throws -> Bool) async throws -> Bool {

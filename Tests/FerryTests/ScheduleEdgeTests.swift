@@ -10,7 +10,7 @@ import Testing
 /// A hostile user of start times: the farthest starts Ferry accepts, the longest interval, a
 /// start long past, and a clock set back — none may trap, run a task before its start, or keep
 /// automatic running from the work that is due.
-@Suite(.timeLimit(.minutes(5))) struct ScheduleAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct ScheduleEdgeTests {
   /// On the system clock (real sleeps): automatic running waits for starts thousands and
   /// millions of years away without trapping, and runs what is due meanwhile.
   @Test func theFarthestStartsAndTheLongestIntervalDoNotStopAutomaticRunning() async throws {
@@ -36,15 +36,14 @@ import Testing
     }
     run.startAutomaticRunning()
     defer { run.stop() }
-    #expect(
-      try await pollUntil { (try? repeatingAdds(queue.log).count) == 2 && (try? queue.task(past)) == nil })
+    try await pollUntil { (try? repeatingAdds(queue.log).count) == 2 && (try? queue.task(past)) == nil }
     #expect(ran.withLock { $0 } == [past, series])
     let repetition = try #require(try queue.pendingTasks().first { $0.repeatInterval == longest })
     #expect(repetition.id > series)
     #expect(repetition.startAt.map { $0 > Date.distantFuture } == true)
     // The automatic loop now sleeps toward the nearest of three far starts: it still wakes for new work.
     let now = try await queue.add(tag: "t", payload: Item(name: "now"))
-    #expect(try await pollUntil { ran.withLock { $0.contains(now) } && (try? queue.task(now)) == nil })
+    try await pollUntil { ran.withLock { $0.contains(now) } && (try? queue.task(now)) == nil }
     #expect(Set(try queue.pendingTasks().map(\.id)) == [farthest, future, repetition.id])
     #expect(try queue.nextDueDate() == Date(unixMilliseconds: Date.distantFuture.unixMilliseconds))
     try expectConsistent(queue)

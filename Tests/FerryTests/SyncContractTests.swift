@@ -8,7 +8,7 @@ import Testing
 @testable import Ferry
 
 /// The sync article's promises, attacked where they cross compaction, rebuilds and odd results.
-@Suite(.timeLimit(.minutes(3))) struct SyncContractAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct SyncContractTests {
   /// A push made "notes" stale; the app did not refresh it for longer than the retention. The
   /// success's task is finished and old, but its invalidation is the only thing that says the
   /// cache is stale: a compaction followed by a rebuild (a projection's new version, `ferry

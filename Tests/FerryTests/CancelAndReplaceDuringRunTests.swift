@@ -8,7 +8,7 @@ import Testing
 
 /// Hostile probes of projection version 5 (a task cancelled, cleared or replaced while its handler
 /// runs holds its group until that run's outcome, `Specs/task-events.md` §3.2).
-@Suite(.timeLimit(.minutes(2))) struct CancelDuringRunAttackTests {
+@Suite(.timeLimit(.minutes(20))) struct CancelAndReplaceDuringRunTests {
   /// Automatic running waits behind a cancelled head whose handler runs in another runner (here a
   /// one-off `run(.task)`; the same holds for another process). When that run ends, the group's
   /// next task is free — whatever the outcome, since the cancelled head leaves the queue with it —
@@ -50,7 +50,7 @@ import Testing
       _ = try await headReport
       #expect(try queue.task(head) == nil)
       #expect(
-        await waitFor(updates, within: 10) { $0 == .succeeded(next) },
+        await waitFor(updates) { $0 == .succeeded(next) },
         "the group's next task was not started after its cancelled head's run ended (\(outcome))")
       #expect(try queue.pendingTasks().isEmpty)
       try expectConsistent(queue)
@@ -89,10 +89,10 @@ import Testing
     var killed = false
     var actions: [String: Int] = [:]
     // Four seconds, and on a loaded machine (the runners slow to start, say) on until a running
-    // task was cancelled and an add replaced another — what this test is about — for 60 s at most.
+    // task was cancelled and an add replaced another — what this test is about. No cap: the
+    // suite's time limit is the hang guard.
     while ContinuousClock.now - started < .seconds(4)
-      || ((actions["cancelRunning", default: 0] == 0 || actions["replace", default: 0] == 0)
-        && ContinuousClock.now - started < .seconds(60))
+      || actions["cancelRunning", default: 0] == 0 || actions["replace", default: 0] == 0
     {
       let roll = Int.random(in: 0..<100)
       switch roll {
@@ -147,14 +147,10 @@ import Testing
     }
     // Everything left runs to its end (the new runner interrupts the killed one's runs). Not
     // `isIdle()`: a retry 5 ms ahead is idle, and still queued.
-    let drained = ContinuousClock.now
+    // No wall-clock give-up: a queue that never goes idle is caught by the suite's time limit.
     while try !queue.pendingTasks().isEmpty
       || !(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty)
     {
-      guard ContinuousClock.now - drained < .seconds(30) else {
-        Issue.record("the queue never went idle: \(try queue.pendingTasks()) \(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning)")
-        break
-      }
       try await Task.sleep(for: .milliseconds(20))
     }
     #expect(FileManager.default.createFile(atPath: stop, contents: Data()))
@@ -269,14 +265,14 @@ import Testing
     try await store.queue.cancel(head)
     let headBefore = try store.log.head()
     for command in [["cancel", path, "\(head)"], ["resolve", path, "\(head)"], ["revive", path, "\(head)"]] {
-      let result = try OperatorCompanyAttackTests.ferry(command)
+      let result = try OperatorCompanyTests.ferry(command)
       #expect(result.status != 0, "\(command): \(result.stdout) \(result.stderr)")
     }
     #expect(try store.log.head() == headBefore, "an operator command on a cancelled running task appended")
-    let compact = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0"])
+    let compact = try OperatorCompanyTests.ferry(["compact", path, "--retention", "0"])
     #expect(compact.status == 0, "\(compact.stderr)")
     for tool in [["verify", path], ["inspect", path]] {
-      let result = try OperatorCompanyAttackTests.ferry(tool)
+      let result = try OperatorCompanyTests.ferry(tool)
       #expect(result.status == 0, "\(tool): \(result.stdout) \(result.stderr)")
     }
     let cancelledRunning = try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning
@@ -299,9 +295,9 @@ import Testing
     #expect(try await run.run().entries.isEmpty, "the cancelled head ran again")
     store.close()
     closed = true
-    let copy = try OperatorCompanyAttackTests.ferry(["compact", path, "--retention", "0", "--copy"])
+    let copy = try OperatorCompanyTests.ferry(["compact", path, "--retention", "0", "--copy"])
     #expect(copy.status == 0, "\(copy.stderr)")
-    let verify = try OperatorCompanyAttackTests.ferry(["verify", path])
+    let verify = try OperatorCompanyTests.ferry(["verify", path])
     #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
     store = try await FerryStore.open(at: path, configuration: configuration)
     closed = false
@@ -419,7 +415,7 @@ import Testing
       #expect(try queue.task(id) == nil)
       let failure = Mutex<TaskUpdate?>(nil)
       #expect(
-        await waitFor(updates, within: 5) { update in
+        await waitFor(updates) { update in
           guard case .failed(id, _, _) = update else { return false }
           failure.withLock { $0 = update }
           return true
