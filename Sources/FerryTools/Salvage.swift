@@ -745,6 +745,11 @@ struct SegmentFrames: Sendable {
     let read: OutstandingSegmentCommits?
     do {
       read = try EventLog.outstandingSegmentCommits(in: directory)
+    } catch FerryLogError.damagedStore(_, let reason) {
+      // The reason alone: the error's own advice is to run salvage.
+      summary = "could not be read: \(oneLine(reason))"
+      unread = true
+      return
     } catch {
       summary = "could not be read: \(oneLine("\(error)"))"
       unread = true
