@@ -137,7 +137,7 @@ public enum FerryLogError: Error, CustomStringConvertible {
         "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"
     case .needsRecovery(let path):
       return
-        "the store at \(path) has commits in its write-ahead segment that a read-write open must replay first (its writer died or the machine lost power); open it read-write once (`ferry recover \(path)` does)"
+        "the store at \(path) has commits that only its write-ahead segment holds (its writer died or the machine lost power), which a read-only open cannot show: run `ferry recover \(path)` to replay them (it writes; on read-only media recover a copy, or `ferry salvage` it)"
     case .lostCommits(let path, let acknowledged, let found):
       return
         "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "

@@ -379,3 +379,44 @@ extension EventLog {
   /// store's mode, or must not swap its data file under one).
   package static func hasWriteAheadSegment(in directory: String) -> Bool { WriteAheadSegment.exists(in: directory) }
 }
+
+/// The commits a store's write-ahead segment holds past its checkpoint, as read without writing
+/// (``EventLog/outstandingSegmentCommits(in:)``).
+package struct OutstandingSegmentCommits: Sendable {
+  /// The log's head at the segment's current checkpoint.
+  package var checkpointHead: UInt64
+  /// The store id the segment's header names.
+  package var storeId: [UInt8]
+  /// The chained frames past the checkpoint.
+  package var frames: Int
+  /// Their records, decoded, in sequence order from `checkpointHead + 1`.
+  package var events: [LoggedEvent]
+  /// Why the chain's records stopped early: a record the chain vouches for that does not decode
+  /// (nil when every chained record decoded).
+  package var damage: String?
+}
+
+extension EventLog {
+  /// Reads the store's write-ahead segment — its current header and the frames chained after it —
+  /// opening the file read-only and taking no lock, so a damaged or crashed store is left exactly
+  /// as it was (for `ferry salvage`). Nil when the store has no segment; throws `damagedStore`
+  /// when neither header slot is intact or the file cannot be read.
+  package static func outstandingSegmentCommits(in directory: String) throws -> OutstandingSegmentCommits? {
+    guard WriteAheadSegment.exists(in: directory) else { return nil }
+    let fd = try WriteAheadSegment.open(in: directory, readOnly: true)
+    defer { WriteAheadSegment.closeFile(fd) }
+    let header = try WriteAheadSegment.currentHeader(fd, directory: directory)
+    let scan = try WriteAheadSegment.scan(fd, header: header)
+    var result = OutstandingSegmentCommits(
+      checkpointHead: header.checkpointHead, storeId: header.storeId, frames: scan.frames, events: [], damage: nil)
+    for (sequence, bytes) in scan.records {
+      do {
+        result.events.append(try EventRecord.decode(bytes, sequence: sequence))
+      } catch {
+        result.damage = "the record at sequence \(sequence) does not decode (\(error))"
+        break
+      }
+    }
+    return result
+  }
+}

@@ -44,6 +44,12 @@ package struct SalvageReport: Codable, Sendable, Equatable {
   package var recoveredFromTree: Int
   /// Of them, found only by the raw scan.
   package var recoveredFromScan: Int
+  /// Of them, taken from the write-ahead segment's frames past its checkpoint (not in the live tree):
+  /// commits acknowledged after one flush of the segment whose data-file pages never reached the disk.
+  package var recoveredFromSegment: Int = 0
+  /// What the write-ahead segment held: "none" (the store has none), what was read from it, or why
+  /// it could not be read (then the salvage is incomplete).
+  package var segment: String = "none"
   /// Sequences for which two different valid records were found.
   package var conflicting: Int
   /// Of them, those the live tree could not decide (the first record found was kept).
@@ -79,8 +85,11 @@ package struct SalvageReport: Codable, Sendable, Equatable {
   /// Runs under way in the damaged store, interrupted in the new one (one `task.runInterrupted` each,
   /// logged after ``highestSequence``).
   package var interruptedRuns: Int
+  /// Whether the store has a write-ahead segment that could not be read in full: acknowledged
+  /// events it held may be missing (counted as lost up to the head mark, when it names them).
+  package var segmentUnread: Bool = false
   /// Whether every sequence up to ``highestSequence`` was recovered (nothing lost, uncertain or
-  /// decided without the live tree).
+  /// decided without the live tree, and the write-ahead segment, if any, read).
   package var complete: Bool
 
   /// The report for people.
@@ -98,6 +107,7 @@ package struct SalvageReport: Codable, Sendable, Equatable {
         "left out \(unacknowledged) records past the log's acknowledged end (a commit that never completed)")
     }
     lines.append("live tree: \(liveTree)")
+    if segment != "none" { lines.append("write-ahead segment (ferry-segment): \(segment)") }
     if let compactedThrough {
       lines.append(
         "compacted through \(compactedThrough) (read from the \(compactionSource ?? "store")): "
@@ -106,7 +116,8 @@ package struct SalvageReport: Codable, Sendable, Equatable {
     }
     lines.append(
       "recovered \(recovered) of \(highestSequence) events: \(recoveredFromTree) from the live tree, "
-        + "\(recoveredFromScan) from the raw scan only")
+        + "\(recoveredFromScan) from the raw scan only"
+        + (recoveredFromSegment > 0 ? ", \(recoveredFromSegment) from the write-ahead segment" : ""))
     if conflicting > 0 {
       lines.append(
         "conflicting: \(conflicting) sequences held by two different valid records ("
@@ -130,7 +141,8 @@ package struct SalvageReport: Codable, Sendable, Equatable {
     lines.append(
       complete
         ? "complete: every event up to sequence \(highestSequence) was recovered"
-        : "incomplete: \(lost) lost, \(uncertain) uncertain, \(conflictingUnresolved) undecided")
+        : "incomplete: \(lost) lost, \(uncertain) uncertain, \(conflictingUnresolved) undecided"
+          + (segmentUnread ? "; the write-ahead segment (ferry-segment) was not read in full" : ""))
     return lines
   }
 
@@ -196,7 +208,13 @@ package func salvage(
   let tree =
     treeReader.map { LiveTree.read(executable: $0, store: source, through: hint) }
     ?? LiveTree(failure: "not read (no ferry executable to read it with)")
-  let plan = SalvagePlan(scan: scan, tree: tree, acknowledged: EventLog.acknowledgedHead(in: (dataPath as NSString).deletingLastPathComponent))
+  let directory = (dataPath as NSString).deletingLastPathComponent
+  // The rebuilt store is the same store: it keeps the damaged one's id (its head mark, a file of
+  // its own, names it even when the data file's metadata is gone).
+  let storeId = EventLog.markedStoreId(at: directory)
+  let plan = SalvagePlan(
+    scan: scan, tree: tree, acknowledged: EventLog.acknowledgedHead(in: directory),
+    segment: SegmentFrames(directory: directory, storeId: storeId))
   var report = plan.report()
   guard report.recovered > 0 else {
     throw ToolError(
@@ -209,9 +227,6 @@ package func salvage(
   report.fileBytes = file.size
   report.pageSizeSource = sizeSource.rawValue
   report.pageSizeGuessed = sizeSource == .guessed
-  // The rebuilt store is the same store: it keeps the damaged one's id (its head mark, a file of
-  // its own, names it even when the data file's metadata is gone).
-  let storeId = EventLog.markedStoreId(at: URL(fileURLWithPath: dataPath).deletingLastPathComponent().path)
   report.interruptedRuns = try await destination.build(output: output) { directory throws(ToolError) in
     try await plan.write(into: directory, storeId: storeId, output: output)
   }
@@ -712,6 +727,55 @@ private func oneLine(_ text: String) -> String {
   String(text.map { $0.isNewline ? " " : $0 })
 }
 
+// MARK: The write-ahead segment
+
+/// The events the store's write-ahead segment holds past its checkpoint, read without writing or
+/// locking anything. After a power cut they may be nowhere else: the segment acknowledges a commit
+/// after its frame's flush, and the data file's pages of that commit need not have reached the disk.
+struct SegmentFrames: Sendable {
+  var events: [UInt64: LoggedEvent] = [:]
+  /// For the report (``SalvageReport/segment``).
+  var summary = "none"
+  /// Whether a segment exists that could not be read in full.
+  var unread = false
+
+  init() {}
+
+  init(directory: String, storeId: EventID?) {
+    let read: OutstandingSegmentCommits?
+    do {
+      read = try EventLog.outstandingSegmentCommits(in: directory)
+    } catch FerryLogError.damagedStore(_, let reason) {
+      // The reason alone: the error's own advice is to run salvage.
+      summary = "could not be read: \(oneLine(reason))"
+      unread = true
+      return
+    } catch {
+      summary = "could not be read: \(oneLine("\(error)"))"
+      unread = true
+      return
+    }
+    guard let read else { return }
+    if let storeId, let own = EventID(bytes: read.storeId), own != storeId, read.storeId != Self.creatingId {
+      summary = "belongs to another store (id \(own.hex)): not used"
+      unread = true
+      return
+    }
+    for event in read.events { events[event.sequence] = event }
+    let through = read.events.last.map { " (sequences \(read.checkpointHead + 1)-\($0.sequence))" } ?? ""
+    summary =
+      "\(read.events.count) events in \(read.frames) frames past its checkpoint at sequence "
+      + "\(read.checkpointHead)\(through)"
+    if let damage = read.damage {
+      summary += "; then stopped: \(damage)"
+      unread = true
+    }
+  }
+
+  /// The id a segment's header carries while its store's creation was unfinished.
+  private static let creatingId = [UInt8](repeating: 0, count: 16)
+}
+
 // MARK: The plan
 
 /// What goes at each sequence of the new log, decided from the raw scan and the live tree.
@@ -722,6 +786,7 @@ struct SalvagePlan: Sendable {
 
   let scan: RawScan
   let tree: LiveTree
+  let segment: SegmentFrames
   /// The highest sequence of the new log.
   let top: UInt64
   /// Records past the acknowledged end, left out.
@@ -733,8 +798,8 @@ struct SalvagePlan: Sendable {
   let ignored: [String]
 
   enum Entry {
-    /// The event, from the tree or from the raw scan only.
-    case event(LoggedEvent, fromTree: Bool)
+    /// The event, from the tree, the write-ahead segment or the raw scan only.
+    case event(LoggedEvent, from: Source)
     /// Nothing valid: a `ferry.lost` marker that stays.
     case lost
     /// At or below the compaction point, removed by it (the tree says so): a gap again.
@@ -743,9 +808,17 @@ struct SalvagePlan: Sendable {
     case uncertain
   }
 
-  init(scan: RawScan, tree: LiveTree, acknowledged: UInt64?) {
+  /// Where an event was taken from.
+  enum Source {
+    case tree
+    case segment
+    case scan
+  }
+
+  init(scan: RawScan, tree: LiveTree, acknowledged: UInt64?, segment: SegmentFrames = SegmentFrames()) {
     self.scan = scan
     self.tree = tree
+    self.segment = segment
     // A tree read in full, with nothing failed, knows the log's end; with the head mark (which
     // keeps what lost commits took away) it bounds what was ever acknowledged. Records past both
     // were written by a commit that never completed.
@@ -759,7 +832,8 @@ struct SalvagePlan: Sendable {
       let floor = tree.compaction.floor,
       tree.events.keys.lazy.filter({ $0 > floor }).count == Int(head - min(head, floor))
     {
-      cap = max(head, acknowledged ?? 0)
+      // The segment's frames were flushed before their commits were acknowledged.
+      cap = max(head, acknowledged ?? 0, segment.events.keys.max() ?? 0)
     }
     self.unacknowledged = scan.records.keys.filter { $0 > cap }.count
     // Everything that says how far the log went, cut at the first implausible jump.
@@ -775,6 +849,10 @@ struct SalvagePlan: Sendable {
       values += scan.compactionRows.map { ($0.through, "a compaction point in a meta row") }
     }
     values += scan.projectionPositions.map { ($0, "a projection's position in a meta row") }
+    values += segment.events.keys.map { ($0, "a record in the write-ahead segment") }
+    // Everything up to the head mark was acknowledged: what is found of it nowhere is lost, and
+    // says so, rather than the log ending quietly where the data file's records end.
+    if let acknowledged { values.append((acknowledged, "the head mark")) }
     values = values.filter { $0.0 <= cap }
     values.sort { $0.0 < $1.0 }
     var top: UInt64 = 0
@@ -811,7 +889,13 @@ struct SalvagePlan: Sendable {
   func entry(_ sequence: UInt64) -> (Entry, conflict: Conflict?) {
     let copies = scan.records[sequence] ?? []
     if let held = tree.events[sequence] {
-      return (.event(held, fromTree: true), copies.contains { $0 != held } ? .decided : nil)
+      let differs = copies.contains { $0 != held } || segment.events[sequence].map { $0 != held } == true
+      return (.event(held, from: .tree), differs ? .decided : nil)
+    }
+    // Past the segment's checkpoint a chained frame is the acknowledged commit itself (what
+    // `ferry recover` would replay); a raw copy that differs is an older page's.
+    if let framed = segment.events[sequence] {
+      return (.event(framed, from: .segment), copies.contains { $0 != framed } ? .decided : nil)
     }
     let conflict: Conflict? = copies.count > 1 ? .undecided : nil
     if compacted && sequence <= through && !tree.bad.contains(sequence) {
@@ -819,7 +903,7 @@ struct SalvagePlan: Sendable {
       // Either way no old copy comes back: it could be a finished task's partial history.
       return (tree.covered.contains(sequence) ? .compacted : .uncertain, nil)
     }
-    if let first = copies.first { return (.event(first, fromTree: false), conflict) }
+    if let first = copies.first { return (.event(first, from: .scan), conflict) }
     return (.lost, nil)
   }
 
@@ -827,6 +911,7 @@ struct SalvagePlan: Sendable {
   func report() -> SalvageReport {
     var recoveredFromTree = 0
     var recoveredFromScan = 0
+    var recoveredFromSegment = 0
     var conflicting = 0
     var undecided = 0
     var lost = SequenceRanges()
@@ -841,7 +926,9 @@ struct SalvagePlan: Sendable {
         if conflict == .undecided { undecided += 1 }
       }
       switch entry {
-      case .event(_, let fromTree): if fromTree { recoveredFromTree += 1 } else { recoveredFromScan += 1 }
+      case .event(_, .tree): recoveredFromTree += 1
+      case .event(_, .segment): recoveredFromSegment += 1
+      case .event(_, .scan): recoveredFromScan += 1
       case .lost: lost.insert(sequence)
       case .compacted:
         removed += 1
@@ -858,15 +945,16 @@ struct SalvagePlan: Sendable {
       pageSizeGuessed: false,
       pagesScanned: scan.pagesScanned, recordsFound: scan.recordCopies, sequencesFound: scan.sequencesFound,
       liveTree: tree.summary, liveTreeRead: tree.readInFull,
-      recovered: recoveredFromTree + recoveredFromScan, recoveredFromTree: recoveredFromTree,
-      recoveredFromScan: recoveredFromScan, conflicting: conflicting, conflictingUnresolved: undecided,
+      recovered: recoveredFromTree + recoveredFromScan + recoveredFromSegment, recoveredFromTree: recoveredFromTree,
+      recoveredFromScan: recoveredFromScan, recoveredFromSegment: recoveredFromSegment, segment: segment.summary,
+      conflicting: conflicting, conflictingUnresolved: undecided,
       lost: lostCount, lostRanges: lost.descriptions(limit: SalvageReport.rangesListed),
       uncertain: uncertainCount, uncertainRanges: uncertain.descriptions(limit: SalvageReport.rangesListed),
       compactedThrough: compacted ? through : nil, compactionSource: compactionSource,
       removedByCompaction: removed, notResurrected: notResurrected, ignored: ignored,
       unacknowledged: unacknowledged, highestSequence: top,
-      markers: lostCount, interruptedRuns: 0,
-      complete: lostCount == 0 && uncertainCount == 0 && undecided == 0 && ignored.isEmpty)
+      markers: lostCount, interruptedRuns: 0, segmentUnread: segment.unread,
+      complete: lostCount == 0 && uncertainCount == 0 && undecided == 0 && ignored.isEmpty && !segment.unread)
   }
 
   /// Writes the new log into a new store at `directory`, in sequence order: each recovered event

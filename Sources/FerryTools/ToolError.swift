@@ -33,6 +33,10 @@ package enum ExitStatus: Int32, Sendable {
   /// A flush to the disk failed (an I/O error, or a file system that refuses it): what the command
   /// wrote may not be on the disk. `compact --copy` then leaves the original store in place.
   case notFlushed = 12
+  /// The store's writer died (or the machine lost power) with commits only its write-ahead segment
+  /// holds: a read-only open cannot show them, so it refuses until `ferry recover` replays them.
+  /// Nothing was read or written.
+  case needsRecovery = 13
   /// Flags that do not parse (the argument parser's own status).
   case badFlags = 64
 }
@@ -70,7 +74,9 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
       case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .unsupportedLMDB: return ToolError(.storageError, log.description)
-      case .alreadyOpen, .permissionDenied, .needsRecovery: return ToolError(.unavailable, log.description)
+      case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
+      // Not "unavailable": nothing conflicts and nothing is denied; one command settles it.
+      case .needsRecovery: return ToolError(.needsRecovery, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
       case .storage(let failure) where failure.isDamage: return damaged(failure.message)
       case .projectionFailed(_, _, let underlying):

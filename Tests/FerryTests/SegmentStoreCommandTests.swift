@@ -33,8 +33,15 @@ import Testing
     } catch FerryLogError.needsRecovery {
       #expect("\(FerryLogError.needsRecovery(path: fixture.path))".contains("ferry recover \(fixture.path)"))
     }
-    let refused = try Child("ferry", ["stats", fixture.path])
-    #expect(try await refused.wait() == 7)  // unavailable: needs recovery
+    // Every read command: its own status (13), not "unavailable" (7, also permission denied),
+    // naming `ferry recover`; and nothing in the store's files changed.
+    let before = try storeFiles(fixture.path)
+    for command in ["stats", "inspect", "log", "verify", "export"] {
+      let refused = try OperatorCompanyAttackTests.ferry([command, fixture.path])
+      #expect(refused.status == 13, "\(command): \(refused.stderr)")
+      #expect(refused.stderr.contains("ferry recover \(fixture.path)"), "\(command): \(refused.stderr)")
+    }
+    #expect(try storeFiles(fixture.path) == before, "a refused read wrote to the store")
 
     let recover = try Child("ferry", ["recover", fixture.path, "--json"])
     #expect(try await recover.wait() == 0)
@@ -223,4 +230,14 @@ extension SegmentStoreCommandTests {
     #expect(try store.queue.isPaused())
     #expect(try store.queue.task(acknowledged[0]) == nil)
   }
+}
+
+/// The bytes of every file in the store's directory, by name (the open lock's file left out: every
+/// opener takes its lock there).
+func storeFiles(_ path: String) throws -> [String: Data] {
+  var files: [String: Data] = [:]
+  for name in try FileManager.default.contentsOfDirectory(atPath: path) where name != "ferry-open.lock" {
+    files[name] = try Data(contentsOf: URL(fileURLWithPath: path + "/" + name))
+  }
+  return files
 }
