@@ -37,7 +37,7 @@ import Testing
     // naming `ferry recover`; and nothing in the store's files changed.
     let before = try storeFiles(fixture.path)
     for command in ["stats", "inspect", "log", "verify", "export"] {
-      let refused = try OperatorCompanyAttackTests.ferry([command, fixture.path])
+      let refused = try OperatorCompanyTests.ferry([command, fixture.path])
       #expect(refused.status == 13, "\(command): \(refused.stderr)")
       #expect(refused.stderr.contains("ferry recover \(fixture.path)"), "\(command): \(refused.stderr)")
     }
