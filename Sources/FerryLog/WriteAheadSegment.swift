@@ -132,12 +132,14 @@ enum WriteAheadSegment {
     guard fd >= 0 else {
       let code = errno
       throw FerryLogError.damagedStore(
-        path: directory, reason: "its write-ahead segment cannot be opened (\(String(cString: strerror(code))))")
+        path: directory,
+        reason: "its write-ahead segment cannot be opened (\(String(cString: strerror(code))))")
     }
     var info = stat()
     guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
       close(fd)
-      throw FerryLogError.damagedStore(path: directory, reason: "its write-ahead segment is not a regular file")
+      throw FerryLogError.damagedStore(
+        path: directory, reason: "its write-ahead segment is not a regular file")
     }
     return fd
   }
@@ -154,8 +156,10 @@ enum WriteAheadSegment {
     var buffer = [UInt8](repeating: 0, count: count)
     var done = 0
     while done < count {
-      let got = buffer.withUnsafeMutableBytes { raw in
-        pread(fd, raw.baseAddress! + done, count - done, off_t(offset + done))
+      // Inside the loop the buffer holds at least one byte, so it has an address.
+      let got = buffer.withUnsafeMutableBytes { raw -> Int in
+        guard let base = raw.baseAddress else { return 0 }
+        return pread(fd, base + done, count - done, off_t(offset + done))
       }
       if got < 0 {
         if errno == EINTR { continue }
@@ -171,8 +175,9 @@ enum WriteAheadSegment {
   static func write(_ fd: Int32, _ bytes: [UInt8], at offset: Int, directory: String) throws {
     var done = 0
     while done < bytes.count {
-      let wrote = bytes.withUnsafeBytes { raw in
-        pwrite(fd, raw.baseAddress! + done, bytes.count - done, off_t(offset + done))
+      let wrote = bytes.withUnsafeBytes { raw -> Int in
+        guard let base = raw.baseAddress else { return 0 }
+        return pwrite(fd, base + done, bytes.count - done, off_t(offset + done))
       }
       if wrote < 0 {
         if errno == EINTR { continue }
@@ -242,7 +247,8 @@ enum WriteAheadSegment {
     let first = try read(fd, at: 0, count: metaSpan)
     let second = try read(fd, at: pageSize, count: metaSpan)
     guard first.count == metaSpan, second.count == metaSpan else {
-      throw FerryLogError.damagedStore(path: directory, reason: "its data file is too short to hold two meta pages")
+      throw FerryLogError.damagedStore(
+        path: directory, reason: "its data file is too short to hold two meta pages")
     }
     return first + second
   }
@@ -281,7 +287,9 @@ enum WriteAheadSegment {
   /// Encodes one frame: its header (magic, record count, salt, first sequence, body length, CRC)
   /// and the records, each after its length. The CRC covers `chain`, the header's first 28 bytes
   /// and the body.
-  static func frame(records: [[UInt8]], first: UInt64, salt: UInt64, chain: UInt32) -> (bytes: [UInt8], crc: UInt32) {
+  static func frame(
+    records: [[UInt8]], first: UInt64, salt: UInt64, chain: UInt32
+  ) -> (bytes: [UInt8], crc: UInt32) {
     var body: [UInt8] = []
     body.reserveCapacity(records.reduce(0) { $0 + $1.count + 4 })
     for record in records {
@@ -318,8 +326,10 @@ enum WriteAheadSegment {
       let head = try read(fd, at: offset, count: frameHeaderSize)
       guard head.count == frameHeaderSize, UInt32(bigEndianBytes: head[0..<4]) == frameMagic,
         let count = UInt32(bigEndianBytes: head[4..<8]), count > 0,
-        UInt64(bigEndianBytes: head[8..<16]) == header.salt, UInt64(bigEndianBytes: head[16..<24]) == expected,
-        let length = UInt32(bigEndianBytes: head[24..<28]), let stored = UInt32(bigEndianBytes: head[28..<32]),
+        UInt64(bigEndianBytes: head[8..<16]) == header.salt,
+        UInt64(bigEndianBytes: head[16..<24]) == expected,
+        let length = UInt32(bigEndianBytes: head[24..<28]),
+        let stored = UInt32(bigEndianBytes: head[28..<32]),
         offset + frameHeaderSize + Int(length) <= fileSize
       else { break }
       let body = try read(fd, at: offset + frameHeaderSize, count: Int(length))
@@ -333,7 +343,8 @@ enum WriteAheadSegment {
       var at = 0
       var sequence = expected
       while at + 4 <= body.count, records.count < Int(count) {
-        guard let recordLength = UInt32(bigEndianBytes: body[at..<at + 4]), at + 4 + Int(recordLength) <= body.count
+        guard let recordLength = UInt32(bigEndianBytes: body[at..<at + 4]),
+          at + 4 + Int(recordLength) <= body.count
         else { break }
         records.append((sequence, Array(body[at + 4..<at + 4 + Int(recordLength)])))
         at += 4 + Int(recordLength)
@@ -342,7 +353,9 @@ enum WriteAheadSegment {
       guard records.count == Int(count), at == body.count else {
         throw FerryLogError.damagedStore(
           path: "ferry-segment",
-          reason: "a frame of its write-ahead segment at byte \(offset) passes its checksum but its records do not add up")
+          reason:
+            "a frame of its write-ahead segment at byte \(offset) passes its checksum but its records do not add up"
+        )
       }
       scan.records += records
       scan.frames += 1
@@ -377,7 +390,9 @@ func systemOpen(_ path: String, _ flags: Int32, _ mode: mode_t) -> Int32 {
 extension EventLog {
   /// Whether the store in `directory` has a write-ahead segment file (for tools that must keep a
   /// store's mode, or must not swap its data file under one).
-  package static func hasWriteAheadSegment(in directory: String) -> Bool { WriteAheadSegment.exists(in: directory) }
+  package static func hasWriteAheadSegment(in directory: String) -> Bool {
+    WriteAheadSegment.exists(in: directory)
+  }
 }
 
 /// The commits a store's write-ahead segment holds past its checkpoint, as read without writing
@@ -408,7 +423,8 @@ extension EventLog {
     let header = try WriteAheadSegment.currentHeader(fd, directory: directory)
     let scan = try WriteAheadSegment.scan(fd, header: header)
     var result = OutstandingSegmentCommits(
-      checkpointHead: header.checkpointHead, storeId: header.storeId, frames: scan.frames, events: [], damage: nil)
+      checkpointHead: header.checkpointHead, storeId: header.storeId, frames: scan.frames, events: [],
+      damage: nil)
     for (sequence, bytes) in scan.records {
       do {
         result.events.append(try EventRecord.decode(bytes, sequence: sequence))
