@@ -113,7 +113,8 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
       behind.isEmpty
       ? try store.log.read { try FerryStore.snapshot(of: $0) }
       : try store.log.withProjections(asOf: nil) { try FerryStore.snapshot(of: $0) }
-    inFlight = (snapshot.tasks.filter { $0.status == .running }.map(\.id) + snapshot.cancelledRunning).sorted()
+    inFlight = (snapshot.tasks.filter { $0.status == .running }.map(\.id) + snapshot.cancelledRunning)
+      .sorted()
     cancelledInFlight = Set(snapshot.cancelledRunning)
     report.violations += try taskInvariants(store.log, pending: snapshot.tasks)
   } catch FerryLogError.notAStore(_, _) where acknowledged.isEmpty {
@@ -136,12 +137,14 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
       report.violations.append(
         "runs in flight \(inFlight) but \(report.interrupted) reported interrupted at reopen")
     }
-    for id in report.interrupted where try !cancelledInFlight.contains(id) && store.queue.task(id)?.status != .ready {
+    for id in report.interrupted
+    where try !cancelledInFlight.contains(id) && store.queue.task(id)?.status != .ready {
       report.violations.append("interrupted task \(id) is not ready again after reopen")
     }
     // A task cancelled while it ran leaves the queue when its run ends — here, interrupted.
     for id in cancelledInFlight where try store.queue.task(id) != nil {
-      report.violations.append("task \(id), cancelled while it ran, is queued again after its run was interrupted")
+      report.violations.append(
+        "task \(id), cancelled while it ran, is queued again after its run was interrupted")
     }
     if let left = try? store.log.read({ try FerryStore.snapshot(of: $0) }).cancelledRunning, !left.isEmpty {
       report.violations.append("runs of cancelled tasks \(left) are still under way after reopen")
@@ -181,11 +184,13 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
       if let groupId { groupOf[event.sequence] = groupId }
     case .runStarted(let id, _, let owner, _, _) where present.contains(id):
       if let other = open[id] {
-        violations.append("task \(id) claimed at \(event.sequence) by \(owner) while \(other)'s run was under way")
+        violations.append(
+          "task \(id) claimed at \(event.sequence) by \(owner) while \(other)'s run was under way")
       }
       if let group = groupOf[id] {
         if let other = runningInGroup[group], other != id {
-          violations.append("group \(group): task \(id) started at \(event.sequence) while task \(other)'s run was under way")
+          violations.append(
+            "group \(group): task \(id) started at \(event.sequence) while task \(other)'s run was under way")
         }
         runningInGroup[group] = id
       }
@@ -195,7 +200,8 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
         )
       }
       open[id] = owner
-    case .runSucceeded(let id, _) where present.contains(id), .runFailed(let id, _, _, _) where present.contains(id),
+    case .runSucceeded(let id, _) where present.contains(id),
+      .runFailed(let id, _, _, _) where present.contains(id),
       .errorRecorded(let id, _, true) where present.contains(id):
       endRun(id)
       if open.removeValue(forKey: id) == nil {

@@ -81,7 +81,8 @@ public func runCrashWorkload(
 
 /// The crash tests' second runner: another process on the same store that only runs passes (with
 /// the workload's handlers) until killed, acknowledging what it sees committed like the workload.
-public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable (String) -> Void) async throws {
+public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable (String) -> Void) async throws
+{
   let (store, clock) = try await openCrashStore(path, rebuildChunkSize: nil)
   defer { store.close() }
   // Appends by the workload's process cannot wake this one: poll for them.
@@ -123,11 +124,13 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
 
 /// Whether the crash stores use the write-ahead segment (`FERRY_WRITE_AHEAD_SEGMENT=1`): the crash
 /// and power-loss runs of `Specs/one-sync-commit.md`.
-public let crashStoresUseSegment: Bool = ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] == "1"
+public let crashStoresUseSegment: Bool =
+  ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] == "1"
 
 /// Opens a crash-test store on a simulated clock that continues from the last event, so retries
 /// keep coming due across restarts.
-private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws -> (FerryStore, ManualClock) {
+private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws -> (FerryStore, ManualClock)
+{
   let clock = ManualClock(date: Date(unixMilliseconds: 1_768_467_600_000))
   var configuration = FerryStore.Configuration()
   clock.install(in: &configuration)
@@ -189,7 +192,8 @@ func startRandomWriteback(_ path: String) {
             _ = posix_fadvise(fd, 0, 2 * 65536, POSIX_FADV_DONTNEED)  // both meta pages, any page size
           } else {
             let first = Int(random.unit() * Double(pages))
-            _ = posix_fadvise(fd, off_t(first * 4096), off_t((1 + Int(random.unit() * 16)) * 4096), POSIX_FADV_DONTNEED)
+            _ = posix_fadvise(
+              fd, off_t(first * 4096), off_t((1 + Int(random.unit() * 16)) * 4096), POSIX_FADV_DONTNEED)
           }
           close(fd)
         }

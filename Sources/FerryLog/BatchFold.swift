@@ -143,7 +143,9 @@ final class TableOverlay {
     let (index, found) = find(key)
     if found {
       let old = entries[index]
-      if let value, scans == 0, let oldValue = old.value, old.room >= value.count, let target = oldValue.baseAddress {
+      if let value, scans == 0, let oldValue = old.value, old.room >= value.count,
+        let target = oldValue.baseAddress
+      {
         // Written over the old value: nobody holds it (lookups copy what they read).
         if value.count > 0, let source = value.baseAddress {
           UnsafeMutableRawPointer(mutating: target).copyMemory(from: source, byteCount: value.count)

@@ -15,7 +15,8 @@ extension Duration {
     let (seconds, attoseconds) = components
     let (scaled, overflow) = seconds.multipliedReportingOverflow(by: perSecond)
     if overflow { return seconds < 0 ? .min : .max }
-    let (total, sumOverflow) = scaled.addingReportingOverflow(attoseconds / (1_000_000_000_000_000_000 / perSecond))
+    let (total, sumOverflow) = scaled.addingReportingOverflow(
+      attoseconds / (1_000_000_000_000_000_000 / perSecond))
     if sumOverflow { return seconds < 0 ? .min : .max }
     return total
   }

@@ -115,7 +115,8 @@ extension LoggedEvent {
   /// The event a record's fields and payload make.
   package init(_ header: RecordHeader, payload: [UInt8]) {
     self.init(
-      sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion, timestamp: header.timestamp,
+      sequence: header.sequence, type: header.type, schemaVersion: header.schemaVersion,
+      timestamp: header.timestamp,
       id: header.id, payload: payload)
   }
 }

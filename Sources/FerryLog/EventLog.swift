@@ -257,16 +257,24 @@ public final class EventLog: Sendable {
     } catch let error as FerryLogError {
       // A directory whose head mark names a store that LMDB no longer reads as one (its main
       // database's record damaged: other database names, a missing `events`) is a damaged store.
-      guard !configuration.allowDamage, case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating else {
+      guard !configuration.allowDamage, case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating
+      else {
         throw error
       }
       switch error {
       case .notAStore(_, let reason):
         throw FerryLogError.damagedStore(
-          path: path, reason: "it held a store with events up to sequence \(mark.head), but LMDB now reads it as no store: \(reason)")
-      case .storage(let lmdb) where lmdb.code == MDB_NOTFOUND || lmdb.code == MDB_INCOMPATIBLE || lmdb.code == MDB_BAD_DBI:
+          path: path,
+          reason:
+            "it held a store with events up to sequence \(mark.head), but LMDB now reads it as no store: \(reason)"
+        )
+      case .storage(let lmdb)
+      where lmdb.code == MDB_NOTFOUND || lmdb.code == MDB_INCOMPATIBLE || lmdb.code == MDB_BAD_DBI:
         throw FerryLogError.damagedStore(
-          path: path, reason: "it held a store with events up to sequence \(mark.head), but LMDB cannot open its databases: \(lmdb.message)")
+          path: path,
+          reason:
+            "it held a store with events up to sequence \(mark.head), but LMDB cannot open its databases: \(lmdb.message)"
+        )
       default: throw error
       }
     }
@@ -327,7 +335,9 @@ public final class EventLog: Sendable {
     let environment: Environment
     do {
       environment = try Environment.open(path: path, options: options)
-      if openLock == nil { openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly) }
+      if openLock == nil {
+        openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly)
+      }
     } catch {
       openLock?.release()
       throw error
@@ -373,7 +383,9 @@ public final class EventLog: Sendable {
   /// Returns, read-write, the checkpoint restored and the frames after it (replayed later in the
   /// open, which holds the lock exclusively until then: nothing changes them meanwhile).
   @discardableResult
-  private static func restoreCheckpoint(in path: String, readOnly: Bool, lock: StoreOpenLock) throws
+  private static func restoreCheckpoint(
+    in path: String, readOnly: Bool, lock: StoreOpenLock
+  ) throws
     -> RestoredCheckpoint?
   {
     let fd = try WriteAheadSegment.open(in: path, readOnly: true)
@@ -417,7 +429,8 @@ public final class EventLog: Sendable {
   /// transaction id, so the data file's newest is at least the checkpoint's.
   /// Returns the data file's meta pages as it read them.
   private static func checkBelongs(_ header: WriteAheadSegment.Header, in path: String) throws -> [UInt8] {
-    if case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating, header.storeId != HeadMark.creatingId,
+    if case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating,
+      header.storeId != HeadMark.creatingId,
       mark.storeId != header.storeId
     {
       throw FerryLogError.damagedStore(
@@ -558,7 +571,8 @@ public final class EventLog: Sendable {
     let (logHead, storeId, countProblem) = try environment.read { txn in
       (
         try core.head(txn), try txn.get(core.meta, key: MetaKey.storeId),
-        configuration.allowDamage ? nil : try core.countProblem(txn).map { ($0, try core.walkKeys(txn).problem) }
+        configuration.allowDamage
+          ? nil : try core.countProblem(txn).map { ($0, try core.walkKeys(txn).problem) }
       )
     }
     let markId = storeId ?? HeadMark.creatingId
@@ -626,7 +640,8 @@ public final class EventLog: Sendable {
     life = Mutex(
       Life(
         session: Self.startSession(
-          opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges, instruments: instruments)))
+          opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges,
+          instruments: instruments)))
   }
 
   /// The session of an open: its parts, and a writer started on them (none read-only).
@@ -634,7 +649,9 @@ public final class EventLog: Sendable {
     _ opened: Opened, configuration: Configuration, notifier: HeadNotifier, ownRanges: OwnRanges,
     instruments: LogInstruments
   ) -> Session {
-    let (environment, core, headMark, segment) = (opened.environment, opened.core, opened.headMark, opened.segment)
+    let (environment, core, headMark, segment) = (
+      opened.environment, opened.core, opened.headMark, opened.segment
+    )
     var writer: GroupCommitWriter?
     if !configuration.readOnly {
       let started = GroupCommitWriter(
@@ -745,7 +762,8 @@ public final class EventLog: Sendable {
       again.createIfMissing = false
       let opened = try Self.openParts(at: path, configuration: again)
       let session = Self.startSession(
-        opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges, instruments: instruments)
+        opened, configuration: configuration, notifier: notifier, ownRanges: ownRanges,
+        instruments: instruments)
       life.withLock { life in
         life.session = session
         life.isSuspended = false
@@ -876,12 +894,15 @@ public final class EventLog: Sendable {
       if let held = heldAStore {
         throw FerryLogError.damagedStore(
           path: path,
-          reason: "data.mdb is empty (0 bytes) but this directory held a store with events up to sequence \(held)")
+          reason:
+            "data.mdb is empty (0 bytes) but this directory held a store with events up to sequence \(held)")
       }
       guard creating else {
         if case .mark = mark {
           throw FerryLogError.notAStore(
-            path: path, reason: "a store is being created here (or its creation was killed): open it read-write to finish it")
+            path: path,
+            reason:
+              "a store is being created here (or its creation was killed): open it read-write to finish it")
         }
         throw FerryLogError.damagedStore(path: path, reason: "data.mdb is empty (0 bytes)")
       }
@@ -889,7 +910,8 @@ public final class EventLog: Sendable {
     }
     if let held = heldAStore {
       throw FerryLogError.damagedStore(
-        path: path, reason: "data.mdb is missing but this directory held a store with events up to sequence \(held)")
+        path: path,
+        reason: "data.mdb is missing but this directory held a store with events up to sequence \(held)")
     }
     // lock.mdb alone is what a first open that died before creating data.mdb leaves behind; the
     // creation mark is written just before it, and the open lock (ferry-open.lock) before that.
@@ -1028,7 +1050,8 @@ public final class EventLog: Sendable {
   /// same path, or by `ferry import`) has another. Nil only for a store whose creation never finished.
   public func storeId() throws -> EventID? {
     try guarded {
-      try environment.read { txn in try txn.get(core.meta, key: MetaKey.storeId).flatMap(EventID.init(bytes:)) }
+      try environment.read { txn in try txn.get(core.meta, key: MetaKey.storeId).flatMap(EventID.init(bytes:))
+      }
     }
   }
 
@@ -1368,4 +1391,3 @@ public struct LogView {
 final class OwnRanges: Sendable {
   let ranges = Mutex<[ClosedRange<UInt64>]>([])
 }
-

@@ -73,7 +73,8 @@ package enum EventRecord {
     type: String, schemaVersion: UInt16, timestamp: Int64, id: EventID, payload: [UInt8]
   ) throws(FerryLogError) -> Unsealed {
     try encodeUnsealed(
-      type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload, typeChecked: false)
+      type: type, schemaVersion: schemaVersion, timestamp: timestamp, id: id, payload: payload,
+      typeChecked: false)
   }
 
   /// ``encodeUnsealed(type:schemaVersion:timestamp:id:payload:)`` for a caller that has checked
@@ -203,7 +204,8 @@ package enum EventRecord {
       let schemaVersion = try reader.read(UInt16.self, "schemaVersion")
       guard schemaVersion >= 1 else { throw RecordDecodingFailure("schema version 0 is not valid") }
       let timestamp = try reader.read(Int64.self, "timestamp")
-      let id = EventID(high: try reader.read(UInt64.self, "eventId"), low: try reader.read(UInt64.self, "eventId"))
+      let id = EventID(
+        high: try reader.read(UInt64.self, "eventId"), low: try reader.read(UInt64.self, "eventId"))
       let payloadLength = Int(try reader.read(UInt32.self, "payloadLength"))
       let payload = try reader.readBuffer(count: payloadLength, "payload")
       if version >= 2 {

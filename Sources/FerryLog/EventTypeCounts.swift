@@ -44,7 +44,9 @@ public struct EventTypeCounts: Projection {
 }
 
 extension EventTypeCounts: InPlaceFolding {
-  package func apply(_ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables) throws {
+  package func apply(
+    _ header: RecordHeader, payload: UnsafeRawBufferPointer, to tables: ProjectionTables
+  ) throws {
     try count(header.type, in: tables)
   }
 }

@@ -97,7 +97,8 @@ public enum FerryLogError: Error, CustomStringConvertible {
       return
         "the store at \(path) has format \(found), newer than the \(supported) this version of Ferry reads; upgrade Ferry to open it"
     case .unsupportedLMDB(let found, let supported):
-      return "this process runs on LMDB \(found), whose page layout Ferry's checks of a store's files were not "
+      return
+        "this process runs on LMDB \(found), whose page layout Ferry's checks of a store's files were not "
         + "written for; Ferry supports \(supported): build the app with one of those (nothing was opened)"
     case .alreadyOpen(let path): return "the store at \(path) is already open in this process"
     case .permissionDenied(let path, let detail): return "permission denied for \(path): \(detail)"
@@ -131,7 +132,8 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .suspended: return "the store is suspended: resume it before reading or writing"
     case .damagedStore(let path, let reason):
       if reason.contains("data.mdb is missing") {
-        return "the store at \(path) is damaged: \(reason); restore data.mdb from a copy (there is nothing to salvage)"
+        return
+          "the store at \(path) is damaged: \(reason); restore data.mdb from a copy (there is nothing to salvage)"
       }
       return
         "the store at \(path) is damaged: \(reason); `ferry salvage \(path) NEW_DIR` recovers what is left into a new store"

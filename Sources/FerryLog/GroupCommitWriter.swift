@@ -263,7 +263,8 @@ final class GroupCommitWriter: @unchecked Sendable {
           let outcome = try appendBatch(live, txn)
           if let segment, let begun, let records = outcome.records, !records.isEmpty {
             try segment.writeFrame(
-              environment: environment, txn: txn, core: core, begun: begun, first: outcome.first, records: records)
+              environment: environment, txn: txn, core: core, begun: begun, first: outcome.first,
+              records: records)
           }
           if outcome.head >= outcome.first {
             pending = outcome.first...outcome.head
@@ -290,7 +291,8 @@ final class GroupCommitWriter: @unchecked Sendable {
         }
         onDurable(head)
         instruments.committed(
-          events: eventsWritten - duplicates, bytes: batchBytes, calls: live.count, head: head, started: started,
+          events: eventsWritten - duplicates, bytes: batchBytes, calls: live.count, head: head,
+          started: started,
           bodyEnded: bodyEnded)
         for (request, result) in zip(live, results) { request.continuation.resume(with: result) }
         onCommit(head)
@@ -303,7 +305,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           // whose state disappeared, is left alone, and the next try refuses it in catchUpInline.
           _ = try EventLog.foldBehind(core, environment: environment, chunk: catchUpChunk)
         } catch {
-          for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
+          for request in live {
+            request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
+          }
           return
         }
       } catch let failure as RequestFailure {
@@ -317,13 +321,16 @@ final class GroupCommitWriter: @unchecked Sendable {
           return
         }
         instruments.requestFailed(FerryLogError.wrap(failure.error, path: environment.path))
-        live[failure.index].continuation.resume(throwing: FerryLogError.wrap(failure.error, path: environment.path))
+        live[failure.index].continuation.resume(
+          throwing: FerryLogError.wrap(failure.error, path: environment.path))
         live.remove(at: failure.index)
       } catch {
         segment?.abandonFrame()
         if let pending { onOwnRange(pending, false) }
         instruments.commitFailed(FerryLogError.wrap(error, path: environment.path), calls: live.count)
-        for request in live { request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path)) }
+        for request in live {
+          request.continuation.resume(throwing: FerryLogError.wrap(error, path: environment.path))
+        }
         return
       }
     }
@@ -332,7 +339,8 @@ final class GroupCommitWriter: @unchecked Sendable {
   private func appendBatch(
     _ requests: [AppendRequest], _ txn: Transaction
   ) throws -> (
-    results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int, records: [[UInt8]]?,
+    results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int,
+    records: [[UInt8]]?,
     written: UInt64?
   ) {
     let start: UInt64

@@ -153,7 +153,9 @@ final class HeadMark: Sendable {
           UnsafeMutableRawBufferPointer(rebasing: buffer[24..<32]).copyMemory(from: raw)
           return CRC32C.update(prefixCRC, raw)
         }
-        withUnsafeBytes(of: crc.bigEndian) { UnsafeMutableRawBufferPointer(rebasing: buffer[32..<36]).copyMemory(from: $0) }
+        withUnsafeBytes(of: crc.bigEndian) {
+          UnsafeMutableRawBufferPointer(rebasing: buffer[32..<36]).copyMemory(from: $0)
+        }
         if pwrite(fd, buffer.baseAddress, Self.length, 0) == Self.length { written = head }
       }
     }
@@ -165,7 +167,9 @@ final class HeadMark: Sendable {
     // memcmp: the generic comparison of an array with a buffer's slice cost each commit some 600
     // instructions.
     guard mark.count == Self.length, let base = mark.baseAddress,
-      prefix.withUnsafeBytes({ own in own.count == 24 && own.baseAddress.map { memcmp($0, base, 24) == 0 } == true })
+      prefix.withUnsafeBytes({ own in
+        own.count == 24 && own.baseAddress.map { memcmp($0, base, 24) == 0 } == true
+      })
     else { return nil }
     let headBytes = UnsafeRawBufferPointer(rebasing: mark[24..<32])
     guard let head = UInt64(bigEndianBytes: headBytes), let stored = UInt32(bigEndianBytes: mark[32..<36]),

@@ -144,7 +144,9 @@ struct DimensionedMetricsFactory: MetricsFactory {
   func makeCounter(label: String, dimensions: [(String, String)]) -> any CounterHandler {
     base.makeCounter(label: label, dimensions: dimensions + extra)
   }
-  func makeFloatingPointCounter(label: String, dimensions: [(String, String)]) -> any FloatingPointCounterHandler {
+  func makeFloatingPointCounter(
+    label: String, dimensions: [(String, String)]
+  ) -> any FloatingPointCounterHandler {
     base.makeFloatingPointCounter(label: label, dimensions: dimensions + extra)
   }
   func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler {

@@ -91,7 +91,9 @@ public struct PayloadReader: Sendable {
   /// Runs `read` with a ``RawPayloadReader`` at this reader's place over its bytes, and moves on
   /// by what it read.
   @inlinable
-  mutating func reading<T>(_ read: (inout RawPayloadReader) throws(PayloadError) -> T) throws(PayloadError) -> T {
+  mutating func reading<T>(
+    _ read: (inout RawPayloadReader) throws(PayloadError) -> T
+  ) throws(PayloadError) -> T {
     let start = offset
     let (value, end) = try withRawBytes(bytes) { buffer throws(PayloadError) in
       var reader = RawPayloadReader(buffer, offset: start)

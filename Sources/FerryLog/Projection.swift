@@ -196,11 +196,14 @@ public final class ProjectionTables: ProjectionTableReading {
   }
 
   /// ``table(_:)`` with the table's index among the projection's tables.
-  func entry(_ table: String) throws(FerryLogError) -> (index: Int, database: Database, overlay: TableOverlay?) {
+  func entry(
+    _ table: String
+  ) throws(FerryLogError) -> (index: Int, database: Database, overlay: TableOverlay?) {
     // The byte count first: a name of another length is passed over without comparing strings;
     // the names are compared in place (copying an entry out retained its database's name).
     let count = table.utf8.count
-    for index in databases.indices where databases[index].name.utf8.count == count && databases[index].name == table {
+    for index in databases.indices
+    where databases[index].name.utf8.count == count && databases[index].name == table {
       return (index, databases[index].database, overlays?[index])
     }
     throw .unknownTable(projection: projection, table: table)
@@ -229,7 +232,11 @@ public final class ProjectionTables: ProjectionTableReading {
       }
     }
     let bytes: [UInt8]?
-    if let overlay, let known = overlay.lookup(key) { bytes = known } else { bytes = try transaction.get(db, key: key) }
+    if let overlay, let known = overlay.lookup(key) {
+      bytes = known
+    } else {
+      bytes = try transaction.get(db, key: key)
+    }
     forgetMemoValue()
     memoTable = -1  // until a value (or its absence) is kept
     guard let bytes else {
@@ -389,7 +396,9 @@ public final class ProjectionTables: ProjectionTableReading {
     changing(index)
     if let overlay {
       let present: Bool
-      if let known = overlay.lookup(key) { present = known != nil } else {
+      if let known = overlay.lookup(key) {
+        present = known != nil
+      } else {
         present = try transaction.withValue(db, key: key) { $0 != nil }
       }
       guard present else { return false }

@@ -130,15 +130,17 @@ extension EventLog {
   ) throws -> Int {
     // Most opens find every projection at its version and at the head: then nothing is written,
     // and the open does not wait for another process that holds LMDB's writer lock.
-    let settled = try reset.isEmpty && environment.read { txn -> Bool in
-      let head = try core.head(txn)
-      for target in core.projections {
-        guard let state = try core.state(of: target.name, txn), state.version == target.projection.version,
-          state.position >= head
-        else { return false }
+    let settled =
+      try reset.isEmpty
+      && environment.read { txn -> Bool in
+        let head = try core.head(txn)
+        for target in core.projections {
+          guard let state = try core.state(of: target.name, txn), state.version == target.projection.version,
+            state.position >= head
+          else { return false }
+        }
+        return true
       }
-      return true
-    }
     if settled { return 0 }
     // Projections rebuilt from what a compacted log still holds (no usable snapshot): once they
     // reach the head, their state there becomes their snapshot, so that verify, time travel and
@@ -154,7 +156,9 @@ extension EventLog {
           let start = try core.restoreFromSnapshot(target, txn) ?? 0
           if start == 0 {
             for database in target.databases.values { try txn.empty(database) }
-            if try core.compactedThrough(txn) > 0 && !target.snapshotDatabases.isEmpty { rebuilt.append(target.name) }
+            if try core.compactedThrough(txn) > 0 && !target.snapshotDatabases.isEmpty {
+              rebuilt.append(target.name)
+            }
           }
           try core.setState(
             ProjectionState(version: target.projection.version, position: start), of: target.name, txn)
@@ -165,7 +169,8 @@ extension EventLog {
     defer {
       if !rebuiltWithoutSnapshot.isEmpty {
         _ = try? environment.write { txn in
-          try core.writeSnapshots(of: core.projections.filter { rebuiltWithoutSnapshot.contains($0.name) }, txn)
+          try core.writeSnapshots(
+            of: core.projections.filter { rebuiltWithoutSnapshot.contains($0.name) }, txn)
         }
       }
     }
@@ -409,7 +414,8 @@ extension EventLog {
     }
     while position < head {
       do {
-        let last = try replayChunk(into: scratch, positions: &positions, floor: position, through: head, from: txn)
+        let last = try replayChunk(
+          into: scratch, positions: &positions, floor: position, through: head, from: txn)
         report.recordsChecked += Int(last - position)
         position = last
         progress(position, head)
@@ -506,7 +512,8 @@ extension EventLog {
         var positions = try seedFromSnapshots(scratch, from: txn, until: until)
         var position = positions.min() ?? 0
         while position < until {
-          position = try replayChunk(into: scratch, positions: &positions, floor: position, through: until, from: txn)
+          position = try replayChunk(
+            into: scratch, positions: &positions, floor: position, through: until, from: txn)
           progress(position, until)
         }
         return until

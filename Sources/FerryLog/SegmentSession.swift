@@ -72,7 +72,8 @@ final class SegmentSession: Sendable {
     unlink(temporary)
     let fd = systemOpen(temporary, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
     guard fd >= 0 else {
-      throw WriteAheadSegment.ioFailure(errno, directory: directory, doing: "creating the write-ahead segment")
+      throw WriteAheadSegment.ioFailure(
+        errno, directory: directory, doing: "creating the write-ahead segment")
     }
     let zeros = [UInt8](repeating: 0, count: 1 << 20)
     do {
@@ -90,9 +91,11 @@ final class SegmentSession: Sendable {
     let session = SegmentSession(
       directory: directory, fd: fd, storeId: storeId, checkpointFrames: checkpointFrames,
       checkpointBytes: checkpointBytes)
-    _ = try session.checkpoint(environment: environment, txn: txn, committedHead: core.head(txn), previous: nil)
+    _ = try session.checkpoint(
+      environment: environment, txn: txn, committedHead: core.head(txn), previous: nil)
     guard rename(temporary, WriteAheadSegment.path(in: directory)) == 0 else {
-      throw WriteAheadSegment.ioFailure(errno, directory: directory, doing: "renaming the write-ahead segment into place")
+      throw WriteAheadSegment.ioFailure(
+        errno, directory: directory, doing: "renaming the write-ahead segment into place")
     }
     try fsyncDirectory(directory)
     return session
@@ -125,11 +128,14 @@ final class SegmentSession: Sendable {
   /// from then on frames of the old cycle no longer chain — and only then lets go of the old pin.
   /// Returns the cursor of the new cycle's first frame and the salt its frames carry.
   @discardableResult
-  func checkpoint(environment: Environment, txn: Transaction, committedHead: UInt64) throws
+  func checkpoint(
+    environment: Environment, txn: Transaction, committedHead: UInt64
+  ) throws
     -> (cursor: WriteAheadSegment.Cursor, salt: UInt64)
   {
     let previous = try WriteAheadSegment.currentHeader(fd, directory: directory)
-    return try checkpoint(environment: environment, txn: txn, committedHead: committedHead, previous: previous)
+    return try checkpoint(
+      environment: environment, txn: txn, committedHead: committedHead, previous: previous)
   }
 
   private func checkpoint(
@@ -187,7 +193,9 @@ final class SegmentSession: Sendable {
 
   /// Where this transaction's frame goes (checkpointing first when this process holds no pin yet
   /// or enough has been written since the last checkpoint), and the salt it carries.
-  func beginCommit(environment: Environment, txn: Transaction, core: StoreCore) throws
+  func beginCommit(
+    environment: Environment, txn: Transaction, core: StoreCore
+  ) throws
     -> (cursor: WriteAheadSegment.Cursor, salt: UInt64)
   {
     let due = state.withLock { s in
@@ -199,13 +207,15 @@ final class SegmentSession: Sendable {
     // The cursor a committed frame left, when it belongs to the current checkpoint; otherwise no
     // frame has been committed since it (its own transaction may have been aborted), and the
     // cycle starts at the beginning.
-    if let stored = try txn.get(core.meta, key: WriteAheadSegment.cursorKey).flatMap(WriteAheadSegment.Cursor.init(bytes:)),
+    if let stored = try txn.get(core.meta, key: WriteAheadSegment.cursorKey).flatMap(
+      WriteAheadSegment.Cursor.init(bytes:)),
       stored.counter == header.counter, stored.offset >= UInt64(WriteAheadSegment.framesStart)
     {
       return (stored, header.salt)
     }
     return (
-      WriteAheadSegment.Cursor(counter: header.counter, offset: UInt64(WriteAheadSegment.framesStart), chain: header.seed),
+      WriteAheadSegment.Cursor(
+        counter: header.counter, offset: UInt64(WriteAheadSegment.framesStart), chain: header.seed),
       header.salt
     )
   }
@@ -214,14 +224,17 @@ final class SegmentSession: Sendable {
   /// transaction and flushes the frame — the one flush the callers wait for. A frame that would run
   /// past the file's end starts a new cycle (a checkpoint of the state before this transaction).
   func writeFrame(
-    environment: Environment, txn: Transaction, core: StoreCore, begun: (cursor: WriteAheadSegment.Cursor, salt: UInt64),
+    environment: Environment, txn: Transaction, core: StoreCore,
+    begun: (cursor: WriteAheadSegment.Cursor, salt: UInt64),
     first: UInt64, records: [[UInt8]]
   ) throws {
     var cursor = begun.cursor
     var salt = begun.salt
-    var (bytes, crc) = WriteAheadSegment.frame(records: records, first: first, salt: salt, chain: cursor.chain)
+    var (bytes, crc) = WriteAheadSegment.frame(
+      records: records, first: first, salt: salt, chain: cursor.chain)
     let fileSize = UInt64(state.withLock { $0.fileSize })
-    if cursor.offset + UInt64(bytes.count) > fileSize && cursor.offset > UInt64(WriteAheadSegment.framesStart) {
+    if cursor.offset + UInt64(bytes.count) > fileSize && cursor.offset > UInt64(WriteAheadSegment.framesStart)
+    {
       (cursor, salt) = try checkpoint(environment: environment, txn: txn, committedHead: first - 1)
       (bytes, crc) = WriteAheadSegment.frame(records: records, first: first, salt: salt, chain: cursor.chain)
     }
@@ -252,10 +265,12 @@ final class SegmentSession: Sendable {
   /// overwrites it cannot bring its events back. Best effort: failing here leaves a frame that a
   /// recovery would replay, events whose callers were told of an error.
   func abandonFrame() {
-    guard let offset = state.withLock({ s -> UInt64? in
-      defer { s.unconfirmedFrame = nil }
-      return s.unconfirmedFrame
-    }) else { return }
+    guard
+      let offset = state.withLock({ s -> UInt64? in
+        defer { s.unconfirmedFrame = nil }
+        return s.unconfirmedFrame
+      })
+    else { return }
     let zeros = [UInt8](repeating: 0, count: 4)
     try? WriteAheadSegment.write(fd, zeros, at: Int(offset), directory: directory)
     try? WriteAheadSegment.flush(fd, directory: directory)
@@ -392,7 +407,8 @@ final class StoreOpenLock: Sendable {
         probe.l_whence = Int16(SEEK_SET)
         probe.l_start = 0
         probe.l_len = 0
-        alone = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
+        alone =
+          fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
       }
       break
     }
@@ -500,10 +516,15 @@ extension EventLog {
     if present {
       let (session, header) = try SegmentSession.open(
         directory: path, storeId: storeId, checkpointFrames: frames, checkpointBytes: bytes)
-      if let recoveryPin { session.adopt(recoveryPin, environment) } else { try session.pinRestoredState(environment) }
+      if let recoveryPin {
+        session.adopt(recoveryPin, environment)
+      } else {
+        try session.pinRestoredState(environment)
+      }
       if header.storeId != storeId && header.storeId != HeadMark.creatingId {
         throw FerryLogError.damagedStore(
-          path: path, reason: "its write-ahead segment belongs to another store (id \(hexString(header.storeId)))")
+          path: path,
+          reason: "its write-ahead segment belongs to another store (id \(hexString(header.storeId)))")
       }
       let head = try environment.read { try core.head($0) }
       guard head == header.checkpointHead else {
@@ -515,7 +536,8 @@ extension EventLog {
       }
       // The scan made before LMDB mapped the file, when it was of this header (it always is when
       // this open restored the checkpoint; read again otherwise).
-      let scan = try restored.flatMap { $0.header == header ? $0.scan : nil }
+      let scan =
+        try restored.flatMap { $0.header == header ? $0.scan : nil }
         ?? WriteAheadSegment.scan(session.fd, header: header)
       try replaySegment(scan.records, core: core, environment: environment)
       if configuration.writeAheadSegment { return session }
@@ -527,7 +549,9 @@ extension EventLog {
       try fsyncDirectory(path)
       session.releasePin(environment)
       try environment.setDeferredSync(false)
-      try environment.write { txn in try txn.put(core.meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes) }
+      try environment.write { txn in
+        try txn.put(core.meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
+      }
       return nil
     }
     if let recoveryPin { environment.release(recoveryPin) }
@@ -539,7 +563,8 @@ extension EventLog {
       }
       let session = try environment.write { txn in
         try SegmentSession.create(
-          environment: environment, txn: txn, core: core, directory: path, storeId: storeId, checkpointFrames: frames,
+          environment: environment, txn: txn, core: core, directory: path, storeId: storeId,
+          checkpointFrames: frames,
           checkpointBytes: bytes)
       }
       try environment.setDeferredSync(true)
@@ -547,7 +572,9 @@ extension EventLog {
     }
     if storedFormat == segmentFormatVersion {
       // A segment being turned on when its process died: the store never used it.
-      try environment.write { txn in try txn.put(core.meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes) }
+      try environment.write { txn in
+        try txn.put(core.meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
+      }
     }
     return nil
   }

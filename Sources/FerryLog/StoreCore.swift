@@ -22,7 +22,9 @@ final class BoundProjection: Sendable {
     // In the projection's own order (its busiest tables usually first): ``ProjectionTables``
     // searches this list by name on every read and write.
     var list = projection.tables.compactMap { name in databases[name].map { (name: name, database: $0) } }
-    for (name, database) in databases where !projection.tables.contains(name) { list.append((name, database)) }
+    for (name, database) in databases where !projection.tables.contains(name) {
+      list.append((name, database))
+    }
     self.tableList = list
   }
 
@@ -339,7 +341,8 @@ struct StoreCore: Sendable {
     let configured = Dictionary(
       projections.map { ($0.name, $0.projection.version) }, uniquingKeysWith: { first, _ in first })
     return try metaEntries(named: MetaKey.projection(""), txn).compactMap { name, value in
-      guard let state = ProjectionState(bytes: value), state.position < head, configured[name] != state.version
+      guard let state = ProjectionState(bytes: value), state.position < head,
+        configured[name] != state.version
       else { return nil }
       let whose = configured[name].map { "this code has version \($0)" } ?? "not configured here"
       return "\(name) (version \(state.version), at \(state.position); \(whose))"
@@ -475,9 +478,12 @@ struct StoreCore: Sendable {
 
   /// What a projection's failed fold throws: its error named with the projection, except the LMDB
   /// errors the transaction is retried for (the map grows), which are not the projection's fault.
-  private static func foldFailure(_ error: any Error, in tables: ProjectionTables, at sequence: UInt64) -> any Error {
+  private static func foldFailure(
+    _ error: any Error, in tables: ProjectionTables, at sequence: UInt64
+  ) -> any Error {
     if let lmdb = error as? LMDBError, lmdb == .mapFull || lmdb == .transactionFull { return lmdb }
-    return FerryLogError.projectionFailed(projection: tables.projection, sequence: sequence, underlying: error)
+    return FerryLogError.projectionFailed(
+      projection: tables.projection, sequence: sequence, underlying: error)
   }
 
   /// In `txn`: folds the log into the projections of this code's version that are furthest behind
@@ -488,13 +494,16 @@ struct StoreCore: Sendable {
     let head = try head(txn)
     var positions: [(BoundProjection, UInt64)] = []
     for target in projections {
-      guard let state = try state(of: target.name, txn), state.version == target.projection.version else { continue }
+      guard let state = try state(of: target.name, txn), state.version == target.projection.version else {
+        continue
+      }
       if state.position < head { positions.append((target, state.position)) }
     }
     guard let lowest = positions.map(\.1).min() else { return 0 }
     let targets = positions.filter { $0.1 == lowest }.map(\.0)
     let last = try replay(
-      after: lowest, limit: max(1, limit), through: head, into: targets, targetTxn: txn, logTxn: txn, batched: true)
+      after: lowest, limit: max(1, limit), through: head, into: targets, targetTxn: txn, logTxn: txn,
+      batched: true)
     for target in targets {
       try setState(ProjectionState(version: target.projection.version, position: last), of: target.name, txn)
     }
@@ -539,7 +548,8 @@ struct StoreCore: Sendable {
         }
         if allInPlace {
           switch try decodeForReplay(value, sequence: sequence) {
-          case .inPlace(let header, let payload): try apply(header, payload: payload, to: inPlace, tables: tables)
+          case .inPlace(let header, let payload):
+            try apply(header, payload: payload, to: inPlace, tables: tables)
           case .event(let event): try apply(event, to: folders, tables: tables)
           }
         } else {

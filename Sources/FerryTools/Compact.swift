@@ -39,7 +39,9 @@ package struct CompactJSON: Codable, Sendable, Equatable {
 /// Never creates a store: a missing directory, one without `data.mdb` and an empty `data.mdb`
 /// are refused before anything is written. With `copy`, a store another process has open is
 /// refused before anything is written too (the copy could not be swapped in).
-package func compact(path: String, retentionMs: Int64, copy: Bool, json: Bool = false, output: Output) async throws(ToolError) {
+package func compact(
+  path: String, retentionMs: Int64, copy: Bool, json: Bool = false, output: Output
+) async throws(ToolError) {
   try refuseEmptyDataFile(path)
   if copy {
     guard let probe = lockOutOtherProcesses(path) else {
@@ -243,7 +245,8 @@ private func copyCompacted(_ path: String) throws {
   // before `lock.mdb`'s, goes first. So the old `lock.mdb` is removed before the rename (below).
   guard let openLock = lockFerryOpens(path) else {
     throw ToolError(
-      .unavailable, "another process opened the store while it was being copied: nothing was swapped; run it again")
+      .unavailable,
+      "another process opened the store while it was being copied: nothing was swapped; run it again")
   }
   defer { close(openLock) }
   guard let held = lockOutOtherProcesses(path) else {
@@ -258,7 +261,8 @@ private func copyCompacted(_ path: String) throws {
   guard !EventLog.hasWriteAheadSegment(in: path) else {
     throw ToolError(
       .unavailable,
-      "the store started using a write-ahead segment while it was being copied: nothing was swapped; run it again with the store closed")
+      "the store started using a write-ahead segment while it was being copied: nothing was swapped; run it again with the store closed"
+    )
   }
   guard lastCommittedTransaction(path + "/data.mdb") == copied else {
     throw ToolError(

@@ -1,5 +1,5 @@
-import Foundation
 import FerryLog
+import Foundation
 
 /// Reads a duration flag: a number with a unit — `7d`, `36h`, `90m`, `45s`, `500ms` — or several
 /// (`1h30m`), or plain seconds (`604800`). Returns milliseconds, saturating at `Int64.max` (a huge
@@ -44,14 +44,19 @@ package func parseDuration(_ text: String, flag: String) throws(ToolError) -> In
 /// (`2026-01-15T09:00:00Z`, fractional seconds and offsets allowed). Returns Unix milliseconds.
 package func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
   if text.contains("-") || text.contains("T") || text.contains(":") {
-    for options in [ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds]] {
+    for options in [
+      ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds],
+    ] {
       let formatter = ISO8601DateFormatter()
       formatter.formatOptions = options
-      if let date = formatter.date(from: text) { return Int64((date.timeIntervalSince1970 * 1000).rounded(.down)) }
+      if let date = formatter.date(from: text) {
+        return Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+      }
     }
     throw ToolError(
       .badFlags,
-      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'")
+      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'"
+    )
   }
   do {
     let back = try parseDuration(text, flag: "--since")
@@ -60,7 +65,8 @@ package func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
   } catch {
     throw ToolError(
       .badFlags,
-      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'")
+      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'"
+    )
   }
 }
 
@@ -71,7 +77,9 @@ func relativeTime(_ ms: Int64, now: Int64) -> String {
   if ms == now { return iso + ", now" }
   let (difference, overflow) = ms.subtractingReportingOverflow(now)
   if overflow { return iso }
-  return difference > 0 ? "\(iso), in \(humanDuration(difference))" : "\(iso), \(humanDuration(Int64(clamping: difference.magnitude))) ago"
+  return difference > 0
+    ? "\(iso), in \(humanDuration(difference))"
+    : "\(iso), \(humanDuration(Int64(clamping: difference.magnitude))) ago"
 }
 
 private func saturating(_ value: Int64, _ scale: Int64) -> Int64 {

@@ -187,7 +187,9 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
   say("")
   say("final state (ferry inspect):")
   let snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
-  InspectReport(snapshot, now: clock.date.unixMilliseconds, maxAgeMs: 3_600_000).lines().forEach { say("  " + $0) }
+  InspectReport(snapshot, now: clock.date.unixMilliseconds, maxAgeMs: 3_600_000).lines().forEach {
+    say("  " + $0)
+  }
   let verified = try store.log.verify()
   say("")
   say(

@@ -208,7 +208,9 @@ package struct InspectReport: Codable, Sendable, Equatable {
   /// The report as readable tables.
   package func lines() -> [String] {
     var out: [String] = []
-    out.append("store head: \(head)   paused: \(paused ? "yes (no automatic run starts; runs under way finish)" : "no")")
+    out.append(
+      "store head: \(head)   paused: \(paused ? "yes (no automatic run starts; runs under way finish)" : "no")"
+    )
     out.append("")
     out.append("pending tasks (\(totals.tasks))")
     if tasks.isEmpty {
@@ -252,7 +254,8 @@ package struct InspectReport: Codable, Sendable, Equatable {
     if errors.isEmpty { out.append("  (none)") }
     for error in errors {
       out.append(
-        "  task \(error.taskId): \(error.message) (error \(error.errorId), \(relativeTime(error.recordedAt, now: now)))")
+        "  task \(error.taskId): \(error.message) (error \(error.errorId), \(relativeTime(error.recordedAt, now: now)))"
+      )
     }
     out.append("")
     out.append("cache ages (max age \(humanDuration(maxAgeMs)))")

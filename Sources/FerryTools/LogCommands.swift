@@ -127,7 +127,8 @@ package func verify(path: String, json: Bool = false, output: Output) throws(Too
         jsonLine(
           VerifyJSON(
             healthy: report.isHealthy, head: report.head, recordsChecked: Int(report.recordsChecked),
-            rowsCompared: Int(report.rowsCompared), staleReadersCleared: Int(store.log.environmentStaleReadersCleared),
+            rowsCompared: Int(report.rowsCompared),
+            staleReadersCleared: Int(store.log.environmentStaleReadersCleared),
             firstBadSequence: first, problems: report.problems.map { "\($0)" },
             moreDifferences: report.moreDifferences)))
       if report.isHealthy { return true }
@@ -139,7 +140,8 @@ package func verify(path: String, json: Bool = false, output: Output) throws(Too
         + "\(report.rowsCompared) projection rows compared with a rebuild")
     if store.log.environmentStaleReadersCleared > 0 {
       output.line(
-        "cleared \(plural(Int(store.log.environmentStaleReadersCleared), "stale reader slot")) left by dead processes")
+        "cleared \(plural(Int(store.log.environmentStaleReadersCleared), "stale reader slot")) left by dead processes"
+      )
     }
     if report.isHealthy {
       output.line("ok: no problems")
@@ -175,7 +177,8 @@ package func replay(
       let shown = json ? output.withoutProgress : output
       shown.progress("replay", 0, Int(clamping: until))
       let snapshot = try store.log.withProjections(
-        asOf: until, progress: { reached, until in shown.progress("replay", Int(clamping: reached), Int(clamping: until)) }
+        asOf: until,
+        progress: { reached, until in shown.progress("replay", Int(clamping: reached), Int(clamping: until)) }
       ) { try FerryStore.snapshot(of: $0) }
       let at = try store.log.event(at: until)?.timestamp ?? wallClockMilliseconds()
       let report = InspectReport(snapshot, now: at, maxAgeMs: maxAgeMs)
@@ -231,7 +234,8 @@ private func throwIfDamaged(_ report: VerifyReport, path: String) throws(ToolErr
     }) {
       throw ToolError(
         .newerFormat,
-        "\(newer) — written by a newer Ferry or by another application through FerryLog (its CRC holds: this is not damage); read it with the code that wrote it")
+        "\(newer) — written by a newer Ferry or by another application through FerryLog (its CRC holds: this is not damage); read it with the code that wrote it"
+      )
     }
     return
   }
@@ -375,7 +379,9 @@ private func importEvents(
     // that cannot finish them.
     let interrupted = try await store.queue.interruptEveryRun()
     if !interrupted.isEmpty {
-      output.line("interrupted \(plural(interrupted.count, "run")) that \(interrupted.count == 1 ? "was" : "were") under way in the exported store")
+      output.line(
+        "interrupted \(plural(interrupted.count, "run")) that \(interrupted.count == 1 ? "was" : "were") under way in the exported store"
+      )
     }
     return imported
   } catch let error as ToolError {
@@ -448,14 +454,17 @@ package func stats(path: String, json: Bool = false, output: Output) throws(Tool
       ?? 0
     if json {
       func end(_ event: LoggedEvent?) -> StatsJSON.End? {
-        event.map { StatsJSON.End(seq: $0.sequence, type: $0.type, timestamp: $0.timestamp, time: isoTime($0.timestamp)) }
+        event.map {
+          StatsJSON.End(seq: $0.sequence, type: $0.type, timestamp: $0.timestamp, time: isoTime($0.timestamp))
+        }
       }
       output.line(
         jsonLine(
           StatsJSON(
             events: done, head: head, types: counts, compactedThrough: compaction.map { UInt64($0.through) },
             compactedRemoved: compaction.map { UInt64($0.removed) }, dataFileBytes: fileSize,
-            mapBytes: Int(info.mapSize), usedBytes: Int(info.usedBytes), oldest: end(oldest), newest: end(newest))))
+            mapBytes: Int(info.mapSize), usedBytes: Int(info.usedBytes), oldest: end(oldest),
+            newest: end(newest))))
       return
     }
     // The events the log holds: after a compaction, fewer than the head's sequence number.
@@ -521,7 +530,8 @@ struct ReplacementTracker {
     case .runFailed(let id, _, _, _) where id == task, .runInterrupted(let id) where id == task:
       running = false
     case .errorRecorded(let id, _, let endsRun) where id == task && endsRun: running = false
-    case .runSucceeded(let id, _) where id == task, .cancelled(let id) where id == task, .expired(let id) where id == task:
+    case .runSucceeded(let id, _) where id == task, .cancelled(let id) where id == task,
+      .expired(let id) where id == task:
       identity = nil
     case .cleared: identity = nil
     default: break

@@ -134,7 +134,9 @@ private func apply(_ action: OperatorAction, to store: FerryStore) async throws 
     return report
   case .reviveMany(let tag, let group):
     let revived: [TaskID]
-    if let tag { revived = try await queue.revive(tag: tag) } else if let group {
+    if let tag {
+      revived = try await queue.revive(tag: tag)
+    } else if let group {
       revived = try await queue.revive(group: group)
     } else {
       revived = try await queue.reviveAll()
@@ -142,7 +144,9 @@ private func apply(_ action: OperatorAction, to store: FerryStore) async throws 
     return OperatorReport(command: "revive", changed: revived, running: [])
   case .resolveMany(let tag, let group):
     let result: BulkChangeReport
-    if let tag { result = try await queue.resolveErrors(tag: tag) } else if let group {
+    if let tag {
+      result = try await queue.resolveErrors(tag: tag)
+    } else if let group {
       result = try await queue.resolveErrors(group: group)
     } else {
       result = try await queue.resolveAllErrors()
@@ -215,7 +219,8 @@ private func describe(_ report: OperatorReport) -> [String] {
           + "Try again once the run has ended (exit status 10)")
     }
     for refusal in report.refused {
-      lines.append("refused for task \(refusal.id): \(refusal.reason); nothing was changed for it (exit status 11)")
+      lines.append(
+        "refused for task \(refusal.id): \(refusal.reason); nothing was changed for it (exit status 11)")
     }
   }
   return lines

@@ -61,7 +61,8 @@ package func recover(path: String, json: Bool, output: Output) async throws(Tool
       segment
         ? "recovered \(path): the commits in its write-ahead segment were replayed; log head \(settled), "
           + (segmentAfter ? "segment kept" : "segment gone")
-        : "recovered \(path): an open that died part-way had replayed its segment; its mark is cleared; log head \(settled)")
+        : "recovered \(path): an open that died part-way had replayed its segment; its mark is cleared; log head \(settled)"
+    )
   } else {
     output.line("nothing to recover: \(path) is settled (log head \(settled))")
   }

@@ -70,7 +70,9 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
       case .unsupportedRecordFormat, .unknownEventType, .unsupportedSchemaVersion:
         // A record with a valid CRC this version cannot read: newer software wrote it, not damage.
         return ToolError(
-          .newerFormat, log.description + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
+          .newerFormat,
+          log.description
+            + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
       case .damagedStore, .lostCommits, .ioError: return ToolError(.corruptRecord, log.description)
       case .diskFull, .quotaExceeded: return ToolError(.storageError, log.description)
       case .unsupportedLMDB: return ToolError(.storageError, log.description)

@@ -198,7 +198,9 @@ public final class Environment: @unchecked Sendable {
         if check.fileSize > 0 && !check.isLMDB && check.metas[0] != nil {
           throw LMDBError(code: MDB_INVALID, message: "data.mdb does not start with LMDB's meta page")
         }
-        if !(check.fileSize == 0 && options.acceptEmptyDataFile && !options.readOnly), let problem = check.problem {
+        if !(check.fileSize == 0 && options.acceptEmptyDataFile && !options.readOnly),
+          let problem = check.problem
+        {
           throw LMDBError(code: MDB_CORRUPTED, message: problem)
         }
       }

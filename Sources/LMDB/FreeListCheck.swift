@@ -108,7 +108,8 @@ struct FreeListCheck {
         // mdb_page_touch take the mapped page for this transaction's own copy and write into the
         // read-only map (SIGSEGV); P_LOOSE and P_KEEP exist only in memory too.
         guard flags == 0x01 || flags == 0x02 else {
-          return "page \(page) of a tree has page flags 0x\(String(flags, radix: 16)), which LMDB never writes"
+          return
+            "page \(page) of a tree has page flags 0x\(String(flags, radix: 16)), which LMDB never writes"
             + (flags & 0x10 != 0 ? " (P_DIRTY: a write would modify it in the read-only map)" : "")
         }
         if headerOnly { continue }

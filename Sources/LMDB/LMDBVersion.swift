@@ -33,7 +33,8 @@ public struct LMDBVersion: Sendable, Hashable, Comparable, CustomStringConvertib
   }()
 
   /// The versions whose page layout Ferry's own reads were written for, as people say it.
-  public static let supportedRange = "LMDB 0.9.0 to 0.9.89 (the 0.9 releases; not the 1.0 line, whose pages are laid out otherwise)"
+  public static let supportedRange =
+    "LMDB 0.9.0 to 0.9.89 (the 0.9 releases; not the 1.0 line, whose pages are laid out otherwise)"
 
   /// The first patch of the 0.9 line that is LMDB 1.0 in development (`mdb.master3`: 24-byte page headers).
   static let firstPatchOfTheNextLayout = 90

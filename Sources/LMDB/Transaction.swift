@@ -117,7 +117,9 @@ public final class Transaction {
   /// With ``PutFlags/noOverwrite`` an existing key throws ``LMDBError/keyExists``; with
   /// ``PutFlags/append`` a key that does not sort last throws ``LMDBError/keyExists``.
   public func put(_ db: Database, key: [UInt8], value: [UInt8], flags: PutFlags = []) throws {
-    try key.withUnsafeBytes { k in try value.withUnsafeBytes { v in try put(db, key: k, value: v, flags: flags) } }
+    try key.withUnsafeBytes { k in
+      try value.withUnsafeBytes { v in try put(db, key: k, value: v, flags: flags) }
+    }
   }
 
   /// ``put(_:key:value:flags:)`` from bytes held elsewhere (LMDB copies them). Never with bytes

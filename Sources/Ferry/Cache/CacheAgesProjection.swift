@@ -50,7 +50,8 @@ public struct CacheRecord: Sendable, Equatable {
       && lhs.lastFailureMs?.message == rhs.lastFailureMs?.message && lhs.fetchCount == rhs.fetchCount
       && lhs.nextPage == rhs.nextPage && lhs.morePagesAvailable == rhs.morePagesAvailable
       && lhs.invalidatedAt == rhs.invalidatedAt && lhs.lastSuccessAt == rhs.lastSuccessAt
-      && lhs.lastSkipMs?.at == rhs.lastSkipMs?.at && lhs.lastSkipMs?.pendingTasks == rhs.lastSkipMs?.pendingTasks
+      && lhs.lastSkipMs?.at == rhs.lastSkipMs?.at
+      && lhs.lastSkipMs?.pendingTasks == rhs.lastSkipMs?.pendingTasks
   }
 
   init(key: String) {

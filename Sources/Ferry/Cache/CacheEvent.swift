@@ -71,7 +71,8 @@ enum CacheEvent: Equatable, Sendable {
         let next = try reader.readBool("hasNext") ? try reader.readBytes("next") : nil
         self = .paging(key: key, next: next, morePagesAvailable: try reader.readBool("morePagesAvailable"))
       case "cache.refreshSkipped":
-        self = .refreshSkipped(key: try reader.readString("key"), pendingTasks: try reader.read(UInt32.self, "pendingTasks"))
+        self = .refreshSkipped(
+          key: try reader.readString("key"), pendingTasks: try reader.read(UInt32.self, "pendingTasks"))
       default:
         throw PayloadError("not an event of the cache ledger")
       }

@@ -155,7 +155,8 @@ public final class CacheLedger: Sendable {
   /// interval).
   public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws {
     if let date, !date.timeIntervalSince1970.isFinite {
-      throw FerryError.invalidArgument("a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
+      throw FerryError.invalidArgument(
+        "a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
     }
     try await recordFetch(key: key, outcome: outcome, atMilliseconds: date?.unixMilliseconds)
   }
@@ -224,7 +225,8 @@ public final class CacheLedger: Sendable {
     // A time from an imported or older store can be anything: the age saturates, never wraps.
     let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
     let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
-    return .cache(lastFetched: Date(unixMilliseconds: lastFetched), age: .milliseconds(ageMs), isTooOld: isTooOld)
+    return .cache(
+      lastFetched: Date(unixMilliseconds: lastFetched), age: .milliseconds(ageMs), isTooOld: isTooOld)
   }
 
   /// Everything the ledger knows about `key`, or nil.

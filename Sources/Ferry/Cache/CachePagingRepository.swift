@@ -120,18 +120,21 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
     do {
       (page, following) = try await source.fetchPage(next)
     } catch {
-      return .failed(RefreshError(stage: .fetch, message: "fetching the next page failed: \(error)", underlying: error))
+      return .failed(
+        RefreshError(stage: .fetch, message: "fetching the next page failed: \(error)", underlying: error))
     }
     do {
       try await source.save(page, false)
     } catch {
-      return .failed(RefreshError(stage: .save, message: "saving the next page failed: \(error)", underlying: error))
+      return .failed(
+        RefreshError(stage: .save, message: "saving the next page failed: \(error)", underlying: error))
     }
     do {
       try await ledger.setPaging(key: key, next: following, morePagesAvailable: following != nil)
     } catch {
       return .failed(
-        RefreshError(stage: .recording, message: "the paging state could not be recorded: \(error)", underlying: error))
+        RefreshError(
+          stage: .recording, message: "the paging state could not be recorded: \(error)", underlying: error))
     }
     return .loaded
   }
@@ -139,7 +142,8 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   /// The states of the list: as ``CacheRepository/states()``, with the app's cached pages.
   public func states() -> AsyncStream<CacheState<Cached>> {
     let upstream = first.states()
-    let (stream, continuation) = AsyncStream<CacheState<Cached>>.makeStream(bufferingPolicy: .bufferingNewest(16))
+    let (stream, continuation) = AsyncStream<CacheState<Cached>>.makeStream(
+      bufferingPolicy: .bufferingNewest(16))
     let forward = Task {
       for await state in upstream { continuation.yield(Self.cachedState(state)) }
       continuation.finish()
@@ -149,7 +153,9 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   }
 
   /// The state now.
-  public func currentState() async throws -> CacheState<Cached> { Self.cachedState(try await first.currentState()) }
+  public func currentState() async throws -> CacheState<Cached> {
+    Self.cachedState(try await first.currentState())
+  }
 
   static func cachedState(_ state: CacheState<Item>) -> CacheState<Cached> {
     let content: CacheState<Cached>.Content

@@ -93,7 +93,8 @@ public struct PendingTasksGate: Sendable {
       throw FerryError.unknownCollection(collection)
     }
     guard !tags.isEmpty else {
-      throw FerryError.invalidArgument("the collection \"\(collection)\" has no tags: the gate would hold nothing back")
+      throw FerryError.invalidArgument(
+        "the collection \"\(collection)\" has no tags: the gate would hold nothing back")
     }
     self.runner = runner
     self.collection = collection
@@ -119,7 +120,11 @@ public struct PendingTasksGate: Sendable {
       // A task behind its group's head reads which head it waits for: it is as stuck as that head.
       var head: PendingTask?
       if case .waitingForGroup(let behind) = task.status { head = byId[behind] }
-      if cannotRunByItself(task) || head.map(cannotRunByItself) == true { stuck.append(task) } else { runnable.append(task) }
+      if cannotRunByItself(task) || head.map(cannotRunByItself) == true {
+        stuck.append(task)
+      } else {
+        runnable.append(task)
+      }
     }
     return (runnable, stuck)
   }
@@ -289,19 +294,22 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     do {
       value = try await source.fetch()
     } catch {
-      return await recordFailure(RefreshError(stage: .fetch, message: "fetch failed: \(error)", underlying: error))
+      return await recordFailure(
+        RefreshError(stage: .fetch, message: "fetch failed: \(error)", underlying: error))
     }
     do {
       try await source.save(value)
     } catch {
-      return await recordFailure(RefreshError(stage: .save, message: "save failed: \(error)", underlying: error))
+      return await recordFailure(
+        RefreshError(stage: .save, message: "save failed: \(error)", underlying: error))
     }
     do {
       try await ledger.recordFetch(key: key, outcome: .success(isEmpty: source.isEmpty(value)))
       return .successful
     } catch {
       return .failed(
-        RefreshError(stage: .recording, message: "the fetch could not be recorded: \(error)", underlying: error))
+        RefreshError(
+          stage: .recording, message: "the fetch could not be recorded: \(error)", underlying: error))
     }
   }
 
@@ -333,7 +341,9 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   private func lastError() -> RefreshError? {
     if let seen = ledger.lastRefreshError(key) { return seen }
     return (try? ledger.record(key))?.flatMap { record -> RefreshError? in
-      guard let failure = record.lastFailureMs, failure.at >= (record.lastSuccessMs ?? .min) else { return nil }
+      guard let failure = record.lastFailureMs, failure.at >= (record.lastSuccessMs ?? .min) else {
+        return nil
+      }
       return RefreshError(stage: .recorded, message: failure.message)
     }
   }

@@ -95,7 +95,8 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   /// current state first, then its changes (a refresh when it is missing or too old, with
   /// automatic refresh on).
   public func states() -> AsyncStream<CacheState<Value>?> {
-    let (stream, continuation) = AsyncStream<CacheState<Value>?>.makeStream(bufferingPolicy: .bufferingNewest(16))
+    let (stream, continuation) = AsyncStream<CacheState<Value>?>.makeStream(
+      bufferingPolicy: .bufferingNewest(16))
     let switches = changes.stream(for: nil) { nil }
     let observer = Task { [self] in
       var forwarding: Task<Void, Never>?

@@ -110,7 +110,8 @@ enum ClaimSearch {
       return nil
     }
     if needsCheck { return .check(row.task(id: id)) }
-    return .claimed(try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
+    return .claimed(
+      try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
   }
 
   /// The new head of a group whose task this pass just finished successfully, when the pass's
@@ -125,7 +126,8 @@ enum ClaimSearch {
       head <= cursors.ready[row.level] ?? 0
     else { return nil }
     return try consider(
-      head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now, skips: &skips,
+      head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now,
+      skips: &skips,
       expired: &expired)
   }
 
@@ -150,7 +152,8 @@ enum ClaimSearch {
   }
 
   /// Logs `task.expired` when the task has no claim and its deadline is at or before `now`.
-  static func expireIfDue(_ id: TaskID, _ row: TaskRow, _ context: CommandContext, now: Int64) throws -> Bool {
+  static func expireIfDue(_ id: TaskID, _ row: TaskRow, _ context: CommandContext, now: Int64) throws -> Bool
+  {
     guard row.claim == nil, let deadline = row.deadline, deadline <= now else { return false }
     try context.append([TaskEvent.expired(id).newEvent])
     return true
@@ -246,35 +249,40 @@ enum ClaimSearch {
       let noRetries = try queue.tables.isCertainlyEmpty("waiting")
       // Due retries of the level, oldest retry time first: read from the start of its
       // time-ordered entries, so they cost what the pass takes from them.
-      let retry = try walk({ size in
-        var entries: [(key: [UInt8], id: TaskID)] = []
-        if try queue.tables.isCertainlyEmpty("waiting") { return entries }
-        let cursor = step.cursors.retry[level]
-        try queue.tables.scan("waiting", from: cursor ?? [level]) { key, _ in
-          if let cursor, key.elementsEqual(cursor) { return true }
-          guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else { return false }
-          entries.append((Array(key), id))
-          return entries.count < size
-        }
-        return entries
-      }, advance: { key, _ in step.cursors.retry[level] = key })
+      let retry = try walk(
+        { size in
+          var entries: [(key: [UInt8], id: TaskID)] = []
+          if try queue.tables.isCertainlyEmpty("waiting") { return entries }
+          let cursor = step.cursors.retry[level]
+          try queue.tables.scan("waiting", from: cursor ?? [level]) { key, _ in
+            if let cursor, key.elementsEqual(cursor) { return true }
+            guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else {
+              return false
+            }
+            entries.append((Array(key), id))
+            return entries.count < size
+          }
+          return entries
+        }, advance: { key, _ in step.cursors.retry[level] = key })
       if let retry {
         step.found = retry
         return step
       }
       var first: (key: [UInt8], id: TaskID)?
       if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? 0 { first = ([], firstReady) }
-      let ready = try walk(first: first, { size in
-        var entries: [(key: [UInt8], id: TaskID)] = []
-        let cursor = step.cursors.ready[level] ?? 0
-        if cursor == TaskID.max { return entries }  // no id follows the largest
-        try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
-          guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
-          if id > cursor { entries.append(([], id)) }
-          return entries.count < size
-        }
-        return entries
-      }, advance: { _, id in step.cursors.ready[level] = id })
+      let ready = try walk(
+        first: first,
+        { size in
+          var entries: [(key: [UInt8], id: TaskID)] = []
+          let cursor = step.cursors.ready[level] ?? 0
+          if cursor == TaskID.max { return entries }  // no id follows the largest
+          try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
+            guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
+            if id > cursor { entries.append(([], id)) }
+            return entries.count < size
+          }
+          return entries
+        }, advance: { _, id in step.cursors.ready[level] = id })
       if let ready {
         step.found = ready
         return step
@@ -306,7 +314,8 @@ enum ClaimSearch {
     if let group = row.groupId, try queue.head(of: group) != id { return .skip(.notHeadOfGroup) }
     guard let needsCheck = handlers.tags[row.tag] else { return .skip(.noHandler) }
     if needsCheck && !checked { return .check(row.task(id: id)) }
-    return .claimed(try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
+    return .claimed(
+      try claim(id, row, context, owner: owner, runner: runner, batch: handlers.batchHead(id, row)))
   }
 
   /// The batch a batched tag's claim `first` leads (`Specs/task-events.md` §4.8), claimed in the

@@ -105,7 +105,8 @@ private final class ByteJSONEncoder: Encoder {
     }
     if !sorted {
       let ordered = entries.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
-      for index in ordered.indices.dropFirst() where ordered[index - 1].key.utf8.elementsEqual(ordered[index].key.utf8) {
+      for index in ordered.indices.dropFirst()
+      where ordered[index - 1].key.utf8.elementsEqual(ordered[index].key.utf8) {
         failed = true
         return
       }
@@ -198,7 +199,9 @@ private final class ByteJSONEncoder: Encoder {
       case 0x09: output.append(contentsOf: [0x5C, UInt8(ascii: "t")])
       case 0x00...0x1F:
         let digits: [UInt8] = Array("0123456789abcdef".utf8)
-        output.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0xF)]])
+        output.append(contentsOf: [
+          0x5C, UInt8(ascii: "u"), 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0xF)],
+        ])
       default: output.append(byte)
       }
     }
@@ -300,7 +303,8 @@ private final class ByteJSONEncoder: Encoder {
   }
 
   func elementCount(_ frame: Int?) -> Int {
-    guard let frame, let found = frames.last(where: { $0.id == frame }), case .unkeyed(let count) = found.container
+    guard let frame, let found = frames.last(where: { $0.id == frame }),
+      case .unkeyed(let count) = found.container
     else { return 0 }
     return count
   }

@@ -223,7 +223,9 @@ extension TaskQueue {
     try await log.execute { context in
       try QueueCommand.onTask(id, .errorResolved(id), context) { row in
         if row.claim != nil { throw FerryError.taskRunning(id) }
-        guard row.status == .blocked else { throw FerryError.invalidArgument("task \(id) has no unresolved error") }
+        guard row.status == .blocked else {
+          throw FerryError.invalidArgument("task \(id) has no unresolved error")
+        }
       }
     }
     publish(.errorResolved(id))

@@ -1,11 +1,12 @@
+import FerryLog
+import Foundation
+import Synchronization
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Darwin)
   import Darwin
 #endif
-import FerryLog
-import Foundation
-import Synchronization
 
 /// A process's liveness token in a store: an exclusive `flock(2)` on `owners/<id>` in the store's
 /// directory, held for as long as the process has the store open to run tasks. The operating system
@@ -80,12 +81,15 @@ final class RunOwner: Sendable {
     var held = stat()
     var named = stat()
     let intact =
-      fstat(current, &held) == 0 && held.st_nlink > 0 && stat(path, &named) == 0 && named.st_ino == held.st_ino
+      fstat(current, &held) == 0 && held.st_nlink > 0 && stat(path, &named) == 0
+      && named.st_ino == held.st_ino
       && named.st_dev == held.st_dev
     if intact { return }
     let ownersDirectory = (path as NSString).deletingLastPathComponent
     if mkdir(ownersDirectory, 0o700) != 0 && errno != EEXIST { return }
-    guard let fresh = try? Self.createLockedToken(at: path, id: id, directory: ownersDirectory) else { return }
+    guard let fresh = try? Self.createLockedToken(at: path, id: id, directory: ownersDirectory) else {
+      return
+    }
     let old = descriptor.withLock { fd -> Int32 in
       defer { fd = fresh }
       return fd

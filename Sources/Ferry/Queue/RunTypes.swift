@@ -96,7 +96,8 @@ public struct TaskOutput: Sendable, Equatable {
   /// Wraps JSON bytes already encoded; ``FerryError/invalidArgument(_:)`` past ``maxSize``.
   public init(bytes: [UInt8]) throws {
     guard bytes.count <= Self.maxSize else {
-      throw FerryError.invalidArgument("a task output has \(bytes.count) bytes; at most \(Self.maxSize) are kept")
+      throw FerryError.invalidArgument(
+        "a task output has \(bytes.count) bytes; at most \(Self.maxSize) are kept")
     }
     self.bytes = bytes
   }
@@ -363,7 +364,8 @@ public enum TaskUpdate: Sendable, Equatable {
   public var taskId: TaskID? {
     switch self {
     case .current(let id, _), .added(let id), .running(let id, _), .succeeded(let id), .failed(let id, _, _),
-      .interrupted(let id), .deferred(let id, _), .skipped(let id, _), .errorRecorded(let id, _), .errorResolved(let id),
+      .interrupted(let id), .deferred(let id, _), .skipped(let id, _), .errorRecorded(let id, _),
+      .errorResolved(let id),
       .cancelled(let id), .expired(let id), .revived(let id), .payloadUpdated(let id):
       return id
     case .cleared, .paused, .resumed: return nil

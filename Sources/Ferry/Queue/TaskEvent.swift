@@ -109,13 +109,18 @@ package enum TaskEvent: Equatable, Sendable {
     case .added(let tag, let payload, let dataId, let groupId, _, _, _, let deadline, let schedule):
       size =
         FieldWriter.size(tag) + 4 + payload.count + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 3
-        + FieldWriter.size(deadline) + FieldWriter.size(schedule.startAt) + FieldWriter.size(schedule.interval)
-    case .runStarted(_, _, let owner, _, let batch): size = 16 + FieldWriter.size(owner) + FieldWriter.size(batch)
-    case .runFailed(_, let message, _, let next): size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
+        + FieldWriter.size(deadline) + FieldWriter.size(schedule.startAt)
+        + FieldWriter.size(schedule.interval)
+    case .runStarted(_, _, let owner, _, let batch):
+      size = 16 + FieldWriter.size(owner) + FieldWriter.size(batch)
+    case .runFailed(_, let message, _, let next):
+      size = 9 + FieldWriter.size(message) + FieldWriter.size(next)
     case .errorRecorded(_, let message, _): size = 9 + FieldWriter.size(message)
     case .payloadUpdated(_, let payload): size = 12 + payload.count
     case .runSucceeded(_, let details):
-      size = 8 + 1 + (details.output.map { 4 + $0.count } ?? 0) + 4 + details.invalidates.reduce(0) { $0 + FieldWriter.size($1) }
+      size =
+        8 + 1 + (details.output.map { 4 + $0.count } ?? 0) + 4
+        + details.invalidates.reduce(0) { $0 + FieldWriter.size($1) }
     case .runDeferred(_, let reason): size = 8 + FieldWriter.size(reason)
     case .runInterrupted, .errorResolved, .cancelled, .revived, .expired: size = 8
     case .cleared, .paused, .resumed: size = 0
@@ -130,7 +135,8 @@ package enum TaskEvent: Equatable, Sendable {
   func write(to writer: inout some FieldSink) {
     switch self {
     case .added(
-      let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
+      let tag, let payload, let dataId, let groupId, let manual, let unique, let priority, let deadline,
+      let schedule):
       writer.write(tag)
       writer.write(bytes: payload)
       writer.write(dataId)
@@ -168,7 +174,8 @@ package enum TaskEvent: Equatable, Sendable {
     case .runDeferred(let id, let reason):
       writer.write(id)
       writer.write(reason)
-    case .runInterrupted(let id), .errorResolved(let id), .cancelled(let id), .revived(let id), .expired(let id):
+    case .runInterrupted(let id), .errorResolved(let id), .cancelled(let id), .revived(let id),
+      .expired(let id):
       writer.write(id)
     case .cleared, .paused, .resumed:
       break
@@ -237,7 +244,8 @@ package enum TaskEvent: Equatable, Sendable {
   /// Decodes a logged event of one of the queue's types.
   package init(_ event: LoggedEvent) throws(FerryError) {
     guard let decoded = try Self.decode(event, keepingPayload: true) else {
-      throw .malformedEvent(sequence: event.sequence, type: event.type, reason: "not an event of the task queue")
+      throw .malformedEvent(
+        sequence: event.sequence, type: event.type, reason: "not an event of the task queue")
     }
     self = decoded
   }
@@ -250,7 +258,9 @@ package enum TaskEvent: Equatable, Sendable {
   }
 
   /// ``forFold(_:)`` of a record's payload where it lies.
-  static func forFold(_ header: RecordHeader, payload: UnsafeRawBufferPointer) throws(FerryError) -> TaskEvent? {
+  static func forFold(
+    _ header: RecordHeader, payload: UnsafeRawBufferPointer
+  ) throws(FerryError) -> TaskEvent? {
     try decode(type: header.type, sequence: header.sequence, payload: payload, keepingPayload: false)
   }
 
@@ -303,7 +313,8 @@ package enum TaskEvent: Equatable, Sendable {
         for _ in 0..<count { details.invalidates.append(try reader.readString("cacheKey")) }
         decoded = .runSucceeded(id, details: details)
       case "task.runDeferred":
-        decoded = .runDeferred(try reader.read(UInt64.self, "taskId"), reason: try reader.readString("reason"))
+        decoded = .runDeferred(
+          try reader.read(UInt64.self, "taskId"), reason: try reader.readString("reason"))
       case "task.runFailed":
         decoded = .runFailed(
           try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),

@@ -194,9 +194,13 @@ public final class TaskQueue: Sendable {
 
   private func startForeignTail() {
     foreignTail.start(log) { [weak self] event in
-      guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
+      guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else {
+        return
+      }
       // Told to observers only: another process's changes are its own to log and count.
-      for update in decoded.updates(sequence: event.sequence) { self.updateStreams.publish(update, for: update.taskId) }
+      for update in decoded.updates(sequence: event.sequence) {
+        self.updateStreams.publish(update, for: update.taskId)
+      }
     } missed: { [weak self] in
       // Another process's events were compacted away unread (a task cancelled and compacted,
       // say): each observed task's stream is told its status now.
@@ -331,7 +335,8 @@ public final class TaskQueue: Sendable {
     let stored = try schedule.resolved(now: clock())
     if stored.interval != nil && (manual || deadline != nil || groupId != nil) {
       // In a group, each repetition would wait at the group's end and hold what is added after it.
-      throw FerryError.invalidArgument("a repeating task can be neither manual, in a group, nor have a deadline")
+      throw FerryError.invalidArgument(
+        "a repeating task can be neither manual, in a group, nor have a deadline")
     }
     if let start = stored.startAt, let deadlineMilliseconds, deadlineMilliseconds <= start {
       throw FerryError.invalidArgument("the deadline is not after the start: the task could never run")
@@ -404,7 +409,9 @@ public final class TaskQueue: Sendable {
   public func resolveError(_ id: TaskID) async throws {
     try await log.execute { context in
       try QueueCommand.onTask(id, .errorResolved(id), context) { row in
-        guard row.status == .blocked else { throw FerryError.invalidArgument("task \(id) has no unresolved error") }
+        guard row.status == .blocked else {
+          throw FerryError.invalidArgument("task \(id) has no unresolved error")
+        }
       }
     }
     publish(.errorResolved(id))
@@ -445,7 +452,8 @@ public final class TaskQueue: Sendable {
       try queue.allTasks { row in
         // By bytes, as the queue's indexes tell tags and ids apart (not by `String` equality,
         // which takes two spellings of "café" as one).
-        Self.sameBytes(row.tag, tag) && Self.sameBytes(row.groupId, groupId) && Self.sameBytes(row.dataId, dataId)
+        Self.sameBytes(row.tag, tag) && Self.sameBytes(row.groupId, groupId)
+          && Self.sameBytes(row.dataId, dataId)
       }
     }
   }
@@ -502,7 +510,8 @@ public final class TaskQueue: Sendable {
     /// with `replace`, the replace command logged the cancel and the history ends `replaced(by:)`.
     var heldCancel: TaskHistoryEntry?
     func isReplace(_ decoded: TaskEvent) -> Bool {
-      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _, _) = decoded, let dataId else {
+      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _, _) = decoded, let dataId
+      else {
         return false
       }
       // By bytes, as the queue's `unique` index compares: two spellings of "café" are equal
@@ -529,13 +538,16 @@ public final class TaskQueue: Sendable {
         awaitingOutcome = true  // a held cancel is one made while the task ran
         entries.append(
           isReplace(decoded)
-            ? TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
+            ? TaskHistoryEntry(
+              sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
             : cancel)
         // The event that ended the wait may be the run's outcome itself.
       }
       if ended {
         if isOutcome(decoded) {
-          entries.append(TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: decoded.historyKind))
+          entries.append(
+            TaskHistoryEntry(
+              sequence: event.sequence, timestampMs: event.timestamp, event: decoded.historyKind))
           awaitingOutcome = false
         }
         return

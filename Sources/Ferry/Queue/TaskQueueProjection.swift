@@ -48,7 +48,8 @@ struct TaskQueueProjection: InPlaceFolding {
   ) throws {
     let queue = QueueTables(tables)
     switch decoded {
-    case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
+    case .added(
+      let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
       if let dataId, unique != .append {
         let existing = try queue.tasks(tag: tag, dataId: dataId)
         // The command's rule (`keptTwin`): a dead twin keeps nothing out (version 6).
@@ -62,11 +63,15 @@ struct TaskQueueProjection: InPlaceFolding {
       // A start time makes it wait in the time-ordered `waiting` index, as a retry does: claims
       // read only the entries that are due, so delayed tasks cost nothing until then (version 7).
       let row = TaskRow(
-        tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: schedule.startAt == nil ? .ready : .waiting,
-        eligibleAt: schedule.startAt, addedAt: timestamp, priority: priority, deadline: deadline, schedule: schedule)
+        tag: tag, dataId: dataId, groupId: groupId, manual: manual,
+        status: schedule.startAt == nil ? .ready : .waiting,
+        eligibleAt: schedule.startAt, addedAt: timestamp, priority: priority, deadline: deadline,
+        schedule: schedule)
       let id = sequence
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
-      try QueueKey.withTask(id) { key in try row.withBytes { try tables.putLast("tasks", key: key, value: $0) } }
+      try QueueKey.withTask(id) { key in
+        try row.withBytes { try tables.putLast("tasks", key: key, value: $0) }
+      }
       if let groupId { try tables.put("groups", key: QueueKey.group(groupId, id), value: []) }
       if let dataId {
         try tables.put("unique", key: QueueKey.unique(tag: tag, dataId: dataId, id), value: [])
@@ -158,7 +163,9 @@ struct TaskQueueProjection: InPlaceFolding {
       for (id, _) in try QueueCommand.claims(queue) {
         if let row = try queue.row(id) { running.append((id, row)) }
       }
-      for table in ["tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines"] {
+      for table in [
+        "tasks", "ready", "waiting", "running", "groups", "unique", "errors", "payloads", "deadlines",
+      ] {
         try tables.removeAll(table)
       }
       for (id, row) in running { try queue.keepCancelled(id, row) }
@@ -186,7 +193,8 @@ struct QueueTables<Tables: ProjectionTableReading> {
   /// else its `task.added` (whose sequence is the task's id).
   func payloadSource(_ id: TaskID) throws -> UInt64 {
     // Payload updates are rare: an empty table is not searched.
-    guard try !tables.isCertainlyEmpty("payloads"), let value = try tables.get("payloads", key: QueueKey.task(id))
+    guard try !tables.isCertainlyEmpty("payloads"),
+      let value = try tables.get("payloads", key: QueueKey.task(id))
     else { return id }
     guard let sequence = UInt64(bigEndianBytes: value) else {
       throw PayloadError("the payload entry of task \(id) has \(value.count) bytes")
@@ -202,7 +210,9 @@ struct QueueTables<Tables: ProjectionTableReading> {
   }
 
   /// An `outputs` row's fields.
-  static func outputEntry(_ value: [UInt8]) throws -> (tag: String, dataId: String?, groupId: String?, output: [UInt8]) {
+  static func outputEntry(
+    _ value: [UInt8]
+  ) throws -> (tag: String, dataId: String?, groupId: String?, output: [UInt8]) {
     var reader = PayloadReader(value)
     let tag = try reader.readString("tag")
     let dataId = try reader.readOptionalString("dataId")
@@ -217,7 +227,8 @@ struct QueueTables<Tables: ProjectionTableReading> {
     let prefix = QueueKey.groupPrefix(dataId)
     var ids: [TaskID] = []
     try tables.scan("outputsByData", from: prefix) { key, _ in
-      guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key) else {
+      guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key)
+      else {
         return false
       }
       ids.append(id)
@@ -348,7 +359,9 @@ struct QueueTables<Tables: ProjectionTableReading> {
     while let level = try nextRunnableLevel(from: from) {
       try tables.scan("waiting", from: [level]) { key, _ in
         visited += 1
-        guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else { return false }
+        guard let (keyLevel, at, id) = QueueKey.waitingTime(key), keyLevel == level, at <= now else {
+          return false
+        }
         if id > after {
           found = id
           return false
@@ -564,7 +577,9 @@ extension QueueTables where Tables == ProjectionTables {
   func unindex(_ id: TaskID, _ row: TaskRow) throws {
     // `index` puts a `ready` row only for a row whose status is ready, and every later change of
     // the row goes through `unindex` with that row: any other status has no `ready` row to delete.
-    if row.status == .ready { try QueueKey.withReady(row.level, id) { _ = try tables.delete("ready", key: $0) } }
+    if row.status == .ready {
+      try QueueKey.withReady(row.level, id) { _ = try tables.delete("ready", key: $0) }
+    }
     if row.claim != nil { try tables.delete("running", key: QueueKey.task(id)) }
     if let at = row.eligibleAt { try tables.delete("waiting", key: QueueKey.waiting(row.level, at, id)) }
     if let deadline = row.deadline { try tables.delete("deadlines", key: QueueKey.deadline(deadline, id)) }

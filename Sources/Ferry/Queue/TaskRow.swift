@@ -83,7 +83,8 @@ struct TaskRow: Equatable {
   /// The stored row's size in bytes.
   private var size: Int {
     FieldWriter.size(tag) + FieldWriter.size(dataId) + FieldWriter.size(groupId) + 1 + 1 + 4
-      + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner) + 4
+      + FieldWriter.size(eligibleAt) + 8 + FieldWriter.size(lastFailure) + 4 + FieldWriter.size(claim?.owner)
+      + 4
       + 4 + 1 + FieldWriter.size(deadline) + 4 + FieldWriter.size(startAt) + FieldWriter.size(interval)
   }
 
@@ -295,7 +296,9 @@ enum QueueKey {
   }
 
   /// Calls `body` with a `ready` key in temporary memory (``ready(_:_:)`` without an array).
-  static func withReady<R>(_ level: UInt8, _ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+  static func withReady<R>(
+    _ level: UInt8, _ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R
+  ) rethrows -> R {
     var raw: (UInt64, UInt64) = (0, 0)
     return try withUnsafeMutableBytes(of: &raw) { buffer in
       buffer.storeBytes(of: level, toByteOffset: 0, as: UInt8.self)
@@ -345,4 +348,3 @@ private struct KeyWriter {
     for byte in utf8 { append(byte) }
   }
 }
-

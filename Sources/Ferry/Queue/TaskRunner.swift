@@ -113,7 +113,8 @@ public final class TaskRunner: Sendable {
     let waitsForItself = state.withLock { s in s.pass.map { ObjectIdentifier($0.control) == mine } ?? false }
     if waitsForItself {
       throw FerryError.invalidArgument(
-        "\(what) from a handler called by this runner's pass would wait for that pass, which waits for the handler")
+        "\(what) from a handler called by this runner's pass would wait for that pass, which waits for the handler"
+      )
     }
   }
 
@@ -314,7 +315,8 @@ public final class TaskRunner: Sendable {
         scope.store == queue.log.path, scope.isTheHandlerItself
       {
         // It would wait for this very run's outcome, which waits for it.
-        throw FerryError.invalidArgument("task \(id)'s own handler cannot run it: the run would wait for itself")
+        throw FerryError.invalidArgument(
+          "task \(id)'s own handler cannot run it: the run would wait for itself")
       }
       guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
       return try await runSingle(id)
@@ -471,7 +473,8 @@ public final class TaskRunner: Sendable {
         let prefix = QueueKey.groupPrefix(group)
         var ids: [TaskID] = []
         try queue.tables.scan("groups", from: prefix) { key, _ in
-          guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key) else {
+          guard key.count == prefix.count + 8 && key.starts(with: prefix), let id = QueueKey.trailingID(key)
+          else {
             return false
           }
           ids.append(id)
@@ -603,83 +606,83 @@ public final class TaskRunner: Sendable {
         let step: BatchStep
         do {
           step = try await queue.log.execute { context -> BatchStep in
-          var step = BatchStep(cursors: cursors)
-          // A claim of a batched tag leads a batch, filled in this command. (`step` passed, not
-          // captured: a captured struct is checked as a whole, and two of its fields are inout below.)
-          func take(_ run: ClaimedRun, _ step: inout BatchStep) throws {
-            step.claims.append(run)
-            if !info.batchSizes.isEmpty, let size = info.batchSizes[run.task.tag] {
-              step.batches[run.task.id] = try ClaimSearch.fillBatch(
-                run, size: size, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
-                runner: runner, now: clock())
+            var step = BatchStep(cursors: cursors)
+            // A claim of a batched tag leads a batch, filled in this command. (`step` passed, not
+            // captured: a captured struct is checked as a whole, and two of its fields are inout below.)
+            func take(_ run: ClaimedRun, _ step: inout BatchStep) throws {
+              step.claims.append(run)
+              if !info.batchSizes.isEmpty, let size = info.batchSizes[run.task.tag] {
+                step.batches[run.task.id] = try ClaimSearch.fillBatch(
+                  run, size: size, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
+                  runner: runner, now: clock())
+              }
             }
-          }
-          // Tasks whose deadline passed leave the queue first, whatever their state: the sweep
-          // reads the `deadlines` index from its start, so it costs what it expires.
-          step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
-          var successors: [String] = []
-          for run in toFinish {
-            var repetition: TaskID?
-            let logged = try QueueCommand.finish(
-              run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
-              repetition: &repetition)
-            if let repetition { step.repetitions.append((repetition, run.run.task)) }
-            step.logged.append(logged)
-            if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
-              successors.append(group)
+            // Tasks whose deadline passed leave the queue first, whatever their state: the sweep
+            // reads the `deadlines` index from its start, so it costs what it expires.
+            step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
+            var successors: [String] = []
+            for run in toFinish {
+              var repetition: TaskID?
+              let logged = try QueueCommand.finish(
+                run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
+                repetition: &repetition)
+              if let repetition { step.repetitions.append((repetition, run.run.task)) }
+              step.logged.append(logged)
+              if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
+                successors.append(group)
+              }
             }
-          }
-          // A window's deadline: nothing more is claimed, decided here with the claims (read here,
-          // not before the command waited for the writer: a window may have joined meanwhile).
-          if let deadline = control.deadline, clock() >= deadline {
-            step.pastDeadline = true
-            return step
-          }
-          // Offline: nothing starts, so no attempt is spent (decided here, with the claims).
-          if !self.isOnline {
-            step.offline = true
-            return step
-          }
-          // Automatic running paused while its pass was under way: nothing more is claimed.
-          if control.stopsWhenPaused,
-            try QueueCommand.tables(context).tables.get("state", key: QueueKey.paused) == [1]
-          {
-            step.pastDeadline = true
-            step.paused = true
-            return step
-          }
-          // Successors first: every group this command moved on, however the scan ends.
-          for group in successors where step.claims.count < free && step.check == nil {
-            switch try ClaimSearch.successor(
-              of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
-              runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
+            // A window's deadline: nothing more is claimed, decided here with the claims (read here,
+            // not before the command waited for the writer: a window may have joined meanwhile).
+            if let deadline = control.deadline, clock() >= deadline {
+              step.pastDeadline = true
+              return step
+            }
+            // Offline: nothing starts, so no attempt is spent (decided here, with the claims).
+            if !self.isOnline {
+              step.offline = true
+              return step
+            }
+            // Automatic running paused while its pass was under way: nothing more is claimed.
+            if control.stopsWhenPaused,
+              try QueueCommand.tables(context).tables.get("state", key: QueueKey.paused) == [1]
             {
-            case .some(.claimed(let run)): try take(run, &step)
-            case .some(.check(let task)): step.check = task
-            default: break  // nothing to take from this group now
+              step.pastDeadline = true
+              step.paused = true
+              return step
             }
-          }
-          // A sweep that reached its limit leaves more to expire: the next command goes on.
-          let sweptAll = step.expired.count < ClaimSearch.scanLimit
-          while step.claims.count < free && step.check == nil {
-            let found = try ClaimSearch.next(
-              context, pass: pass, cursors: step.cursors, handlers: info,
-              owner: owner, runner: runner, now: clock(), expired: &step.expired)
-            step.cursors = found.cursors
-            step.skips += found.skips
-            switch found.found {
-            case .claimed(let run):
-              try take(run, &step)
-              continue
-            case .check(let task): step.check = task
-            case .more: break
-            case .none(let head):
-              step.head = head
-              step.exhausted = sweptAll
+            // Successors first: every group this command moved on, however the scan ends.
+            for group in successors where step.claims.count < free && step.check == nil {
+              switch try ClaimSearch.successor(
+                of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
+                runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
+              {
+              case .some(.claimed(let run)): try take(run, &step)
+              case .some(.check(let task)): step.check = task
+              default: break  // nothing to take from this group now
+              }
             }
-            break
-          }
-          return step
+            // A sweep that reached its limit leaves more to expire: the next command goes on.
+            let sweptAll = step.expired.count < ClaimSearch.scanLimit
+            while step.claims.count < free && step.check == nil {
+              let found = try ClaimSearch.next(
+                context, pass: pass, cursors: step.cursors, handlers: info,
+                owner: owner, runner: runner, now: clock(), expired: &step.expired)
+              step.cursors = found.cursors
+              step.skips += found.skips
+              switch found.found {
+              case .claimed(let run):
+                try take(run, &step)
+                continue
+              case .check(let task): step.check = task
+              case .more: break
+              case .none(let head):
+                step.head = head
+                step.exhausted = sweptAll
+              }
+              break
+            }
+            return step
           }
         } catch {
           queue.endRuns(free)
@@ -708,14 +711,17 @@ public final class TaskRunner: Sendable {
           for members in step.batches.values { pass.advance(cursors: step.cursors, claimed: members) }
         }
         for found in step.skips where pass.touch(found.id) {
-          if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) { continue }
+          if found.reason == .noHandler && !info.unhandled.insert(found.id, generation: info.generation) {
+            continue
+          }
           pass.add(found.id, skip(found.id, found.reason), priority: found.priority)
           pass.failGroup(found.groupId)
         }
         var claimed = step.claims
         var batches = step.batches
         if let task = step.check,
-          let members = try await checkAndClaim(task, pass: pass, owner: owner, handlers: info, control: control),
+          let members = try await checkAndClaim(
+            task, pass: pass, owner: owner, handlers: info, control: control),
           let run = members.first
         {
           claimed.append(run)
@@ -899,7 +905,8 @@ public final class TaskRunner: Sendable {
     let id = finished.run.task.id
     pass.add(id, logged == .logged ? finished.outcome : .interrupted, priority: finished.run.task.priority)
     if finished.outcome != .succeeded {
-      pass.failGroup(finished.run.task.groupId, reported: logged == .logged && finished.outcome != .interrupted)
+      pass.failGroup(
+        finished.run.task.groupId, reported: logged == .logged && finished.outcome != .interrupted)
     }
   }
 
@@ -939,7 +946,8 @@ public final class TaskRunner: Sendable {
 
   /// The events and outcome of what a handler said of a run.
   private func finished(
-    _ run: ClaimedRun, _ result: TaskResult, _ registration: Registration, offlineAtStart: Bool, dropsBefore: UInt64
+    _ run: ClaimedRun, _ result: TaskResult, _ registration: Registration, offlineAtStart: Bool,
+    dropsBefore: UInt64
   ) -> Finished {
     let task = run.task
     let attempt = run.claim.attempt
@@ -982,7 +990,8 @@ public final class TaskRunner: Sendable {
       )
     case .recordError(let fullMessage):
       let message = TaskQueue.loggable(fullMessage)
-      return Finished(run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
+      return Finished(
+        run, [.errorRecorded(task.id, message: message, endsRun: true)], .errorRecorded(message))
     }
   }
 
@@ -1065,7 +1074,8 @@ public final class TaskRunner: Sendable {
 
   /// ``call(_:_:_:)`` for a batched handler: the time limit applies to the call as a whole.
   private func callBatch(
-    _ registration: Registration, _ handler: @escaping @Sendable ([RunningTask]) async throws -> [TaskID: TaskResult],
+    _ registration: Registration,
+    _ handler: @escaping @Sendable ([RunningTask]) async throws -> [TaskID: TaskResult],
     _ runs: [ClaimedRun], _ handlerCall: HandlerCall
   ) async throws(CancellationError) -> BatchEnd {
     let tasks = runs.map { run in
@@ -1085,7 +1095,8 @@ public final class TaskRunner: Sendable {
         answers.set(try await handler(tasks))
         return .succeeded
       }, firstTask, limitMs: limitMs, graceMs: graceMs,
-      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
+      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock,
+      sleep: queue.sleep)
     {
     case .ended(.success, _, _):
       return .results(answers.value ?? [:])
@@ -1134,7 +1145,8 @@ public final class TaskRunner: Sendable {
         handlerCall.enter()  // in the handler's own task: what tells it apart from tasks it starts
         return try await handler(task)
       }, running, limitMs: limitMs, graceMs: graceMs,
-      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock, sleep: queue.sleep)
+      stopGraceMs: max(0, configuration.interruptionGrace.milliseconds), clock: queue.clock,
+      sleep: queue.sleep)
     {
     case .ended(.success(let result), _, _):
       return result
@@ -1247,7 +1259,9 @@ public final class TaskRunner: Sendable {
   /// comes it looks at the task itself: a task that left the queue (cancelled, cleared — its run's
   /// outcome may never be logged, or compaction may have removed it) or whose claim changed without
   /// an outcome in the log ends the wait with what the queue says.
-  private func awaitOutcome(of id: TaskID, claim: TaskRow.Claim, after head: UInt64) async throws -> TaskOutcome {
+  private func awaitOutcome(
+    of id: TaskID, claim: TaskRow.Claim, after head: UInt64
+  ) async throws -> TaskOutcome {
     var last = head
     var idle = 0
     while true {

@@ -36,7 +36,9 @@ public struct TaskSchedule: Sendable, Equatable {
   public static func at(_ date: Date) -> TaskSchedule { TaskSchedule(start: .at(date), interval: nil) }
 
   /// No run starts before `delay` has passed since the add (on the store's clock).
-  public static func after(_ delay: Duration) -> TaskSchedule { TaskSchedule(start: .after(delay), interval: nil) }
+  public static func after(_ delay: Duration) -> TaskSchedule {
+    TaskSchedule(start: .after(delay), interval: nil)
+  }
 
   /// Runs at `startingAt` (now when nil), then again `interval` after each success, until it is
   /// cancelled. Each repetition is a task of its own — a new id and a new

@@ -151,7 +151,8 @@ public struct PendingTask: Sendable, Equatable {
     PendingTask(
       id: id, tag: tag, dataId: dataId, groupId: groupId, manual: manual, status: status, attempts: attempts,
       addedAtMs: addedAtMs, lastFailure: lastFailure, errorCount: errorCount, priority: priority,
-      deadline: deadline, attemptsGivenBack: attemptsGivenBack, startAt: startAt, repeatInterval: repeatInterval)
+      deadline: deadline, attemptsGivenBack: attemptsGivenBack, startAt: startAt,
+      repeatInterval: repeatInterval)
   }
 }
 

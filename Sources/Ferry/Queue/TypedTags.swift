@@ -51,7 +51,8 @@ extension TaskRunner {
     isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
     handler: @escaping @Sendable (RunningTask) async throws -> TaskResult
   ) where Tag.RawValue == String {
-    register(tag: tag.rawValue, retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun, handler: handler)
+    register(
+      tag: tag.rawValue, retry: retry, timeLimit: timeLimit, isReadyToRun: isReadyToRun, handler: handler)
   }
 }
 

@@ -80,7 +80,8 @@ extension WindowReport: CustomStringConvertible {
   public var description: String {
     var counts: [String] = []
     for (count, word) in [
-      (succeeded, "succeeded"), (failed, "failed"), (errorsRecorded, errorsRecorded == 1 ? "error recorded" : "errors recorded"),
+      (succeeded, "succeeded"), (failed, "failed"),
+      (errorsRecorded, errorsRecorded == 1 ? "error recorded" : "errors recorded"),
       (interrupted, "interrupted"), (skipped, "skipped"),
     ] where count > 0 {
       counts.append("\(count) \(word)")

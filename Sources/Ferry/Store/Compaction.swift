@@ -64,9 +64,12 @@ extension FerryStore {
       // task shares its group or data id (it may read it): kept like a queued task.
       if hasOutputs {
         try tables.scan("outputs", from: nil) { key, value in
-          guard let id = UInt64(bigEndianBytes: key), let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
+          guard let id = UInt64(bigEndianBytes: key),
+            let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
           else { return true }
-          if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true { ids.insert(id) }
+          if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true {
+            ids.insert(id)
+          }
           return true
         }
       }
@@ -134,7 +137,8 @@ struct RetentionPlan: Sendable {
     switch decoded {
     case .added: task = event.sequence
     case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
-      .runInterrupted(let id), .runDeferred(let id, _), .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id),
+      .runInterrupted(let id), .runDeferred(let id, _), .errorRecorded(let id, _, _), .errorResolved(let id),
+      .cancelled(let id),
       .revived(let id), .payloadUpdated(let id, _), .expired(let id):
       task = id
     case .cleared, .paused, .resumed: return
@@ -149,7 +153,8 @@ struct RetentionPlan: Sendable {
   /// first); notes each such key as seen.
   private mutating func keepsInvalidation(_ keys: [String]) -> Bool {
     var keeps = false
-    for key in keys where CacheAgesProjection.isValidKey(key) && !seenSuccess.contains(key) && !forgotten.contains(key) {
+    for key in keys
+    where CacheAgesProjection.isValidKey(key) && !seenSuccess.contains(key) && !forgotten.contains(key) {
       if seenInvalidation.insert(key).inserted { keeps = true }
     }
     return keeps
@@ -198,14 +203,17 @@ struct RetentionPlan: Sendable {
       // projection's new version, a damaged snapshot) replays what is left, and without it the
       // stale cache would read fresh. Its task's history stays, for the newest such success of
       // each key only.
-      if case .runSucceeded(_, let details) = decoded, keepsInvalidation(details.invalidates) { removable = false }
+      if case .runSucceeded(_, let details) = decoded, keepsInvalidation(details.invalidates) {
+        removable = false
+      }
       finishedTaskDecision[task] = removable
       if !removable { lowestKeptTask = min(lowestKeptTask ?? task, task) }
       return removable
     }
     if CacheEvent.typeSet.contains(event.type), let decoded = try? CacheEvent(event) {
       switch decoded {
-      case .fetched(let key, _, _) where forgotten.contains(key), .paging(let key, _, _) where forgotten.contains(key):
+      case .fetched(let key, _, _) where forgotten.contains(key),
+        .paging(let key, _, _) where forgotten.contains(key):
         return true  // older than a forget of its key: shadowed
       case .fetched(let key, _, .success): return !seenSuccess.insert(key).inserted
       case .fetched(let key, _, .failure): return !seenFailure.insert(key).inserted

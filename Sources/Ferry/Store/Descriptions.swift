@@ -101,7 +101,8 @@ extension CacheAge: CustomStringConvertible {
     switch self {
     case .noCache: return "no cache"
     case .cache(let lastFetched, let age, let isTooOld):
-      return "fetched \(readableTime(lastFetched)), \(age.formatted(.units(allowed: [.days, .hours, .minutes, .seconds], width: .narrow))) old"
+      return
+        "fetched \(readableTime(lastFetched)), \(age.formatted(.units(allowed: [.days, .hours, .minutes, .seconds], width: .narrow))) old"
         + (isTooOld ? ", too old" : "")
     }
   }

@@ -56,7 +56,9 @@ extension FerryStore {
     let caches = try view.tables(of: CacheAgesProjection.projectionName).entries("keys").map {
       try CacheRecord(key: String(decoding: $0.key, as: UTF8.self), bytes: $0.value)
     }
-    let cancelledRunning = try QueueCommand.claims(queue).map(\.0).filter { try queue.row($0)?.isQueued == false }
+    let cancelledRunning = try QueueCommand.claims(queue).map(\.0).filter {
+      try queue.row($0)?.isQueued == false
+    }
     return FerrySnapshot(
       head: try view.head(), tasks: tasks, errors: errors, paused: paused, caches: caches,
       cancelledRunning: cancelledRunning)
@@ -113,7 +115,8 @@ public struct EventSummary: Sendable, Equatable {
       kind = .task(name)
       switch decoded {
       case .added(
-        let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline, let schedule):
+        let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline,
+        let schedule):
         taskId = event.sequence
         groupId = group
         var parts = ["task \(event.sequence) added: tag \(tag)"]
@@ -124,7 +127,9 @@ public struct EventSummary: Sendable, Equatable {
         if priority != 0 { parts.append("priority \(TaskPriority(rawValue: priority))") }
         if let deadline { parts.append("deadline \(readableTime(deadline))") }
         if let startAt = schedule.startAt { parts.append("starts \(readableTime(startAt))") }
-        if let interval = schedule.interval { parts.append("repeats every \(TaskRunner.readable(milliseconds: interval))") }
+        if let interval = schedule.interval {
+          parts.append("repeats every \(TaskRunner.readable(milliseconds: interval))")
+        }
         parts.append("payload \(String(decoding: payload.prefix(120), as: UTF8.self))")
         text = parts.joined(separator: ", ")
       case .runStarted(let id, let attempt, let owner, let runner, let batch):
@@ -137,8 +142,12 @@ public struct EventSummary: Sendable, Equatable {
         taskId = id
         staleKeys = details.invalidates
         var parts = ["task \(id) succeeded"]
-        if let output = details.output { parts.append("output \(String(decoding: output.prefix(120), as: UTF8.self))") }
-        if !details.invalidates.isEmpty { parts.append("stales \(details.invalidates.joined(separator: ", "))") }
+        if let output = details.output {
+          parts.append("output \(String(decoding: output.prefix(120), as: UTF8.self))")
+        }
+        if !details.invalidates.isEmpty {
+          parts.append("stales \(details.invalidates.joined(separator: ", "))")
+        }
         text = parts.joined(separator: ", ")
       case .runDeferred(let id, let reason):
         taskId = id

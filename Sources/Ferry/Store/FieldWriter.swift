@@ -95,7 +95,9 @@ struct FieldWriter: FieldSink {
       if let from = source.baseAddress { target.copyMemory(from: from, byteCount: source.count) }
     }
     if copied == nil {
-      for (offset, byte) in utf8.enumerated() { target.storeBytes(of: byte, toByteOffset: offset, as: UInt8.self) }
+      for (offset, byte) in utf8.enumerated() {
+        target.storeBytes(of: byte, toByteOffset: offset, as: UInt8.self)
+      }
     }
   }
 

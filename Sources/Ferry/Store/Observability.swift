@@ -99,10 +99,12 @@ final class QueueObserver: Sendable {
     case .resumed: logger?.debug("automatic running resumed")
     case .deferred(let id, let reason):
       logger?.info(
-        "run deferred, no attempt spent", metadata: [FerryLogMetadata.taskId: "\(id)", FerryLogMetadata.message: "\(reason)"])
+        "run deferred, no attempt spent",
+        metadata: [FerryLogMetadata.taskId: "\(id)", FerryLogMetadata.message: "\(reason)"])
     case .expired(let id):
       metrics?.expired.increment()
-      logger?.debug("task expired: its deadline passed before it started", metadata: [FerryLogMetadata.taskId: "\(id)"])
+      logger?.debug(
+        "task expired: its deadline passed before it started", metadata: [FerryLogMetadata.taskId: "\(id)"])
     case .current, .added, .running, .succeeded, .failed, .interrupted, .skipped, .errorRecorded: return
     }
     refreshGaugesIfDue()

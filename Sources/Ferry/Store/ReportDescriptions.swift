@@ -49,7 +49,9 @@ extension RunReport: CustomStringConvertible {
   /// A one-line summary: "3 ran (2 succeeded, 1 failed, 1 error recorded), 1 skipped".
   public var description: String {
     var parts = ["\(ran) ran (\(succeeded) succeeded, \(failed) failed"]
-    if errorsRecorded > 0 { parts[0] += ", \(errorsRecorded) error" + (errorsRecorded == 1 ? "" : "s") + " recorded" }
+    if errorsRecorded > 0 {
+      parts[0] += ", \(errorsRecorded) error" + (errorsRecorded == 1 ? "" : "s") + " recorded"
+    }
     if interrupted > 0 { parts[0] += ", \(interrupted) interrupted" }
     if deferred > 0 { parts[0] += ", \(deferred) deferred" }
     parts[0] += ")"
@@ -62,7 +64,8 @@ extension RunReport: CustomStringConvertible {
 extension CancelReport: CustomStringConvertible {
   public var description: String {
     let cancelled = self.cancelled.isEmpty ? "none" : self.cancelled.map(String.init).joined(separator: ", ")
-    let running = self.running.isEmpty ? "" : "; still running: " + self.running.map(String.init).joined(separator: ", ")
+    let running =
+      self.running.isEmpty ? "" : "; still running: " + self.running.map(String.init).joined(separator: ", ")
     return "cancelled \(self.cancelled.count) (\(cancelled))\(running)"
   }
 }
@@ -115,7 +118,9 @@ extension PendingTask: CustomStringConvertible {
 }
 
 extension RecordedError: CustomStringConvertible {
-  public var description: String { "error \(errorId) on task \(taskId) at \(readableTime(recordedAt)): \(message)" }
+  public var description: String {
+    "error \(errorId) on task \(taskId) at \(readableTime(recordedAt)): \(message)"
+  }
 }
 
 extension TaskHistoryEntry.Kind: CustomStringConvertible {
@@ -152,7 +157,9 @@ extension CacheRecord: CustomStringConvertible {
     } else {
       parts.append("never fetched successfully")
     }
-    if let lastFailure { parts.append("last failure \(readableTime(lastFailure.at)): \(lastFailure.message)") }
+    if let lastFailure {
+      parts.append("last failure \(readableTime(lastFailure.at)): \(lastFailure.message)")
+    }
     return parts.joined(separator: ", ")
   }
 }

@@ -113,4 +113,3 @@ extension Date {
     return milliseconds
   }
 }
-
