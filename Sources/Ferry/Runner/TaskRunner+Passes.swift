@@ -106,33 +106,6 @@ extension TaskRunner {
     }
   }
 
-  /// What one command of a pass did: the outcomes it logged, the runs it claimed, what it skipped
-  /// and where its search stopped.
-  struct BatchStep: Sendable {
-    var logged: [QueueCommand.FinishOutcome] = []
-    /// The tasks that repeat the repeating tasks whose success this command logged.
-    var repetitions: [(id: TaskID, of: PendingTask)] = []
-    var claims: [ClaimedRun] = []
-    /// The batches led by claims of batched tags, by their first task: every run of each, the
-    /// first included (claimed in this command too).
-    var batches: [TaskID: [ClaimedRun]] = [:]
-    var skips: [PassSkip] = []
-    /// Tasks this command expired (their deadline passed): swept, or met by the search.
-    var expired: [ExpiredTask] = []
-    var check: PendingTask?
-    var cursors: PassCursors
-    var head: UInt64 = 0
-    /// The search found nothing more to claim (rather than stopping at the width, a check or its limit).
-    var exhausted = false
-    /// The pass's deadline had come (or, for automatic running, the queue was paused): the
-    /// command claimed nothing.
-    var pastDeadline = false
-    /// The queue was paused and the pass is automatic running's.
-    var paused = false
-    /// The connectivity input said offline: the command claimed nothing.
-    var offline = false
-  }
-
   /// The pass's loop: one command logs every run that ended since the last one and claims up to
   /// `width` minus the runs still under way, so one commit serves every lane; the handlers run
   /// meanwhile. Serially (width 1) that is one commit per task: the outcome of one run and the
@@ -168,86 +141,12 @@ extension TaskRunner {
         // The runs this command may claim count as live from before it commits: a close meanwhile
         // keeps the token locked until they end.
         queue.reserveRuns(free)
-        let step: BatchStep
+        let step: QueueCommand.PassStep
         do {
-          step = try await queue.log.execute { context -> BatchStep in
-            var step = BatchStep(cursors: cursors)
-            // A claim of a batched tag leads a batch, filled in this command. (`step` passed, not
-            // captured: a captured struct is checked as a whole, and two of its fields are inout below.)
-            func take(_ run: ClaimedRun, _ step: inout BatchStep) throws {
-              step.claims.append(run)
-              if !info.batchSizes.isEmpty, let size = info.batchSizes[run.task.tag] {
-                step.batches[run.task.id] = try ClaimSearch.fillBatch(
-                  run, size: size, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
-                  runner: runner, now: clock())
-              }
-            }
-            // Tasks whose deadline passed leave the queue first, whatever their state: the sweep
-            // reads the `deadlines` index from its start, so it costs what it expires.
-            step.expired = try ClaimSearch.sweep(context, now: clock(), limit: ClaimSearch.scanLimit)
-            var successors: [String] = []
-            for run in toFinish {
-              var repetition: TaskID?
-              let logged = try QueueCommand.finish(
-                run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
-                repetition: &repetition)
-              if let repetition { step.repetitions.append((repetition, run.run.task)) }
-              step.logged.append(logged)
-              if run.outcome == .succeeded, logged == .logged, let group = run.run.task.groupId {
-                successors.append(group)
-              }
-            }
-            // A window's deadline: nothing more is claimed, decided here with the claims (read here,
-            // not before the command waited for the writer: a window may have joined meanwhile).
-            if let deadline = control.deadline, clock() >= deadline {
-              step.pastDeadline = true
-              return step
-            }
-            // Offline: nothing starts, so no attempt is spent (decided here, with the claims).
-            if !self.isOnline {
-              step.offline = true
-              return step
-            }
-            // Automatic running paused while its pass was under way: nothing more is claimed.
-            if control.stopsWhenPaused,
-              try QueueCommand.tables(context).tables.get("state", key: QueueKey.paused) == [1]
-            {
-              step.pastDeadline = true
-              step.paused = true
-              return step
-            }
-            // Successors first: every group this command moved on, however the scan ends.
-            for group in successors where step.claims.count < free && step.check == nil {
-              switch try ClaimSearch.successor(
-                of: group, context, pass: pass, cursors: step.cursors, handlers: info, owner: owner,
-                runner: runner, now: clock(), skips: &step.skips, expired: &step.expired)
-              {
-              case .some(.claimed(let run)): try take(run, &step)
-              case .some(.check(let task)): step.check = task
-              default: break  // nothing to take from this group now
-              }
-            }
-            // A sweep that reached its limit leaves more to expire: the next command goes on.
-            let sweptAll = step.expired.count < ClaimSearch.scanLimit
-            while step.claims.count < free && step.check == nil {
-              let found = try ClaimSearch.next(
-                context, pass: pass, cursors: step.cursors, handlers: info,
-                owner: owner, runner: runner, now: clock(), expired: &step.expired)
-              step.cursors = found.cursors
-              step.skips += found.skips
-              switch found.found {
-              case .claimed(let run):
-                try take(run, &step)
-                continue
-              case .check(let task): step.check = task
-              case .more: break
-              case .none(let head):
-                step.head = head
-                step.exhausted = sweptAll
-              }
-              break
-            }
-            return step
+          step = try await queue.log.execute { context in
+            try QueueCommand.passStep(
+              finishing: toFinish, context, pass: pass, control: control, cursors: cursors, handlers: info,
+              owner: owner, runner: runner, free: free, isOnline: { self.isOnline }, clock: clock)
           }
         } catch {
           queue.endRuns(free)
@@ -365,21 +264,12 @@ extension TaskRunner {
     let decided: SingleClaim?
     var members: [ClaimedRun]?
     do {
-      let result = try await queue.log.execute { context -> (SingleClaim?, [ClaimedRun]?) in
-        let now = clock()
-        // A window's deadline came while the check was asked — the window may have joined then.
-        if let deadline = control.deadline, now >= deadline { return (nil, nil) }
-        let decision = try ClaimSearch.claim(
-          task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
-        guard case .claimed(let run) = decision, let size = handlers.batchSizes[run.task.tag] else {
-          return (decision, nil)
-        }
-        let batch = try ClaimSearch.fillBatch(
-          run, size: size, context, pass: pass, cursors: pass.cursors(), handlers: handlers, owner: owner,
-          runner: runner, now: now)
-        return (decision, batch)
+      let result = try await queue.log.execute { context in
+        try QueueCommand.claimChecked(
+          task, context, pass: pass, control: control, handlers: handlers, owner: owner, runner: runner,
+          clock: clock)
       }
-      (decided, members) = (result.0, result.1)
+      (decided, members) = (result?.decision, result?.batch)
     } catch {
       queue.endRuns(1)
       throw error
@@ -426,15 +316,7 @@ extension TaskRunner {
   func logOutcomes(_ runs: [Finished]) async throws -> [QueueCommand.FinishOutcome] {
     let clock = queue.clock
     let (logged, repetitions) = try await queue.log.execute { context in
-      var repetitions: [(id: TaskID, of: PendingTask)] = []
-      let logged = try runs.map { run in
-        var repetition: TaskID?
-        defer { if let repetition { repetitions.append((repetition, run.run.task)) } }
-        return try QueueCommand.finish(
-          run.run.task.id, claim: run.run.claim, outcome: run.events, now: clock(), context,
-          repetition: &repetition)
-      }
-      return (logged, repetitions)
+      try QueueCommand.finishRuns(runs, context, clock: clock)
     }
     for (run, result) in zip(runs, logged) where result == .logged { publish(run) }
     publishRepetitions(repetitions)
