@@ -59,29 +59,29 @@ import Testing
   /// event (the suspension comes from inside the delivery: the moment is then exact): the loop
   /// the resume starts must go on after what was told, never tell it again; and nothing of the
   /// other process's may be lost. Checked against the log.
-  @Test func theForeignTailTellsNothingTwiceAcrossASuspensionMidDelivery() async throws {
+  @Test func theOtherProcessFollowerTellsNothingTwiceAcrossASuspensionMidDelivery() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let store = try await fixture.openStore()
     defer { store.close() }
     let log = store.log
     let start = try log.head()
-    let tail = ForeignTail()
+    let follower = OtherProcessFollower()
     let told = Mutex<[UInt64]>([])
     let (seen, seeing) = AsyncStream<UInt64>.makeStream()
     let replaced = Atomic<Bool>(false)
-    tail.start(
+    follower.start(
       log,
       deliver: { event in
         told.withLock { $0.append(event.sequence) }
         seeing.yield(event.sequence)
         // The first event told: a suspension and a resume replace the loop right now.
         if !replaced.exchange(true, ordering: .relaxed) {
-          tail.suspend()
-          tail.resume(log)
+          follower.suspend()
+          follower.resume(log)
         }
       }, missed: {})
-    defer { tail.stop() }
+    defer { follower.stop() }
     let adder = try Child("ferry-test-worker", ["add-tasks", fixture.path, "6"])
     #expect(try await adder.wait() == 0, "\(adder.output)")
     // A marker appended afterwards, by another process too: only the loop now current tells it,

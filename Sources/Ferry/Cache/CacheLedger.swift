@@ -88,39 +88,39 @@ public final class CacheLedger: Sendable {
     // observing is not woken five times a second for nothing.
     changes.whileObserved { [weak self] observed in
       guard let self else { return }
-      if observed { self.observeOtherProcesses() } else { self.foreignTail.stop() }
+      if observed { self.observeOtherProcesses() } else { self.otherProcessFollower.stop() }
     }
   }
 
   /// Whether this ledger reads the log for other processes' fetches now (while any key is
   /// observed).
-  var followsOtherProcesses: Bool { foreignTail.isRunning }
+  var followsOtherProcesses: Bool { otherProcessFollower.isRunning }
 
   /// Logging and metrics (Observability.swift).
   let observer: CacheObserver
 
   /// Tells observers of a key what other processes record about it.
-  private let foreignTail = ForeignTail()
+  private let otherProcessFollower = OtherProcessFollower()
 
   func close() {
-    foreignTail.stop()
+    otherProcessFollower.stop()
     log.close()
     changes.finish()
   }
 
   /// Stops reading other processes' fetches for a suspension (the queue suspends the log).
-  func suspendTail() { foreignTail.suspend() }
+  func suspendTail() { otherProcessFollower.suspend() }
 
   /// Goes on reading other processes' fetches after a resume, from where it stopped (what a
   /// compaction removed meanwhile unread is told as a possible change, as at any time).
   func resumeTail() {
-    foreignTail.resume(log)
+    otherProcessFollower.resume(log)
   }
 
   /// Starts telling this process's observers about fetches other processes record (an app
   /// extension refreshing a cache, say).
   private func observeOtherProcesses() {
-    foreignTail.start(log) { [weak self] event in
+    otherProcessFollower.start(log) { [weak self] event in
       guard let self else { return }
       if event.type == "task.runSucceeded", case .runSucceeded(_, let details)? = try? TaskEvent(event) {
         self.invalidated(details.invalidates)

@@ -141,7 +141,7 @@ extension TaskQueue {
   /// when the queue is closed meanwhile.
   public func waitUntilIdle() async throws {
     // Subscribed before the first look, so that no change falls between the look and the wait.
-    // Also woken when the foreign tail finds another process's events compacted away unread
+    // Also woken when the other-process follower finds another process's events compacted away unread
     // (the last task run there and compacted: no update of it will ever come).
     let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
     let changes = updates()

@@ -26,7 +26,7 @@ public final class TaskQueue: Sendable {
   public let log: EventLog
   let clock: @Sendable () -> Int64
   let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
-  /// Told when the foreign tail finds another process's events compacted away before it read them.
+  /// Told when the other-process follower finds another process's events compacted away before it read them.
   let compactedUnread = Broadcaster<Void, Int>(buffer: 1)
   /// Runs found at open whose owner was gone (a crash), now logged as interrupted: their tasks are
   /// ready again — except a task cancelled while that run was under way, which the interruption
@@ -41,7 +41,7 @@ public final class TaskQueue: Sendable {
   private let liveRuns = Mutex<(running: Int, closedOwner: RunOwner?)>((0, nil))
   private let runnerNumbers = Atomic<UInt32>(0)
   /// The tail that tells this process's observers what other processes append.
-  private let foreignTail = ForeignTail()
+  private let otherProcessFollower = OtherProcessFollower()
   /// This queue's runners, held weakly: a suspension of the store stops them and its resume
   /// starts again those that ran automatically.
   private let runners = Mutex<[WeakRunner]>([])
@@ -98,7 +98,7 @@ public final class TaskQueue: Sendable {
   /// can no longer be logged is interrupted by the next open. Synchronous, like
   /// ``FerryStore/close()``.
   public func close() {
-    foreignTail.stop()
+    otherProcessFollower.stop()
     log.close()
     updateStreams.finish()
     compactedUnread.finish()
@@ -122,7 +122,7 @@ public final class TaskQueue: Sendable {
   /// whatever handler still runs: a run whose outcome could not be logged is then like a killed
   /// process's, interrupted by the resume or by any other process.
   func suspendStore() {
-    foreignTail.suspend()
+    otherProcessFollower.suspend()
     log.suspend()
     let token = owner.withLock { owner -> RunOwner? in
       defer { owner = nil }
@@ -137,7 +137,7 @@ public final class TaskQueue: Sendable {
   /// stopped. The store then interrupts dead owners' runs (``FerryStore/resume()``).
   func resumeStore() throws {
     try log.resume()
-    foreignTail.resume(log)
+    otherProcessFollower.resume(log)
   }
 
   /// Runs of this queue that may be live: reserved before a claim command is sent (it may claim
@@ -181,19 +181,19 @@ public final class TaskQueue: Sendable {
 
   /// Whether this queue reads the log for other processes' changes now: while any update stream
   /// is observed (``updates()``, ``updates(for:)``, `waitUntilIdle()`), not after the last ends.
-  var followsOtherProcesses: Bool { foreignTail.isRunning }
+  var followsOtherProcesses: Bool { otherProcessFollower.isRunning }
 
   /// The tail of other processes' changes runs while anyone observes: an app that stopped
   /// observing is not woken five times a second for nothing.
   private func followOtherProcessesWhileObserved() {
     updateStreams.whileObserved { [weak self] observed in
       guard let self else { return }
-      if observed { self.startForeignTail() } else { self.foreignTail.stop() }
+      if observed { self.startFollowingOtherProcesses() } else { self.otherProcessFollower.stop() }
     }
   }
 
-  private func startForeignTail() {
-    foreignTail.start(log) { [weak self] event in
+  private func startFollowingOtherProcesses() {
+    otherProcessFollower.start(log) { [weak self] event in
       guard let self, TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else {
         return
       }

@@ -4,7 +4,7 @@ import Synchronization
 /// Reads what other processes append to a store's log while anyone in this process observes, so
 /// that observers see an app extension's changes too. Started when a first observer subscribes,
 /// stopped when the last one ends (and at close).
-final class ForeignTail: Sendable {
+final class OtherProcessFollower: Sendable {
   /// How often the log is read for other processes' appends.
   static let pollInterval: Duration = .milliseconds(200)
   /// Events read at most per read transaction.
@@ -18,7 +18,7 @@ final class ForeignTail: Sendable {
     var last: UInt64?
     /// What the running loop tells.
     var handlers: Handlers?
-    /// The tail that a suspension stopped, to be started again from `last` by a resume.
+    /// The loop that a suspension stopped, to be started again from `last` by a resume.
     var suspended: Handlers?
   }
 
@@ -124,7 +124,7 @@ final class ForeignTail: Sendable {
     }
   }
 
-  /// Starts the tail a suspension stopped again, from where it was.
+  /// Starts the loop a suspension stopped again, from where it was.
   func resume(_ log: EventLog) {
     state.withLock { state in
       guard let tail = state.suspended else { return }
@@ -135,7 +135,7 @@ final class ForeignTail: Sendable {
     }
   }
 
-  /// Whether the tail is being read now (started and not stopped).
+  /// Whether other processes' appends are being read now (started and not stopped).
   var isRunning: Bool { state.withLock { $0.task != nil } }
 
   func stop() {
