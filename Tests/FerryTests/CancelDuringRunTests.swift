@@ -172,7 +172,7 @@ import Testing
     let gate = path + "-gate"
     defer { try? FileManager.default.removeItem(atPath: gate) }
     let queue = store.queue
-    let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate, "g"])
+    let child = try Child("ferry-test-worker", ["run-gated", path, gate, "g"])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
     let head = try #require(UInt64(line.split(separator: " ")[1]))

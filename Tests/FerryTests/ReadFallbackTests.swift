@@ -50,7 +50,7 @@ import Testing
 
     let input = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["company-rebuild", fixture.path, "5"] + (segment ? ["segment"] : []),
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "5"] + (segment ? ["segment"] : []),
       stdin: input.fileHandleForReading)
     defer { if rebuilder.process.isRunning { rebuilder.kill() } }
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
