@@ -49,16 +49,16 @@ import Testing
   /// Each time flag of each command that takes one, as the parser reads it: the flag, and the
   /// words of its syntax its help gives.
   static let timeFlags: [(command: [String], flag: String, syntax: String)] = [
-    (["compact"], "--retention", "7d, 36h, 90m, 45s, 1h30m or plain seconds"),
     (["inspect"], "--max-age", "1h, 90m, 7d, 45s, 1h30m or plain seconds"),
-    (["replay", "--until", "1"], "--max-age", "1h, 90m, 7d, 45s, 1h30m or plain seconds"),
+    (["replay"], "--max-age", "1h, 90m, 7d, 45s, 1h30m or plain seconds"),
     (["log"], "--since", "a duration back from now (2h, 7d, 90m) or an ISO 8601 time"),
+    (["compact"], "--retention", "7d, 36h, 90m, 45s, 1h30m or plain seconds"),
   ]
 
   /// A bad value of any time flag is a usage error (status 64, as every bad flag) whose message
   /// names the flag, the value and the syntax the flag takes — and the store is never opened
   /// (the directory does not exist).
-  @Test(arguments: ["7x", "soon", "1.5h", "h7", "", "--", "2026-13-45T99:00:00Z"])
+  @Test(arguments: ["7x", "soon", "1.5h", "h7", "-5", "7 d", "2026-13-45T99:00:00Z"])
   func badTimeFlagValuesExitWithAUsageError(value: String) throws {
     let missing = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-no-store-\(UUID())").path
     for (command, flag, syntax) in Self.timeFlags {
