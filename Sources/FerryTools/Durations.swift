@@ -40,34 +40,53 @@ package func parseDuration(_ text: String, flag: String) throws(ToolError) -> In
   return total
 }
 
-/// Reads `--since`: a duration back from `now` (`2h`, `7d`, plain seconds) or a time in ISO 8601
-/// (`2026-01-15T09:00:00Z`, fractional seconds and offsets allowed). Returns Unix milliseconds.
-package func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
-  if text.contains("-") || text.contains("T") || text.contains(":") {
-    for options in [
-      ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds],
-    ] {
-      let formatter = ISO8601DateFormatter()
-      formatter.formatOptions = options
-      if let date = formatter.date(from: text) {
-        return Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+/// What `--since` names: a time that many milliseconds back from now, or a fixed time (Unix
+/// milliseconds). Read once from the flag; a relative one is placed against the clock when used.
+package enum PointInTime: Sendable, Equatable {
+  case ago(Int64)
+  case at(Int64)
+
+  /// Reads a duration back from now (`2h`, `7d`, plain seconds) or a time in ISO 8601
+  /// (`2026-01-15T09:00:00Z`, fractional seconds and offsets allowed).
+  package init(parsing text: String) throws(ToolError) {
+    let bad = ToolError(
+      .badFlags,
+      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'"
+    )
+    if text.contains("-") || text.contains("T") || text.contains(":") {
+      for options in [
+        ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds],
+      ] {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = options
+        if let date = formatter.date(from: text) {
+          self = .at(Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+          return
+        }
       }
+      throw bad
     }
-    throw ToolError(
-      .badFlags,
-      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'"
-    )
+    do {
+      self = .ago(try parseDuration(text, flag: "--since"))
+    } catch {
+      throw bad
+    }
   }
-  do {
-    let back = try parseDuration(text, flag: "--since")
-    let (start, overflow) = now.subtractingReportingOverflow(back)
-    return overflow ? .min : start
-  } catch {
-    throw ToolError(
-      .badFlags,
-      "--since takes a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z), not '\(text)'"
-    )
+
+  /// Unix milliseconds, a relative time counted back from `now`.
+  package func milliseconds(now: Int64) -> Int64 {
+    switch self {
+    case .at(let ms): return ms
+    case .ago(let back):
+      let (start, overflow) = now.subtractingReportingOverflow(back)
+      return overflow ? .min : start
+    }
   }
+}
+
+/// Reads `--since` (see ``PointInTime``) and places it against `now`. Returns Unix milliseconds.
+package func parseSince(_ text: String, now: Int64) throws(ToolError) -> Int64 {
+  try PointInTime(parsing: text).milliseconds(now: now)
 }
 
 /// A time for people: ISO 8601 with how far it is from `now` ("2026-01-15T09:00:00.000Z, in 5m 0s",
@@ -89,9 +108,4 @@ private func saturating(_ value: Int64, _ scale: Int64) -> Int64 {
 
 extension Character {
   fileprivate var isASCIIDigit: Bool { isASCII && isNumber }
-}
-
-/// ``parseSince(_:now:)`` against the wall clock now.
-package func parseSince(_ text: String) throws(ToolError) -> Int64 {
-  try parseSince(text, now: wallClockMilliseconds())
 }

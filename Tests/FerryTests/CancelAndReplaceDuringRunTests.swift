@@ -82,7 +82,7 @@ import Testing
     for n in 0..<8 {
       acknowledged.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: "g\(n % 4)"))
     }
-    let arguments = ["cancel-race-run", path, "2", stop] + (segment ? ["segment"] : [])
+    let arguments = ["run-automatically-until-stop", path, "2", stop] + (segment ? ["segment"] : [])
     var workers = [try Child("ferry-test-worker", arguments), try Child("ferry-test-worker", arguments)]
     defer { for worker in workers where worker.process.isRunning { worker.kill() } }
     let started = ContinuousClock.now
@@ -257,7 +257,7 @@ import Testing
     let oldRun = runner(store.queue)
     oldRun.register(tag: "t") { _ in .succeeded }
     #expect(try await oldRun.run(.task(old)).outcome(of: old) == .succeeded)
-    let child = try Child("ferry-test-worker", ["attack-run-gated", path, gate, "g"])
+    let child = try Child("ferry-test-worker", ["run-gated", path, gate, "g"])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
     let head = try #require(UInt64(line.split(separator: " ")[1]))

@@ -147,7 +147,7 @@ import Testing
       return
     }
     let child = try Child(
-      "ferry-test-worker", ["pull-act-compact", fixture.path, "forget:notes"] + (segment ? ["segment"] : []))
+      "ferry-test-worker", ["act-then-compact", fixture.path, "forget:notes"] + (segment ? ["segment"] : []))
     #expect(try await child.wait() == 0)
     let compacted = try await child.waitForLine(startingWith: "compacted ")
     try #require(compacted != "compacted 0", "nothing was compacted away")
@@ -181,7 +181,7 @@ import Testing
     defer { updates.cancel() }
     try #require(try await Self.eventually { !updates.values.isEmpty })
     #expect(updates.values[0] == .current(id, .ready))
-    let child = try Child("ferry-test-worker", ["pull-act-compact", fixture.path, "cancel:\(id)"])
+    let child = try Child("ferry-test-worker", ["act-then-compact", fixture.path, "cancel:\(id)"])
     #expect(try await child.wait() == 0)
     let compacted = try await child.waitForLine(startingWith: "compacted ")
     try #require(compacted != "compacted 0", "nothing was compacted away")
@@ -217,7 +217,7 @@ import Testing
     }
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "local") { _ in .succeeded }
-    let child = try Child("ferry-test-worker", ["pull-grow", fixture.path, "120"])
+    let child = try Child("ferry-test-worker", ["record-large-failures", fixture.path, "120"])
     var rounds = 0
     var added: [TaskID] = []
     while child.process.isRunning || rounds == 0 {
@@ -305,7 +305,7 @@ import Testing
     defer { states.cancel() }
     try #require(try await Self.eventually { !states.values.isEmpty })
     #expect(states.values[0].refreshError == nil)
-    let child = try Child("ferry-test-worker", ["pull-grow", fixture.path, "1"])
+    let child = try Child("ferry-test-worker", ["record-large-failures", fixture.path, "1"])
     #expect(try await child.wait() == 0)
     #expect(try await notes.currentState().refreshError?.stage == .recorded)
     #expect(try await Self.eventually { states.values.count >= 2 })
@@ -401,7 +401,7 @@ import Testing
       continuation.onTermination = { _ in task.cancel() }
     })
     defer { idle.cancel() }
-    let child = try Child("ferry-test-worker", ["pull-act-compact", fixture.path, "run:elsewhere"])
+    let child = try Child("ferry-test-worker", ["act-then-compact", fixture.path, "run:elsewhere"])
     #expect(try await child.wait() == 0)
     #expect(child.output.contains("ran 1"), "\(child.output)")
     try #require(child.output.contains { $0.hasPrefix("compacted ") && $0 != "compacted 0" }, "\(child.output)")

@@ -40,7 +40,7 @@ import Testing
       let point = points[round % points.count]
       let input = Pipe()
       let compactor = try Child(
-        "ferry-test-worker", ["company-compact", fixture.path, "7"] + (segment ? ["segment"] : []),
+        "ferry-test-worker", ["compact-until-line", fixture.path, "7"] + (segment ? ["segment"] : []),
         stdin: input.fileHandleForReading,
         environment: ["FERRY_CRASH_POINT": point, "FERRY_CRASH_AFTER": "\(1 + round % 3)"])
       for cycle in 0..<4 {
@@ -93,7 +93,7 @@ import Testing
     for (point, after) in points.map({ ($0, $0 == "compaction" ? 1 : 2) }) {
       let stdin = Pipe()
       let compactor = try Child(
-        "ferry-test-worker", ["company-compact", fixture.path, "7"] + (segment ? ["segment"] : []),
+        "ferry-test-worker", ["compact-until-line", fixture.path, "7"] + (segment ? ["segment"] : []),
         stdin: stdin.fileHandleForReading,
         environment: ["FERRY_CRASH_POINT": point, "FERRY_CRASH_AFTER": "\(after)"])
       defer { try? stdin.fileHandleForWriting.close() }

@@ -177,7 +177,7 @@ import Testing
   @Test func noFileDescriptorsLeft() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let child = try Child("ferry-test-worker", ["attack-run-without-fds", fixture.path])
+    let child = try Child("ferry-test-worker", ["run-without-descriptors", fixture.path])
     let status = try await child.wait()
     #expect(status == 0, "\(child.output)")
     #expect(child.output.contains { $0.hasPrefix("first error") }, "\(child.output)")

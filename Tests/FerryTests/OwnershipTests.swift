@@ -93,15 +93,15 @@ final class Child: Sendable {
   }
 
   /// Waits for the child to exit (a child that hangs is ended by the test's time limit), then for
-  /// its reader to take the rest of its output (up to five seconds more: a grandchild may hold the
-  /// pipe open), and returns its status. Without the second wait a caller could read `output`
+  /// its reader to take the rest of its output (up to a minute more, a hang guard: a grandchild may
+  /// hold the pipe open), and returns its status. Without the second wait a caller could read `output`
   /// before the child's last line arrived (seen in CI: a `ferry recover --json` that exited 0 had
   /// no line yet).
   func wait() async throws -> Int32 {
     while process.isRunning {
       try await Task.sleep(for: .milliseconds(10))
     }
-    let drained = ContinuousClock.now + .seconds(5)
+    let drained = ContinuousClock.now + .seconds(60)
     while !ended.withLock({ $0 }) && ContinuousClock.now < drained { try await Task.sleep(for: .milliseconds(5)) }
     return process.terminationStatus
   }

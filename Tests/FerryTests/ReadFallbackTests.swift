@@ -50,7 +50,7 @@ import Testing
 
     let input = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["company-rebuild", fixture.path, "5"] + (segment ? ["segment"] : []),
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "5"] + (segment ? ["segment"] : []),
       stdin: input.fileHandleForReading)
     defer { if rebuilder.process.isRunning { rebuilder.kill() } }
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
@@ -92,8 +92,8 @@ import Testing
     }
 
     var passFailures: [String] = []
-    let deadline = ContinuousClock.now + .seconds(10)
-    while ContinuousClock.now < deadline {
+    // Sized by rounds, not seconds: a loaded machine runs fewer per second, not fewer.
+    for _ in 0..<60 {
       do {
         _ = try await queue.add(tag: "held", payload: ["n": "\(held)"], manual: true)
         held += 1
@@ -189,8 +189,9 @@ import Testing
     let seen = try #require(outcome.withLock { $0 }, "the read never ended")
     #expect(seen.0.hasPrefix("notCurrent"), "\(seen.0)")
     #expect(seen.0.contains("did not get to the read within 4 s"), "\(seen.0)")
-    // `readWriterWait` (4 s), not less (it gave up early) and not much more (it waited for the lock).
-    #expect(seen.1 >= .milliseconds(3_900) && seen.1 < .seconds(12), "the read gave up after \(seen.1)")
+    // `readWriterWait` (4 s), not less (it gave up early); that it gave up at its deadline rather
+    // than after the lock is its reason above (no upper bound: a loaded machine may be slow to say so).
+    #expect(seen.1 >= .milliseconds(3_900), "the read gave up after \(seen.1)")
 
     say("go", to: input)
     _ = try await locker.waitForLine(startingWith: "released")

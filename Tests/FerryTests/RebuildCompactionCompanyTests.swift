@@ -12,7 +12,7 @@ import Testing
 /// a killed runner's task at most once more, after its owner is seen dead — nothing acknowledged
 /// is lost, group order holds, and verify stays healthy.
 @Suite(.timeLimit(.minutes(20))) struct RebuildCompactionCompanyTests {
-  /// What each job does (the `company-run` worker's handlers): "ok" succeeds, "fail" fails for
+  /// What each job does (the `run-jobs-until-idle` worker's handlers): "ok" succeeds, "fail" fails for
   /// good, "error" records an error, "flaky" fails retryably once and then succeeds.
   static func kind(_ i: Int) -> String {
     switch i % 10 {
@@ -218,8 +218,8 @@ import Testing
   func twoRunners(_ path: String, segment: Bool) throws -> [Child] {
     let flag = segment ? ["segment"] : []
     return [
-      try Child("ferry-test-worker", ["company-run", path, "1"] + flag),
-      try Child("ferry-test-worker", ["company-run", path, "3"] + flag),
+      try Child("ferry-test-worker", ["run-jobs-until-idle", path, "1"] + flag),
+      try Child("ferry-test-worker", ["run-jobs-until-idle", path, "3"] + flag),
     ]
   }
 
@@ -237,7 +237,7 @@ import Testing
 
     let input = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["company-rebuild", fixture.path, "40"] + flag, stdin: input.fileHandleForReading)
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"] + flag, stdin: input.fileHandleForReading)
     _ = try await rebuilder.waitForLine(startingWith: "open")
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
     let runners = try twoRunners(fixture.path, segment: segment)
@@ -293,10 +293,10 @@ import Testing
 
     let rebuildInput = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["company-rebuild", fixture.path, "40"], stdin: rebuildInput.fileHandleForReading)
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"], stdin: rebuildInput.fileHandleForReading)
     let compactInput = Pipe()
     let compactor = try Child(
-      "ferry-test-worker", ["company-compact", fixture.path, "7"], stdin: compactInput.fileHandleForReading)
+      "ferry-test-worker", ["compact-until-line", fixture.path, "7"], stdin: compactInput.fileHandleForReading)
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
     _ = try await compactor.waitForLine(startingWith: "compacted 0")
     let runners = try twoRunners(fixture.path, segment: false)
@@ -345,7 +345,7 @@ import Testing
     while runners.contains(where: { $0.process.isRunning }) {
       let input = Pipe()
       let compactor = try Child(
-        "ferry-test-worker", ["company-compact", fixture.path, "7"] + flag, stdin: input.fileHandleForReading,
+        "ferry-test-worker", ["compact-until-line", fixture.path, "7"] + flag, stdin: input.fileHandleForReading,
         environment: ["FERRY_CRASH_POINT": "compaction", "FERRY_CRASH_AFTER": "\(1 + killed % 3)"])
       try await waitForExit(compactor)
       if compactor.process.terminationReason == .uncaughtSignal {
@@ -572,11 +572,11 @@ import Testing
     // A snapshot of version 1 at 3 (nothing removed: every key is still set).
     #expect(try await log.compact(removing: Registry.removable()).removed == 0)
     let killed = try Child(
-      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      "ferry-test-worker", ["registry-append", path, "2", "-"],
       environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
     try await waitForExit(killed)
     try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
-    let other = try Child("ferry-test-worker", ["attack-registry", path, "2", "-a,+d"])
+    let other = try Child("ferry-test-worker", ["registry-append", path, "2", "-a,+d"])
     #expect(try await other.waitForLine(startingWith: "head ") == "head 5")
     _ = try await other.waitForLine(startingWith: "closed")
     // The projection is stored at version 2, at the head: this process compacts beside it.
@@ -605,7 +605,7 @@ import Testing
     // Version 2's rebuild (chunks of one event) is killed after its first chunk: stored at
     // version 2, at 1 ("a" set), while this process has the store open.
     let killed = try Child(
-      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      "ferry-test-worker", ["registry-append", path, "2", "-"],
       environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
     try await waitForExit(killed)
     try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")
@@ -632,7 +632,7 @@ import Testing
       _ = try await log.append(NewEvent(type: type, payload: Array(key.utf8)))
     }
     let killed = try Child(
-      "ferry-test-worker", ["attack-registry", path, "2", "-"],
+      "ferry-test-worker", ["registry-append", path, "2", "-"],
       environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
     try await waitForExit(killed)
     try #require(killed.process.terminationReason == .uncaughtSignal, "\(killed.output)")

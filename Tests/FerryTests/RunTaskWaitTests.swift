@@ -52,11 +52,11 @@ import Testing
     defer { fixture.remove() }
     let gate = fixture.path + ".gate"
     defer { try? FileManager.default.removeItem(atPath: gate) }
-    let owner = try Child("ferry-test-worker", ["attack-run-gated", fixture.path, gate])
+    let owner = try Child("ferry-test-worker", ["run-gated", fixture.path, gate])
     defer { owner.kill() }
     let line = try await owner.waitForLine(startingWith: "running ")
     let id = try #require(line.split(separator: " ").dropFirst().first.flatMap { UInt64($0) })
-    let waiter = try Child("ferry-test-worker", ["attack-run-one", fixture.path, "\(id)"])
+    let waiter = try Child("ferry-test-worker", ["run-one", fixture.path, "\(id)"])
     defer { waiter.kill() }
     _ = try await waiter.waitForLine(startingWith: "waiting")
     try await Task.sleep(for: .milliseconds(500))  // in its wait loop

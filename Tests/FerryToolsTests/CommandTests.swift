@@ -14,7 +14,8 @@ struct CommandResult {
   let stderr: String
 }
 
-/// Runs the built `ferry` with `arguments` (and `input` on standard input), killing it after a minute.
+/// Runs the built `ferry` with `arguments` (and `input` on standard input), killing it after ten
+/// minutes (a hang guard, far above what a loaded machine takes).
 func ferry(
   _ arguments: [String], input: String? = nil, environment: [String: String] = [:],
   executable: String = "ferry"
@@ -36,7 +37,7 @@ func ferry(
   // The watchdog holds the process weakly: held strongly, every call kept its process and three
   // pipes open for a minute — over a thousand descriptors across the suite, past what Foundation's
   // `Process.run()` scans of /proc/self/fd without reading beyond its buffer (a SIGSEGV in CI).
-  DispatchQueue.global().asyncAfter(deadline: .now() + 60) { [weak process] in
+  DispatchQueue.global().asyncAfter(deadline: .now() + 600) { [weak process] in
     if let process, process.isRunning { process.terminate() }
   }
   if let input { inputPipe.fileHandleForWriting.write(Data(input.utf8)) }

@@ -9,7 +9,7 @@ import Testing
 /// `Specs/one-sync-commit.md`) whose writer process was killed with frames outstanding: every
 /// event the writer acknowledged is in the salvaged store, or the salvage exits non-zero and counts
 /// what it could not bring back — never "lost: none" over events only the segment held.
-@Suite(.timeLimit(.minutes(5)), .serialized) struct SegmentSalvageTests {
+@Suite(.timeLimit(.minutes(20)), .serialized) struct SegmentSalvageTests {
   /// The store's files, by name, except the lock files every opener writes to.
   func dataFiles(_ path: String) throws -> [String: Data] {
     var files: [String: Data] = [:]

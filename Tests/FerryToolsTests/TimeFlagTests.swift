@@ -34,25 +34,65 @@ import Testing
     #expect(throws: ToolError.self) { try parseSince("2026-13-45", now: now) }
   }
 
-  @Test func flagsOnTheCommandLine() async throws {
+  /// A store for the command-line tests: one task that failed retryably (a retry time to show).
+  static func storeWithARetry() async throws -> (demo: DemoStore, id: UInt64) {
     let demo = DemoStore()
-    defer { demo.remove() }
     let store = try await FerryStore.open(at: demo.path)
     let id = try await store.queue.add(tag: "flaky", payload: ["n": 1])
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "flaky") { _ in .failed("offline", retryable: true) }
     _ = try await runner.run(.task(id))
     store.close()
+    return (demo, id)
+  }
 
-    let badRetention = try ferry(["compact", demo.path, "--retention", "7x"])
-    #expect(badRetention.status == 64)
-    #expect(badRetention.stderr.contains("--retention takes a duration such as 7d"))
-    let badAge = try ferry(["inspect", demo.path, "--max-age", "soon"])
-    #expect(badAge.status == 64)
-    #expect(badAge.stderr.contains("--max-age takes a duration"))
-    let badSince = try ferry(["log", demo.path, "--since", "yesterday"])
-    #expect(badSince.status == 64)
-    #expect(badSince.stderr.contains("--since takes a duration back from now"))
+  /// Each time flag of each command that takes one, as the parser reads it: the flag, and the
+  /// words of its syntax its help gives.
+  static let timeFlags: [(command: [String], flag: String, syntax: String)] = [
+    (["inspect"], "--max-age", "1h, 90m, 7d, 45s, 1h30m or plain seconds"),
+    (["replay"], "--max-age", "1h, 90m, 7d, 45s, 1h30m or plain seconds"),
+    (["log"], "--since", "a duration back from now (2h, 7d, 90m) or an ISO 8601 time"),
+    (["compact"], "--retention", "7d, 36h, 90m, 45s, 1h30m or plain seconds"),
+  ]
+
+  /// A bad value of any time flag is a usage error (status 64, as every bad flag) whose message
+  /// names the flag, the value and the syntax the flag takes — and the store is never opened
+  /// (the directory does not exist).
+  @Test(arguments: ["7x", "soon", "1.5h", "h7", "-5", "7 d", "2026-13-45T99:00:00Z"])
+  func badTimeFlagValuesExitWithAUsageError(value: String) throws {
+    let missing = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-no-store-\(UUID())").path
+    for (command, flag, syntax) in Self.timeFlags {
+      let arguments = [command[0], missing] + command.dropFirst() + ["\(flag)=\(value)"]
+      let result = try ferry(arguments)
+      #expect(result.status == ExitStatus.badFlags.rawValue, "\(arguments): \(result.stderr)")
+      #expect(result.stderr.contains("The value '\(value)' is invalid for '\(flag) "), "\(arguments): \(result.stderr)")
+      let oneLine = result.stderr.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+      #expect(oneLine.contains(syntax), "\(arguments): \(result.stderr)")
+      #expect(result.stdout.isEmpty)
+      #expect(!FileManager.default.fileExists(atPath: missing))
+    }
+  }
+
+  /// Good values of every time flag run the command (status 0).
+  @Test func goodTimeFlagValuesRunTheCommand() async throws {
+    let (demo, _) = try await Self.storeWithARetry()
+    defer { demo.remove() }
+    for (command, flag, _) in Self.timeFlags {
+      let values =
+        flag == "--since"
+        ? ["2h", "604800", "1h30m", "2026-01-15T09:00:00Z", "2026-01-15T10:00:00.250+01:00"]
+        : ["7d", "36h", "90m", "45s", "500ms", "1h30m", "604800", "0", "99999999999999999999d"]
+      for value in values {
+        let arguments = [command[0], demo.path] + command.dropFirst() + [flag, value]
+        let result = try ferry(arguments)
+        #expect(result.status == 0, "\(arguments): \(result.stderr)")
+      }
+    }
+  }
+
+  @Test func flagsOnTheCommandLine() async throws {
+    let (demo, id) = try await Self.storeWithARetry()
+    defer { demo.remove() }
 
     let inspected = try JSONDecoder().decode(
       InspectReport.self, from: Data(try ferry(["inspect", demo.path, "--max-age", "90m", "--json"]).stdout.utf8))

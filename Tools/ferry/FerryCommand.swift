@@ -25,16 +25,6 @@ struct StoreArgument: ParsableArguments {
   var dir: String
 }
 
-/// The milliseconds of a duration flag (`7d`, `36h`, `90m`, `45s`, plain seconds), or a
-/// validation error (exit status 64) that says what the flag takes.
-func durationFlag(_ text: String, _ flag: String) throws -> Int64 {
-  do {
-    return try parseDuration(text, flag: flag)
-  } catch {
-    throw ValidationError(error.message)
-  }
-}
-
 /// Runs a command's work, printing a failure as one line on standard error with its exit status.
 func perform(_ work: () async throws(ToolError) -> ExitStatus) async throws {
   do {

@@ -15,8 +15,8 @@ struct Compact: AsyncParsableCommand {
 
   @OptionGroup var store: StoreArgument
 
-  @Option(help: "How long to keep the events of finished tasks: 7d, 36h, 90m, 45s or plain seconds.")
-  var retention: String = "7d"
+  @Option(help: "How long to keep the events of finished tasks: a duration such as 7d, 36h, 90m, 45s, 1h30m or plain seconds.")
+  var retention = TimeSpan(7 * 86_400_000, written: "7d")
 
   @Flag(help: "Then write a compacted copy of the file and swap it in, to give freed space back.")
   var copy = false
@@ -24,14 +24,10 @@ struct Compact: AsyncParsableCommand {
   @Flag(help: "Print one JSON object (keys: removed, remaining, snapshotSequence, dataFileBytesAfter, …).")
   var json = false
 
-  func validate() throws {
-    _ = try durationFlag(retention, "--retention")
-  }
-
   func run() async throws {
     try await perform { () async throws(ToolError) -> ExitStatus in
       try await compact(
-        path: store.dir, retentionMs: (try? durationFlag(retention, "--retention")) ?? 7 * 86_400_000, copy: copy, json: json, output: .standard)
+        path: store.dir, retentionMs: retention.milliseconds, copy: copy, json: json, output: .standard)
       return .ok
     }
   }

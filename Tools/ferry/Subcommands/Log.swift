@@ -14,15 +14,12 @@ struct Log: AsyncParsableCommand {
   @Option(help: "Only events about this task id.") var task: UInt64?
   @Option(help: "Only events about this cache key.") var key: String?
   @Option(help: "Only events appended since then: a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z).")
-  var since: String?
+  var since: SinceFlag?
   @Flag(help: "One JSON object per line.") var json = false
   @Flag(help: "Keep printing new events as they are appended (until interrupted).") var follow = false
 
   func validate() throws {
     if let to, to < from { throw ValidationError("--to must not be less than --from") }
-    if let since {
-      do { _ = try parseSince(since, now: 0) } catch { throw ValidationError(error.message) }
-    }
   }
 
   func run() async throws {
@@ -32,7 +29,7 @@ struct Log: AsyncParsableCommand {
     filter.type = type
     filter.task = task
     filter.key = key
-    filter.since = since.flatMap { try? parseSince($0) }
+    filter.since = since?.milliseconds
     try await performContained(store: store.dir) { () async throws(ToolError) -> ExitStatus in
       try await printLog(path: store.dir, filter: filter, json: json, follow: follow, output: .standard)
       return .ok

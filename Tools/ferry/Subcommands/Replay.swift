@@ -15,17 +15,13 @@ struct Replay: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
   @Option(help: "Show the state as of this sequence number.") var until: UInt64?
   @Flag(help: "Print JSON.") var json = false
-  @Option(help: "The max age that cache ages are judged by: 1h, 90m, 7d, 45s or plain seconds.")
-  var maxAge: String = "1h"
-
-  func validate() throws {
-    _ = try durationFlag(maxAge, "--max-age")
-  }
+  @Option(help: "The max age that cache ages are judged by: a duration such as 1h, 90m, 7d, 45s, 1h30m or plain seconds.")
+  var maxAge = TimeSpan(3_600_000, written: "1h")
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in
       try replay(
-        path: store.dir, until: until, json: json, maxAgeMs: (try? durationFlag(maxAge, "--max-age")) ?? 3_600_000, output: .standard)
+        path: store.dir, until: until, json: json, maxAgeMs: maxAge.milliseconds, output: .standard)
         ? .ok : .problemsFound
     }
   }
