@@ -233,7 +233,7 @@ extension EventLog {
       }
     }
     guard inWriter else { throw notCurrent }
-    return try readInWriter(body, writer: writer, until: deadline, notCurrent: notCurrent)
+    return try readInWriterTransaction(body, writer: writer, until: deadline, notCurrent: notCurrent)
   }
 
   /// How long a read waits for its catch-up before it runs in the writer's transaction instead.

@@ -91,7 +91,7 @@ public final class EventLog: Sendable {
   /// The sequence ranges this open appended (merged when adjacent), so that a tail can tell them
   /// from other processes' appends.
   let ownRanges = OwnRanges()
-  /// Reads whose body ran in the writer's transaction (``read(_:)``, ReadInWriter.swift).
+  /// Reads whose body ran in the writer's transaction (``read(_:)``, ReadInWriterTransaction.swift).
   let readsInWriter = Atomic<Int>(0)
   /// The log's logger and metrics (``Configuration/logger``, ``Configuration/metricsFactory``).
   package let instruments: LogInstruments
