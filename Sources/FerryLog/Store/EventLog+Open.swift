@@ -1,4 +1,3 @@
-import CFerryLMDB
 import Foundation
 import LMDB
 import Synchronization
@@ -63,7 +62,7 @@ extension EventLog {
             "it held a store with events up to sequence \(mark.head), but LMDB now reads it as no store: \(reason)"
         )
       case .storage(let lmdb)
-      where lmdb.code == MDB_NOTFOUND || lmdb.code == MDB_INCOMPATIBLE || lmdb.code == MDB_BAD_DBI:
+      where [LMDBError.notFound, .incompatible, .badDatabase].contains(where: { $0.code == lmdb.code }):
         throw FerryLogError.damagedStore(
           path: path,
           reason:
