@@ -38,7 +38,9 @@ public struct DataFileCheck: Sendable, Equatable {
   /// The two meta pages, as read (nil when the file is too short to hold one).
   public let metas: [Meta?]
 
+  /// LMDB's magic number, at the start of each meta page's fields.
   public static let magic = PageLayout.magic
+  /// The data format version LMDB 0.9 writes.
   public static let dataVersion = PageLayout.dataVersion
 
   /// Reads the meta pages of the data file at `file`. Throws ``LMDBError`` with the OS error when

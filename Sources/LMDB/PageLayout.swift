@@ -2,109 +2,109 @@
 /// that reads a data file without LMDB: the meta-page check before an open, the free-list check,
 /// and `ferry salvage`'s page reader. LMDB writes its fields in the host's byte order, which is
 /// little-endian on every machine Ferry runs on (x86-64, arm64).
-public enum PageLayout {
+package enum PageLayout {
   // MARK: Page header: mp_pgno u64 @0, mp_pad u16 @8, mp_flags u16 @10, mp_lower u16 @12,
   // mp_upper u16 @14 (mp_pages u32 @12 on an overflow page); then the node pointers (u16 each).
 
   /// `mp_pgno`: the page's own number (u64).
-  public static let pageNumberOffset = 0
+  package static let pageNumberOffset = 0
   /// `mp_flags` (u16).
-  public static let pageFlagsOffset = 10
+  package static let pageFlagsOffset = 10
   /// `mp_lower` (u16): where the node pointer array ends, counted from the page's start.
-  public static let lowerOffset = 12
+  package static let lowerOffset = 12
   /// `mp_upper` (u16): where the nodes begin.
-  public static let upperOffset = 14
+  package static let upperOffset = 14
   /// The page header's size; the node pointers follow it, as does an overflow page's data.
-  public static let pageHeaderSize = 16
+  package static let pageHeaderSize = 16
   /// The size of one node pointer (a u16 offset into the page).
-  public static let nodePointerSize = 2
+  package static let nodePointerSize = 2
 
   /// Page flags (`P_BRANCH`, `P_LEAF`, `P_OVERFLOW`, `P_META`, `P_DIRTY`, `P_LEAF2`, `P_SUBP`).
-  public static let branch: UInt16 = 0x01
-  public static let leaf: UInt16 = 0x02
-  public static let overflow: UInt16 = 0x04
-  public static let meta: UInt16 = 0x08
+  package static let branch: UInt16 = 0x01
+  package static let leaf: UInt16 = 0x02
+  package static let overflow: UInt16 = 0x04
+  package static let meta: UInt16 = 0x08
   /// Only ever in memory: a page this transaction has copied to write into.
-  public static let dirty: UInt16 = 0x10
-  public static let leaf2: UInt16 = 0x20
-  public static let subPage: UInt16 = 0x40
+  package static let dirty: UInt16 = 0x10
+  package static let leaf2: UInt16 = 0x20
+  package static let subPage: UInt16 = 0x40
   /// The flags that say what kind of page it is.
-  public static let kindFlags: UInt16 = branch | leaf | overflow | meta | leaf2 | subPage
+  package static let kindFlags: UInt16 = branch | leaf | overflow | meta | leaf2 | subPage
 
   // MARK: Node header: mn_lo u16 @0, mn_hi u16 @2 (the data size, or a branch node's child page
   // number with mn_flags as its top 16 bits), mn_flags u16 @4, mn_ksize u16 @6; then the key, then
   // the data (inline, or the u64 number of its first overflow page).
 
-  public static let nodeLowOffset = 0
-  public static let nodeHighOffset = 2
-  public static let nodeFlagsOffset = 4
-  public static let nodeKeySizeOffset = 6
-  public static let nodeHeaderSize = 8
+  package static let nodeLowOffset = 0
+  package static let nodeHighOffset = 2
+  package static let nodeFlagsOffset = 4
+  package static let nodeKeySizeOffset = 6
+  package static let nodeHeaderSize = 8
 
   /// Node flags (`F_BIGDATA`: the data is on overflow pages; `F_SUBDATA`: it is a named database's
   /// record; `F_DUPDATA`: it holds duplicates).
-  public static let bigData: UInt16 = 0x01
-  public static let subData: UInt16 = 0x02
-  public static let dupData: UInt16 = 0x04
+  package static let bigData: UInt16 = 0x01
+  package static let subData: UInt16 = 0x02
+  package static let dupData: UInt16 = 0x04
 
   // MARK: Meta page (after the page header): mm_magic u32 @16, mm_version u32 @20, mm_address @24,
   // mm_mapsize u64 @32, mm_dbs[0] (free pages) and mm_dbs[1] (main) from @40, mm_last_pg u64 @136,
   // mm_txnid u64 @144. Meta page 0 starts at byte 0, meta page 1 one page in.
 
-  public static let magic: UInt32 = 0xBEEF_C0DE
+  package static let magic: UInt32 = 0xBEEF_C0DE
   /// The data format version (`MDB_DATA_VERSION`).
-  public static let dataVersion: UInt32 = 1
-  public static let magicOffset = 16
-  public static let versionOffset = 20
-  public static let mapSizeOffset = 32
+  package static let dataVersion: UInt32 = 1
+  package static let magicOffset = 16
+  package static let versionOffset = 20
+  package static let mapSizeOffset = 32
   /// `mm_dbs[0]`, the free-page database's record.
-  public static let freeDatabaseOffset = 40
+  package static let freeDatabaseOffset = 40
   /// `mm_dbs[1]`, the main database's record (which names every other database).
-  public static let mainDatabaseOffset = 88
-  public static let lastPageOffset = 136
-  public static let transactionOffset = 144
+  package static let mainDatabaseOffset = 88
+  package static let lastPageOffset = 136
+  package static let transactionOffset = 144
   /// The bytes of a meta page that hold all of the above.
-  public static let metaSize = 152
+  package static let metaSize = 152
   /// The first database record's `md_pad` holds the page size.
-  public static let pageSizeOffset = freeDatabaseOffset + databasePadOffset
+  package static let pageSizeOffset = freeDatabaseOffset + databasePadOffset
 
   // MARK: Database record (MDB_db, 48 bytes): md_pad u32 @0, md_flags u16 @4, md_depth u16 @6,
   // page and entry counts, md_root u64 @40 (all ones when the database is empty).
 
-  public static let databaseRecordSize = 48
-  public static let databasePadOffset = 0
-  public static let databaseFlagsOffset = 4
-  public static let databaseDepthOffset = 6
-  public static let databaseRootOffset = 40
+  package static let databaseRecordSize = 48
+  package static let databasePadOffset = 0
+  package static let databaseFlagsOffset = 4
+  package static let databaseDepthOffset = 6
+  package static let databaseRootOffset = 40
   /// `MDB_INTEGERKEY`: the only flag LMDB stores on the free-page database.
-  public static let integerKey: UInt16 = 0x08
+  package static let integerKey: UInt16 = 0x08
 
   // MARK: Free-page database: one entry per freeing transaction, its data a u64 count and then that
   // many u64 page numbers.
 
   /// The size of the count and of each page number in a free-list entry.
-  public static let freeListWordSize = 8
+  package static let freeListWordSize = 8
 
   // MARK: Page sizes
 
   /// The page sizes LMDB can have (powers of two within).
-  public static let pageSizeRange = 512...65536
+  package static let pageSizeRange = 512...65536
   /// Sizes worth trying, in order, when no meta page names one.
-  public static let commonPageSizes = [4096, 16384, 65536]
+  package static let commonPageSizes = [4096, 16384, 65536]
   /// Whether LMDB can have a page of `size` bytes.
-  public static func isPlausiblePageSize(_ size: Int) -> Bool {
+  package static func isPlausiblePageSize(_ size: Int) -> Bool {
     pageSizeRange.contains(size) && size & (size - 1) == 0
   }
 
   /// The pages an overflow run holding `dataSize` bytes takes (the header, then the data).
-  public static func overflowPages(dataSize: Int, pageSize: Int) -> Int {
+  package static func overflowPages(dataSize: Int, pageSize: Int) -> Int {
     (dataSize + pageHeaderSize + pageSize - 1) / pageSize
   }
 
   // MARK: Readers
 
   /// The little-endian `T` at `offset` in `bytes`; nil unless it lies wholly inside them.
-  public static func field<T: FixedWidthInteger & UnsignedInteger>(
+  package static func field<T: FixedWidthInteger & UnsignedInteger>(
     _ type: T.Type, in bytes: UnsafeRawBufferPointer, at offset: Int
   ) -> T? {
     guard offset >= 0, offset <= bytes.count - MemoryLayout<T>.size else { return nil }
@@ -112,19 +112,19 @@ public enum PageLayout {
   }
 
   /// The header of the node at `offset` of a page, as LMDB packs it.
-  public struct NodeHeader: Sendable, Equatable {
-    public var low: UInt16
-    public var high: UInt16
-    public var flags: UInt16
-    public var keySize: Int
+  package struct NodeHeader: Sendable, Equatable {
+    package var low: UInt16
+    package var high: UInt16
+    package var flags: UInt16
+    package var keySize: Int
     /// A leaf node's data size.
-    public var dataSize: Int { Int(low) | Int(high) << 16 }
+    package var dataSize: Int { Int(low) | Int(high) << 16 }
     /// A branch node's child page (its flags field holds the number's top bits).
-    public var childPage: UInt64 { UInt64(low) | UInt64(high) << 16 | UInt64(flags) << 32 }
+    package var childPage: UInt64 { UInt64(low) | UInt64(high) << 16 | UInt64(flags) << 32 }
   }
 
   /// The node header at `offset` in `page`; nil unless it lies wholly inside the bytes.
-  public static func nodeHeader(in page: UnsafeRawBufferPointer, at offset: Int) -> NodeHeader? {
+  package static func nodeHeader(in page: UnsafeRawBufferPointer, at offset: Int) -> NodeHeader? {
     guard let low = field(UInt16.self, in: page, at: offset + nodeLowOffset),
       let high = field(UInt16.self, in: page, at: offset + nodeHighOffset),
       let flags = field(UInt16.self, in: page, at: offset + nodeFlagsOffset),
@@ -134,23 +134,23 @@ public enum PageLayout {
   }
 
   /// The fields of a meta page that Ferry reads.
-  public struct MetaFields: Sendable, Equatable {
-    public var pageFlags: UInt16
-    public var magic: UInt32
-    public var version: UInt32
-    public var pageSize: UInt32
-    public var mapSize: UInt64
-    public var lastPage: UInt64
-    public var transaction: UInt64
-    public var freeRoot: UInt64
-    public var mainRoot: UInt64
-    public var freeFlags: UInt16
-    public var mainFlags: UInt16
+  package struct MetaFields: Sendable, Equatable {
+    package var pageFlags: UInt16
+    package var magic: UInt32
+    package var version: UInt32
+    package var pageSize: UInt32
+    package var mapSize: UInt64
+    package var lastPage: UInt64
+    package var transaction: UInt64
+    package var freeRoot: UInt64
+    package var mainRoot: UInt64
+    package var freeFlags: UInt16
+    package var mainFlags: UInt16
   }
 
   /// The meta page fields in `bytes` (a meta page from its first byte); nil when shorter than
   /// ``metaSize``. Nothing is checked: the caller judges the magic, version and sizes.
-  public static func metaFields(_ bytes: UnsafeRawBufferPointer) -> MetaFields? {
+  package static func metaFields(_ bytes: UnsafeRawBufferPointer) -> MetaFields? {
     guard bytes.count >= metaSize else { return nil }
     func u16(_ at: Int) -> UInt16 { field(UInt16.self, in: bytes, at: at) ?? 0 }
     func u32(_ at: Int) -> UInt32 { field(UInt32.self, in: bytes, at: at) ?? 0 }
