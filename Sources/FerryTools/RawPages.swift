@@ -1,5 +1,6 @@
 import FerryLog
 import Foundation
+import LMDB
 
 #if canImport(Glibc)
   import Glibc
@@ -7,61 +8,11 @@ import Foundation
   import Darwin
 #endif
 
-/// LMDB's on-disk layout (64-bit builds, from `mdb.c`), as far as `ferry salvage` reads it. Every
-/// field of LMDB's own is little-endian (the host order of x86-64 and arm64).
-enum LMDBLayout {
-  /// `mp_pgno` u64 @0, `mp_pad` u16 @8, `mp_flags` u16 @10, `mp_lower` u16 @12, `mp_upper` u16 @14
-  /// (`mp_pages` u32 @12 on an overflow page); the node pointers (u16 offsets) follow.
-  static let pageHeaderSize = 16
-  /// `mn_lo` u16, `mn_hi` u16, `mn_flags` u16, `mn_ksize` u16, then the key, then the data.
-  static let nodeHeaderSize = 8
-  static let magic: UInt32 = 0xBEEF_C0DE
-
-  static let branch: UInt16 = 0x01
-  static let leaf: UInt16 = 0x02
-  static let overflow: UInt16 = 0x04
-  static let meta: UInt16 = 0x08
-  static let leaf2: UInt16 = 0x20
-  static let subPage: UInt16 = 0x40
-  static let kindFlags: UInt16 = branch | leaf | overflow | meta | leaf2 | subPage
-
-  /// Node flags: the data is on overflow pages / is a database record / holds duplicates.
-  static let bigData: UInt16 = 0x01
-  static let subData: UInt16 = 0x02
-  static let dupData: UInt16 = 0x04
-
-  /// In a meta page: `mm_magic` u32 @16; `mm_dbs[0]` (free pages) @40, whose `md_pad` u32 is the
-  /// page size; `mm_dbs[1]` (the main database) @88, its `md_root` u64 @128; `mm_last_pg` u64
-  /// @136; `mm_txnid` u64 @144.
-  static let magicOffset = 16
-  static let pageSizeOffset = 40
-  static let mainRootOffset = 128
-  static let lastPageOffset = 136
-  static let transactionOffset = 144
-  /// An `MDB_db` record (the data of a named database's node in the main database) and its `md_root`.
-  static let databaseRecordSize = 48
-  static let databaseRootOffset = 40
-
-  /// The shortest record of any format: format 1's 37 bytes (a 1-byte type, an empty payload), or
-  /// less should a later format be shorter.
-  static let smallestRecord = min(37, EventRecord.overhead + 1)
-
-  /// The page sizes tried, in order, when no meta page names one.
-  static let guessedPageSizes = [4096, 16384, 65536]
-  /// The page sizes LMDB can have.
-  static func isPlausiblePageSize(_ size: Int) -> Bool {
-    size >= 512 && size <= 65536 && size & (size - 1) == 0
-  }
-}
-
 /// Bounds-checked little- and big-endian reads from bytes that came from disk: nil past the end.
+/// LMDB's own fields are little-endian (``PageLayout``); Ferry's keys are big-endian.
 extension Array where Element == UInt8 {
   func littleEndian<T: FixedWidthInteger & UnsignedInteger>(_ type: T.Type, at offset: Int) -> T? {
-    let size = MemoryLayout<T>.size
-    guard offset >= 0, offset <= count - size else { return nil }
-    var value: T = 0
-    for index in 0..<size { value |= T(self[offset + index]) << (index * 8) }
-    return value
+    withUnsafeBytes { PageLayout.field(type, in: $0, at: offset) }
   }
 
   func bigEndian<T: FixedWidthInteger & UnsignedInteger>(_ type: T.Type, at offset: Int) -> T? {
@@ -158,30 +109,28 @@ package final class RawDataFile {
   /// The meta page in `slot` (0 or 1) when the file holds one there with LMDB's magic and a page size
   /// that places it there (slot 1 sits one page in).
   package func metaPage(_ slot: Int, pageSize: Int) -> MetaPage? {
-    guard slot == 0 || slot == 1, LMDBLayout.isPlausiblePageSize(pageSize) else { return nil }
-    let bytes = read(at: slot * pageSize, count: LMDBLayout.transactionOffset + 8)
-    guard let flags = bytes.littleEndian(UInt16.self, at: 10), flags & LMDBLayout.meta != 0,
-      bytes.littleEndian(UInt32.self, at: LMDBLayout.magicOffset) == LMDBLayout.magic,
-      let named = bytes.littleEndian(UInt32.self, at: LMDBLayout.pageSizeOffset), Int(named) == pageSize,
-      let root = bytes.littleEndian(UInt64.self, at: LMDBLayout.mainRootOffset),
-      let last = bytes.littleEndian(UInt64.self, at: LMDBLayout.lastPageOffset),
-      let transaction = bytes.littleEndian(UInt64.self, at: LMDBLayout.transactionOffset)
+    guard slot == 0 || slot == 1, PageLayout.isPlausiblePageSize(pageSize) else { return nil }
+    let bytes = read(at: slot * pageSize, count: PageLayout.metaSize)
+    guard let meta = bytes.withUnsafeBytes({ PageLayout.metaFields($0) }),
+      meta.pageFlags & PageLayout.meta != 0, meta.magic == PageLayout.magic, Int(meta.pageSize) == pageSize
     else { return nil }
-    return MetaPage(slot: slot, pageSize: pageSize, mainRoot: root, lastPage: last, transaction: transaction)
+    return MetaPage(
+      slot: slot, pageSize: pageSize, mainRoot: meta.mainRoot, lastPage: meta.lastPage,
+      transaction: meta.transaction)
   }
 
   /// The page size meta page 0 names, when it is a meta page naming a size LMDB can have.
   package func pageSizeNamedByMetaPage0() -> Int? {
-    let head = read(at: 0, count: LMDBLayout.pageSizeOffset + 4)
-    guard let named = head.littleEndian(UInt32.self, at: LMDBLayout.pageSizeOffset),
-      LMDBLayout.isPlausiblePageSize(Int(named)), metaPage(0, pageSize: Int(named)) != nil
+    let head = read(at: 0, count: PageLayout.pageSizeOffset + 4)
+    guard let named = head.littleEndian(UInt32.self, at: PageLayout.pageSizeOffset),
+      PageLayout.isPlausiblePageSize(Int(named)), metaPage(0, pageSize: Int(named)) != nil
     else { return nil }
     return Int(named)
   }
 
   /// The page size at which meta page 1 is found (one page in, naming that size), if any.
   package func pageSizeNamedByMetaPage1() -> Int? {
-    [4096, 16384, 65536, 8192, 32768, 2048, 1024, 512].first { metaPage(1, pageSize: $0) != nil }
+    (PageLayout.commonPageSizes + [8192, 32768, 2048, 1024, 512]).first { metaPage(1, pageSize: $0) != nil }
   }
 
   /// The pages of the named database's live tree, found from the newer readable meta page by
@@ -196,9 +145,9 @@ package final class RawDataFile {
     let wanted = Array(name.utf8)
     for leaf in main.leaves {
       guard let page = page(leaf, pageSize: pageSize) else { continue }
-      for node in page.leafNodes() where node.key == wanted && node.flags & LMDBLayout.subData != 0 {
-        guard let range = node.inlineData, range.count == LMDBLayout.databaseRecordSize,
-          let root = Array(page.bytes[range]).littleEndian(UInt64.self, at: LMDBLayout.databaseRootOffset),
+      for node in page.leafNodes() where node.key == wanted && node.flags & PageLayout.subData != 0 {
+        guard let range = node.inlineData, range.count == PageLayout.databaseRecordSize,
+          let root = Array(page.bytes[range]).littleEndian(UInt64.self, at: PageLayout.databaseRootOffset),
           let tree = walk(from: root, pageSize: pageSize)
         else { return nil }
         return (root, tree.branches, tree.leaves)
@@ -238,22 +187,28 @@ package struct RawPage: Sendable {
   package let bytes: [UInt8]
 
   /// The page number its header names (equal to ``number`` in an intact page).
-  package var headerNumber: UInt64? { bytes.littleEndian(UInt64.self, at: 0) }
+  package var headerNumber: UInt64? { bytes.littleEndian(UInt64.self, at: PageLayout.pageNumberOffset) }
   /// Its flags.
-  package var flags: UInt16 { bytes.littleEndian(UInt16.self, at: 10) ?? 0 }
+  package var flags: UInt16 { bytes.littleEndian(UInt16.self, at: PageLayout.pageFlagsOffset) ?? 0 }
   /// A leaf page of an ordinary database (not a `LEAF2` or sub-page).
-  package var isLeaf: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.leaf }
+  package var isLeaf: Bool { flags & PageLayout.kindFlags == PageLayout.leaf }
   /// A branch page.
-  package var isBranch: Bool { flags & LMDBLayout.kindFlags == LMDBLayout.branch }
+  package var isBranch: Bool { flags & PageLayout.kindFlags == PageLayout.branch }
+
+  /// The header of the node at `offset`, when it lies inside the page.
+  private func nodeHeader(at offset: Int) -> PageLayout.NodeHeader? {
+    bytes.withUnsafeBytes { PageLayout.nodeHeader(in: $0, at: offset) }
+  }
 
   /// The node offsets of the pointer array, each inside the page.
   private func nodeOffsets() -> [Int] {
-    guard let lower = bytes.littleEndian(UInt16.self, at: 12) else { return [] }
+    guard let lower = bytes.littleEndian(UInt16.self, at: PageLayout.lowerOffset) else { return [] }
     let end = Swift.min(Int(lower), bytes.count)
-    guard end > LMDBLayout.pageHeaderSize else { return [] }
-    return stride(from: LMDBLayout.pageHeaderSize, to: end - 1, by: 2).compactMap { at in
+    guard end > PageLayout.pageHeaderSize else { return [] }
+    let pointers = stride(from: PageLayout.pageHeaderSize, to: end - 1, by: PageLayout.nodePointerSize)
+    return pointers.compactMap { at in
       guard let offset = bytes.littleEndian(UInt16.self, at: at).map(Int.init),
-        offset >= LMDBLayout.pageHeaderSize, offset + LMDBLayout.nodeHeaderSize <= bytes.count
+        offset >= PageLayout.pageHeaderSize, offset + PageLayout.nodeHeaderSize <= bytes.count
       else { return nil }
       return offset
     }
@@ -280,17 +235,14 @@ package struct RawPage: Sendable {
   package func leafNodes() -> [LeafNode] {
     guard isLeaf else { return [] }
     return nodeOffsets().compactMap { offset in
-      guard let low = bytes.littleEndian(UInt16.self, at: offset),
-        let high = bytes.littleEndian(UInt16.self, at: offset + 2),
-        let flags = bytes.littleEndian(UInt16.self, at: offset + 4),
-        let keySize = bytes.littleEndian(UInt16.self, at: offset + 6)
-      else { return nil }
-      let keyStart = offset + LMDBLayout.nodeHeaderSize
-      let dataStart = keyStart + Int(keySize)
+      guard let header = nodeHeader(at: offset) else { return nil }
+      let flags = header.flags
+      let keyStart = offset + PageLayout.nodeHeaderSize
+      let dataStart = keyStart + header.keySize
       guard dataStart <= bytes.count else { return nil }
-      let dataSize = Int(low) | Int(high) << 16
+      let dataSize = header.dataSize
       let key = Array(bytes[keyStart..<dataStart])
-      if flags & LMDBLayout.bigData != 0 {
+      if flags & PageLayout.bigData != 0 {
         guard let page = bytes.littleEndian(UInt64.self, at: dataStart) else { return nil }
         return LeafNode(
           offset: offset, key: key, flags: flags, dataSize: dataSize, inlineData: nil, overflowPage: page)
@@ -307,15 +259,10 @@ package struct RawPage: Sendable {
   package func branchChildren() -> [(key: [UInt8], page: UInt64)] {
     guard isBranch else { return [] }
     return nodeOffsets().compactMap { offset in
-      guard let low = bytes.littleEndian(UInt16.self, at: offset),
-        let high = bytes.littleEndian(UInt16.self, at: offset + 2),
-        let top = bytes.littleEndian(UInt16.self, at: offset + 4),
-        let keySize = bytes.littleEndian(UInt16.self, at: offset + 6)
-      else { return nil }
-      let keyStart = offset + LMDBLayout.nodeHeaderSize
-      guard Int(keySize) <= bytes.count - keyStart else { return nil }
-      let child = UInt64(low) | UInt64(high) << 16 | UInt64(top) << 32
-      return (Array(bytes[keyStart..<(keyStart + Int(keySize))]), child)
+      guard let header = nodeHeader(at: offset) else { return nil }
+      let keyStart = offset + PageLayout.nodeHeaderSize
+      guard header.keySize <= bytes.count - keyStart else { return nil }
+      return (Array(bytes[keyStart..<(keyStart + header.keySize)]), header.childPage)
     }
   }
 }
@@ -354,6 +301,10 @@ package struct RawScan: Sendable {
     /// Events removed by all compactions.
     package let removed: UInt64
   }
+
+  /// The shortest record of any format: format 1's 37 bytes (a 1-byte type, an empty payload), or
+  /// less should a later format be shorter.
+  static let smallestRecord = min(37, EventRecord.overhead + 1)
 
   /// An empty scan.
   init(pageSize: Int) { self.pageSize = pageSize }
@@ -396,7 +347,7 @@ extension RawDataFile {
     pageSize: Int, keepPages: Bool = false, progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }
   ) -> RawScan {
     var result = RawScan(pageSize: pageSize)
-    guard LMDBLayout.isPlausiblePageSize(pageSize) else { return result }
+    guard PageLayout.isPlausiblePageSize(pageSize) else { return result }
     let total = pageCount(pageSize: pageSize)
     let compactionKey = Array("compaction".utf8)
     let projectionPrefix = Array("projection:".utf8)
@@ -409,10 +360,10 @@ extension RawDataFile {
       guard page.isLeaf else { continue }
       result.leafPages += 1
       var sequencesHere: [UInt64] = []
-      for node in page.leafNodes() where node.flags & (LMDBLayout.subData | LMDBLayout.dupData) == 0 {
+      for node in page.leafNodes() where node.flags & (PageLayout.subData | PageLayout.dupData) == 0 {
         if node.key.count == 8 {
           guard let sequence = node.key.bigEndian(UInt64.self, at: 0), sequence > 0,
-            node.dataSize >= LMDBLayout.smallestRecord,
+            node.dataSize >= RawScan.smallestRecord,
             let event = decodeRecord(node, in: page, sequence: sequence, pageSize: pageSize)
           else { continue }
           referenced.insert(node.offset)
@@ -442,22 +393,26 @@ extension RawDataFile {
   /// inline data that decodes as the record of that key. Old copies live there: the free space of a
   /// leaf keeps the bytes of nodes a split moved away, and a page with a damaged header keeps its nodes.
   private func carveRecords(from page: RawPage, skipping: Set<Int>, into result: inout RawScan) {
-    if page.number < 2 && page.flags & LMDBLayout.meta != 0 { return }
+    if page.number < 2 && page.flags & PageLayout.meta != 0 { return }
     let bytes = page.bytes
-    let minimum = LMDBLayout.smallestRecord
-    var offset = LMDBLayout.pageHeaderSize
-    while offset + LMDBLayout.nodeHeaderSize + 8 + minimum <= bytes.count {
-      defer { offset += 2 }
+    let minimum = RawScan.smallestRecord
+    let keySize = PageLayout.nodeKeySizeOffset
+    let flags = PageLayout.nodeFlagsOffset
+    var offset = PageLayout.pageHeaderSize
+    while offset + PageLayout.nodeHeaderSize + 8 + minimum <= bytes.count {
+      defer { offset += PageLayout.nodePointerSize }
       // mn_ksize == 8 and mn_flags == 0, then a record's first byte (its format version).
-      guard bytes[offset + 6] == 8, bytes[offset + 7] == 0, bytes[offset + 4] == 0, bytes[offset + 5] == 0,
-        (1...EventRecord.formatVersion).contains(bytes[offset + 16]), !skipping.contains(offset),
+      guard bytes[offset + keySize] == 8, bytes[offset + keySize + 1] == 0, bytes[offset + flags] == 0,
+        bytes[offset + flags + 1] == 0,
+        (1...EventRecord.formatVersion).contains(bytes[offset + PageLayout.nodeHeaderSize + 8]),
+        !skipping.contains(offset),
         let low = bytes.littleEndian(UInt16.self, at: offset),
         let high = bytes.littleEndian(UInt16.self, at: offset + 2)
       else { continue }
       let size = Int(low) | Int(high) << 16
-      let start = offset + LMDBLayout.nodeHeaderSize + 8
+      let start = offset + PageLayout.nodeHeaderSize + 8
       guard size >= minimum, size <= bytes.count - start,
-        let sequence = bytes.bigEndian(UInt64.self, at: offset + LMDBLayout.nodeHeaderSize), sequence > 0
+        let sequence = bytes.bigEndian(UInt64.self, at: offset + PageLayout.nodeHeaderSize), sequence > 0
       else { continue }
       let event = bytes.withUnsafeBytes { buffer in
         try? EventRecord.decode(
@@ -483,11 +438,13 @@ extension RawDataFile {
       node.dataSize <= size
     else { return nil }
     let start = Int(overflow) * pageSize
-    let header = read(at: start, count: LMDBLayout.pageHeaderSize)
-    guard let flags = header.littleEndian(UInt16.self, at: 10), flags & LMDBLayout.overflow != 0 else {
+    let header = read(at: start, count: PageLayout.pageHeaderSize)
+    guard let flags = header.littleEndian(UInt16.self, at: PageLayout.pageFlagsOffset),
+      flags & PageLayout.overflow != 0
+    else {
       return nil
     }
-    let data = read(at: start + LMDBLayout.pageHeaderSize, count: node.dataSize)
+    let data = read(at: start + PageLayout.pageHeaderSize, count: node.dataSize)
     guard data.count == node.dataSize else { return nil }
     return try? EventRecord.decode(data, sequence: sequence)
   }

@@ -1,6 +1,7 @@
 import Ferry
 import FerryLog
 import Foundation
+import LMDB
 import Synchronization
 
 #if canImport(Glibc)
@@ -274,7 +275,7 @@ private func scanWithBestPageSize(_ file: RawDataFile, output: Output) -> (RawSc
   case (let a?, let b?): candidates = [(a, .metaPage0), (b, .metaPage1)]
   case (let a?, nil): candidates = [(a, .metaPage0)]
   case (nil, let b?): candidates = [(b, .metaPage1)]
-  case (nil, nil): candidates = LMDBLayout.guessedPageSizes.map { ($0, .guessed) }
+  case (nil, nil): candidates = PageLayout.commonPageSizes.map { ($0, .guessed) }
   }
   var best: (RawScan, PageSizeSource)?
   for (size, source) in candidates {

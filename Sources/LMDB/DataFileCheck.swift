@@ -11,13 +11,10 @@ import CFerryLMDB
 /// its end is touched) or silently misread (a meta page damaged into looking newest) is refused
 /// with a reason instead.
 ///
-/// LMDB's meta page (mdb.c, 64-bit builds): a 16-byte page header, then `mm_magic` (u32
-/// 0xBEEFC0DE) at byte 16, `mm_version` (u32, 1) at 20, `mm_address` at 24, `mm_mapsize` (u64) at
-/// 32, two 48-byte `MDB_db` records from 40 (the first's `md_pad`, at 40, holds the page size),
-/// `mm_last_pg` (u64) at 136 and `mm_txnid` (u64) at 144 — all in the host's byte order. Meta page
-/// 0 starts at byte 0, meta page 1 one page in. Transaction t writes its meta into page t & 1,
-/// so in a healthy file the two transaction ids differ by one and each matches its page's parity
-/// (a new file has 0 in both; a compacted copy has 0 and 1).
+/// Meta page 0 starts at byte 0, meta page 1 one page in (``PageLayout`` names the fields).
+/// Transaction t writes its meta into page t & 1, so in a healthy file the two transaction ids
+/// differ by one and each matches its page's parity (a new file has 0 in both; a compacted copy
+/// has 0 and 1).
 public struct DataFileCheck: Sendable, Equatable {
   /// One meta page.
   public struct Meta: Sendable, Equatable {
@@ -31,7 +28,7 @@ public struct DataFileCheck: Sendable, Equatable {
     /// other database); `~0` when empty.
     public var freeRoot: UInt64
     public var mainRoot: UInt64
-    /// The `md_flags` of those two databases (bytes 44 and 92).
+    /// The `md_flags` of those two databases.
     public var freeFlags: UInt16 = 0
     public var mainFlags: UInt16 = 0
   }
@@ -41,8 +38,10 @@ public struct DataFileCheck: Sendable, Equatable {
   /// The two meta pages, as read (nil when the file is too short to hold one).
   public let metas: [Meta?]
 
-  public static let magic: UInt32 = 0xBEEF_C0DE
-  public static let dataVersion: UInt32 = 1
+  /// LMDB's magic number, at the start of each meta page's fields.
+  public static let magic = PageLayout.magic
+  /// The data format version LMDB 0.9 writes.
+  public static let dataVersion = PageLayout.dataVersion
 
   /// Reads the meta pages of the data file at `file`. Throws ``LMDBError`` with the OS error when
   /// the file cannot be opened or read (`EACCES` for permission, for example).
@@ -74,12 +73,12 @@ public struct DataFileCheck: Sendable, Equatable {
     let first = try readMeta(fd, at: 0, file: file)
     // The page size comes from meta page 0; when that page is damaged, try the usual sizes so
     // that meta page 1 is still described.
-    var candidates = [Int(sysconf(Int32(_SC_PAGESIZE))), 4096, 16384, 65536]
-    if let first, first.magic == magic, (512...65536).contains(first.pageSize) {
+    var candidates = [Int(sysconf(Int32(_SC_PAGESIZE)))] + PageLayout.commonPageSizes
+    if let first, first.magic == magic, PageLayout.pageSizeRange.contains(Int(first.pageSize)) {
       candidates = [Int(first.pageSize)]
     }
     var second: Meta?
-    for pageSize in candidates where (512...65536).contains(pageSize) {
+    for pageSize in candidates where PageLayout.pageSizeRange.contains(pageSize) {
       if let meta = try readMeta(fd, at: pageSize, file: file), meta.magic == magic {
         second = meta
         break
@@ -97,25 +96,21 @@ public struct DataFileCheck: Sendable, Equatable {
   }
 
   private static func readMeta(_ fd: Int32, at offset: Int, file: String) throws -> Meta? {
-    var buffer = [UInt8](repeating: 0, count: 152)
-    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, 152, off_t(offset)) }
-    guard got == 152 else {
+    var buffer = [UInt8](repeating: 0, count: PageLayout.metaSize)
+    let got = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, PageLayout.metaSize, off_t(offset)) }
+    guard got == PageLayout.metaSize,
+      let fields = buffer.withUnsafeBytes({ PageLayout.metaFields($0) })
+    else {
       if got < 0 {
         let code = errno
         throw LMDBError(code: code, operation: "reading the meta page at byte \(offset) of \(file)")
       }
       return nil
     }
-    func u32(_ at: Int) -> UInt32 {
-      buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt32.self) }
-    }
-    func u64(_ at: Int) -> UInt64 {
-      buffer.withUnsafeBytes { $0.loadUnaligned(fromByteOffset: at, as: UInt64.self) }
-    }
     return Meta(
-      magic: u32(16), version: u32(20), pageSize: u32(40), mapSize: u64(32), lastPage: u64(136),
-      transaction: u64(144), freeRoot: u64(80), mainRoot: u64(128),
-      freeFlags: UInt16(truncatingIfNeeded: u32(44)), mainFlags: UInt16(truncatingIfNeeded: u32(92)))
+      magic: fields.magic, version: fields.version, pageSize: fields.pageSize, mapSize: fields.mapSize,
+      lastPage: fields.lastPage, transaction: fields.transaction, freeRoot: fields.freeRoot,
+      mainRoot: fields.mainRoot, freeFlags: fields.freeFlags, mainFlags: fields.mainFlags)
   }
 
   /// Checks LMDB's free-page list against the live trees, and any pages past the end of the file,
@@ -130,7 +125,7 @@ public struct DataFileCheck: Sendable, Equatable {
       let meta = check.metas.compactMap({ $0 }).first(where: {
         $0.magic == magic && $0.transaction == transaction
       }),
-      (512...65536).contains(meta.pageSize)
+      PageLayout.pageSizeRange.contains(Int(meta.pageSize))
     else { return nil }
     let pageSize = Int(meta.pageSize)
     // The whole pages of the file, mapped read-only: the walk touches each tree page once with no
@@ -180,7 +175,7 @@ public struct DataFileCheck: Sendable, Equatable {
       }
     }
     let pageSize = UInt64(zero.pageSize)
-    guard pageSize >= 512, pageSize <= 65536, pageSize & (pageSize - 1) == 0 else {
+    guard PageLayout.isPlausiblePageSize(Int(zero.pageSize)) else {
       return "meta page 0 gives a page size of \(zero.pageSize) bytes"
     }
     if one.pageSize != zero.pageSize {
@@ -226,7 +221,7 @@ public struct DataFileCheck: Sendable, Equatable {
     // LMDB stores the free database as MDB_INTEGERKEY (0 before the first commit) and Ferry
     // opens the main one with no flags; another bit (MDB_DUPSORT, say) sends a write down code
     // paths for a tree this is not, which ends in an assertion (SIGABRT) or a wild write.
-    if newest.freeFlags & ~0x08 != 0 || newest.mainFlags != 0 {
+    if newest.freeFlags & ~PageLayout.integerKey != 0 || newest.mainFlags != 0 {
       return
         "the newest meta page gives database flags LMDB never stores there (free-page database 0x\(String(newest.freeFlags, radix: 16)), main 0x\(String(newest.mainFlags, radix: 16)))"
     }

@@ -62,26 +62,39 @@ struct FreeListCheck {
       return true
     }
     func u16(_ at: Int) -> UInt64 {
-      guard at >= 0, at + 2 <= current.count else { return 0 }
-      return UInt64(UInt16(littleEndian: current.loadUnaligned(fromByteOffset: at, as: UInt16.self)))
+      PageLayout.field(UInt16.self, in: current, at: at).map(UInt64.init) ?? 0
     }
-    func u64(_ at: Int) -> UInt64 {
-      guard at >= 0, at + 8 <= current.count else { return .max }
-      return UInt64(littleEndian: current.loadUnaligned(fromByteOffset: at, as: UInt64.self))
-    }
+    func u64(_ at: Int) -> UInt64 { PageLayout.field(UInt64.self, in: current, at: at) ?? .max }
     /// The number of nodes of the page in `current` when its node offsets all lie in the page.
     func nodeCount() -> Int? {
-      let lower = Int(u16(12))
-      let upper = Int(u16(14))
-      guard lower >= 16, lower <= upper, upper <= pageSize, (lower - 16) % 2 == 0 else { return nil }
-      let count = (lower - 16) / 2
+      let lower = Int(u16(PageLayout.lowerOffset))
+      let upper = Int(u16(PageLayout.upperOffset))
+      let pointers = lower - PageLayout.pageHeaderSize
+      guard pointers >= 0, lower <= upper, upper <= pageSize, pointers % PageLayout.nodePointerSize == 0
+      else { return nil }
+      let count = pointers / PageLayout.nodePointerSize
       for index in 0..<count {
-        let offset = Int(u16(16 + 2 * index))
-        guard offset >= upper, offset + 8 <= pageSize else { return nil }
+        let offset = node(index)
+        guard offset >= upper, offset + PageLayout.nodeHeaderSize <= pageSize else { return nil }
       }
       return count
     }
-    func node(_ index: Int) -> Int { Int(u16(16 + 2 * index)) }
+    func node(_ index: Int) -> Int {
+      Int(u16(PageLayout.pageHeaderSize + PageLayout.nodePointerSize * index))
+    }
+    /// The child page a branch node at `at` names (the flags field holds its top bits).
+    func child(_ at: Int) -> UInt64 {
+      u16(at + PageLayout.nodeLowOffset) | u16(at + PageLayout.nodeHighOffset) << 16
+        | u16(at + PageLayout.nodeFlagsOffset) << 32
+    }
+    /// A leaf node's data size.
+    func dataSize(_ at: Int) -> Int {
+      Int(u16(at + PageLayout.nodeLowOffset) | u16(at + PageLayout.nodeHighOffset) << 16)
+    }
+    /// Where a node's data begins (after its header and key).
+    func dataStart(_ at: Int) -> Int {
+      at + PageLayout.nodeHeaderSize + Int(u16(at + PageLayout.nodeKeySizeOffset))
+    }
 
     /// Walks a tree from `root`: its branch pages are read, their children recorded as live; a leaf
     /// is read only when `readLeaves` says so, and handed to `leaf`.
@@ -101,26 +114,24 @@ struct FreeListCheck {
         // so a wrong one would hand a live page to the free list.
         let headerOnly = !readLeaves && depth >= treeDepth && depth > 1
         guard readPage(page) else { return "page \(page) of a tree lies past the end of the file" }
-        guard u64(0) == page else { return "page \(page) says it is page \(u64(0))" }
-        let flags = u16(10)
+        let number = u64(PageLayout.pageNumberOffset)
+        guard number == page else { return "page \(page) says it is page \(number)" }
+        let flags = u16(PageLayout.pageFlagsOffset)
         // On disk a tree page's flags are exactly P_BRANCH or P_LEAF (no database here is
         // DUPSORT). Any other bit is damage, and some are fatal to a write: P_DIRTY (0x10) makes
         // mdb_page_touch take the mapped page for this transaction's own copy and write into the
         // read-only map (SIGSEGV); P_LOOSE and P_KEEP exist only in memory too.
-        guard flags == 0x01 || flags == 0x02 else {
+        guard flags == UInt64(PageLayout.branch) || flags == UInt64(PageLayout.leaf) else {
           return
             "page \(page) of a tree has page flags 0x\(String(flags, radix: 16)), which LMDB never writes"
-            + (flags & 0x10 != 0 ? " (P_DIRTY: a write would modify it in the read-only map)" : "")
+            + (flags & UInt64(PageLayout.dirty) != 0
+              ? " (P_DIRTY: a write would modify it in the read-only map)" : "")
         }
         if headerOnly { continue }
-        if flags & 0x01 != 0 {
+        if flags & UInt64(PageLayout.branch) != 0 {
           guard let count = nodeCount() else { return "branch page \(page) is malformed" }
-          for index in 0..<count {
-            let at = node(index)
-            let child = u16(at) | u16(at + 2) << 16 | u16(at + 4) << 32
-            stack.append((child, depth + 1))
-          }
-        } else if flags & 0x02 != 0 {
+          for index in 0..<count { stack.append((child(node(index)), depth + 1)) }
+        } else if flags & UInt64(PageLayout.leaf) != 0 {
           if readLeaves {
             var failed = false
             leaf(&failed)
@@ -139,19 +150,19 @@ struct FreeListCheck {
       }
       for index in 0..<count {
         let at = node(index)
-        let size = Int(u16(at) | u16(at + 2) << 16)
-        let nodeFlags = u16(at + 4)
-        let keySize = Int(u16(at + 6))
-        let data = at + 8 + keySize
+        let size = dataSize(at)
+        let nodeFlags = u16(at + PageLayout.nodeFlagsOffset)
+        let data = dataStart(at)
         let list: UnsafeRawBufferPointer
-        if nodeFlags & 0x01 != 0 {  // the list is in overflow pages
+        if nodeFlags & UInt64(PageLayout.bigData) != 0 {  // the list is in overflow pages
           let first = u64(data)
-          let pages = (size + 16 + pageSize - 1) / pageSize
+          let pages = PageLayout.overflowPages(dataSize: size, pageSize: pageSize)
           guard first >= 2, first <= lastPage, first + UInt64(pages) <= pagesInFile, size <= 1 << 28 else {
             failed = true
             return
           }
-          list = UnsafeRawBufferPointer(start: base + Int(first) * pageSize + 16, count: size)
+          list = UnsafeRawBufferPointer(
+            start: base + Int(first) * pageSize + PageLayout.pageHeaderSize, count: size)
           for page in first..<(first + UInt64(pages)) { _ = live.insert(page) }
         } else {
           guard data + size <= pageSize else {
@@ -161,12 +172,11 @@ struct FreeListCheck {
           list = UnsafeRawBufferPointer(rebasing: current[data..<(data + size)])
         }
         func entry(_ index: Int) -> UInt64 {
-          let at = 8 * index
-          guard at + 8 <= list.count else { return .max }
-          return UInt64(littleEndian: list.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+          PageLayout.field(UInt64.self, in: list, at: PageLayout.freeListWordSize * index) ?? .max
         }
         let count = entry(0)
-        guard size >= 8, count <= UInt64((size - 8) / 8) else {
+        let word = PageLayout.freeListWordSize
+        guard size >= word, count <= UInt64((size - word) / word) else {
           failed = true
           return
         }
@@ -200,14 +210,15 @@ struct FreeListCheck {
         }
         for index in 0..<count {
           let at = node(index)
-          guard u16(at + 4) & 0x02 != 0 else { continue }
-          let data = at + 8 + Int(u16(at + 6))
+          guard u16(at + PageLayout.nodeFlagsOffset) & UInt64(PageLayout.subData) != 0 else { continue }
+          let data = dataStart(at)
           // A named database's md_flags: this wrapper opens every one with none (no DUPSORT).
-          guard u16(data + 4) == 0 else {
+          guard u16(data + PageLayout.databaseFlagsOffset) == 0 else {
             failed = true
             return
           }
-          roots.append((u64(data + 40), Int(u16(data + 6))))
+          roots.append(
+            (u64(data + PageLayout.databaseRootOffset), Int(u16(data + PageLayout.databaseDepthOffset))))
         }
       })
     {

@@ -84,6 +84,8 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
   public static let keyExists = LMDBError(code: MDB_KEYEXIST, message: "key exists")
   /// No matching key/data pair (`MDB_NOTFOUND`).
   public static let notFound = LMDBError(code: MDB_NOTFOUND, message: "not found")
+  /// A page a pointer led to is not in the file: the file is damaged (`MDB_PAGE_NOTFOUND`).
+  public static let pageNotFound = LMDBError(code: MDB_PAGE_NOTFOUND, message: "page not found")
   /// A page had the wrong type: the file is damaged (`MDB_CORRUPTED`).
   public static let corrupted = LMDBError(code: MDB_CORRUPTED, message: "corrupted")
   /// A fatal error; the environment must be closed (`MDB_PANIC`).
@@ -100,6 +102,8 @@ public struct LMDBError: Error, Hashable, Sendable, CustomStringConvertible {
   public static let readersFull = LMDBError(code: MDB_READERS_FULL, message: "readers full")
   /// A transaction holds too many dirty pages (`MDB_TXN_FULL`).
   public static let transactionFull = LMDBError(code: MDB_TXN_FULL, message: "transaction full")
+  /// A cursor's stack ran out: a B-tree deeper than any LMDB builds, so damage (`MDB_CURSOR_FULL`).
+  public static let cursorFull = LMDBError(code: MDB_CURSOR_FULL, message: "cursor stack full")
   /// Another process grew the map beyond this one's size (`MDB_MAP_RESIZED`).
   public static let mapResized = LMDBError(code: MDB_MAP_RESIZED, message: "map resized")
   /// A database was opened with incompatible flags (`MDB_INCOMPATIBLE`).

@@ -9,7 +9,7 @@ extension EventLog {
   /// transaction holds LMDB's write lock). Waits for the writer until `deadline`; when the writer
   /// has not begun by then (another process holds LMDB's write lock, or this writer is on a long
   /// job), throws `notCurrent` — its reason saying so — and `body` is never run.
-  func readInWriter<R>(
+  func readInWriterTransaction<R>(
     _ body: (LogView) throws -> R, writer: GroupCommitWriter, until deadline: DispatchTime,
     notCurrent: FerryLogError
   ) throws -> R {
@@ -50,8 +50,8 @@ extension EventLog {
     return .projectionNotCurrent(projection: projection, reason: reason + late)
   }
 
-  /// The writer's side of ``readInWriter(_:writer:until:notCurrent:)``, on its thread: folds what
-  /// is behind in chunked transactions as a catch-up does, then, in one more transaction, folds
+  /// The writer's side of ``readInWriterTransaction(_:writer:until:notCurrent:)``, on its thread:
+  /// folds what is behind in chunked transactions as a catch-up does, then, in one more transaction, folds
   /// what other processes did since (another process's rebuild may have reset a projection in
   /// between; in chunks, as a compaction does) and runs the lent body on it. That transaction
   /// commits what it folded unless the body throws. With a write-ahead segment a checkpoint
@@ -93,8 +93,8 @@ extension EventLog {
   }
 }
 
-/// A read's `body`, lent to the writer thread by ``EventLog/readInWriter(_:writer:until:notCurrent:)``,
-/// and what became of it.
+/// A read's `body`, lent to the writer thread by
+/// ``EventLog/readInWriterTransaction(_:writer:until:notCurrent:)``, and what became of it.
 ///
 /// The reader waits (``wait(until:)``) until the writer has run `body`, or until its deadline:
 /// then, if the writer has not begun `body`, the read is abandoned — `run` will not call it — and

@@ -1,4 +1,3 @@
-import CFerryLMDB
 import Foundation
 import LMDB
 
@@ -173,7 +172,7 @@ extension FerryLogError {
   /// get their own cases (with advice); anything else stays ``storage(_:)``.
   package init(_ error: LMDBError, path: String) {
     switch error.code {
-    case MDB_CORRUPTED, MDB_PAGE_NOTFOUND, MDB_CURSOR_FULL:
+    case LMDBError.corrupted.code, LMDBError.pageNotFound.code, LMDBError.cursorFull.code:
       self = .damagedStore(path: path, reason: error.message)
     case ENOSPC: self = .diskFull(path: path)
     case EDQUOT: self = .quotaExceeded(path: path)
@@ -223,7 +222,8 @@ public struct StorageFailure: Error, Sendable, Equatable, CustomStringConvertibl
   /// can (`MDB_PAGE_NOTFOUND`, `MDB_CORRUPTED`), as a scribbled-over page gives — or a transaction
   /// it gave up on (`MDB_BAD_TXN`), which in a read is what follows one of those caught on the way.
   public var isDamage: Bool {
-    code == MDB_CORRUPTED || code == MDB_BAD_TXN || code == MDB_PAGE_NOTFOUND
+    code == LMDBError.corrupted.code || code == LMDBError.badTransaction.code
+      || code == LMDBError.pageNotFound.code
   }
 
   /// The name, the code and the message.
