@@ -28,7 +28,7 @@ public struct RunningTask: Sendable {
 
   /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
   /// (a handler that lets this error out fails the task for good: retrying cannot help).
-  public func payload<Payload: Decodable>(as type: Payload.Type) throws -> Payload {
+  public func payload<Payload: Decodable>(as type: Payload.Type) throws(FerryError) -> Payload {
     do {
       return try JSONDecoder().decode(type, from: Data(payloadBytes))
     } catch {
@@ -83,7 +83,7 @@ public struct TaskOutput: Sendable, Equatable {
 
   /// Encodes `value` as JSON; ``FerryError/invalidArgument(_:)`` when it does not encode or is
   /// larger than ``maxSize``.
-  public init(_ value: some Encodable) throws {
+  public init(_ value: some Encodable) throws(FerryError) {
     let data: Data
     do {
       data = try JSONEncoder().encode(value)
@@ -94,7 +94,7 @@ public struct TaskOutput: Sendable, Equatable {
   }
 
   /// Wraps JSON bytes already encoded; ``FerryError/invalidArgument(_:)`` past ``maxSize``.
-  public init(bytes: [UInt8]) throws {
+  public init(bytes: [UInt8]) throws(FerryError) {
     guard bytes.count <= Self.maxSize else {
       throw FerryError.invalidArgument(
         "a task output has \(bytes.count) bytes; at most \(Self.maxSize) are kept")
@@ -105,7 +105,7 @@ public struct TaskOutput: Sendable, Equatable {
   init(stored bytes: [UInt8]) { self.bytes = bytes }
 
   /// Decodes the output as `type`; ``FerryError/invalidArgument(_:)`` when it does not decode.
-  public func decode<Value: Decodable>(as type: Value.Type) throws -> Value {
+  public func decode<Value: Decodable>(as type: Value.Type) throws(FerryError) -> Value {
     do {
       return try JSONDecoder().decode(type, from: Data(bytes))
     } catch {
