@@ -24,7 +24,7 @@ let package = Package(
 )
 SWIFT
 cat >"$app/Sources/NotesApp/main.swift" <<'SWIFT'
-import Ferry
+@_spi(Engine) import Ferry
 import Foundation
 
 struct Note: Codable, Sendable { var text: String }
@@ -52,7 +52,7 @@ echo "$output"
 
 # The wall: the same app naming CrashPoint must fail to compile, for that reason.
 cat >"$app/Sources/NotesApp/main.swift" <<'SWIFT'
-import Ferry
+@_spi(Engine) import Ferry
 import FerryLog
 
 CrashPoint.reach(CrashPoint.beforeCommit)

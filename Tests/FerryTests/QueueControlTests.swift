@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The queue controls of issue 14 (`Specs/task-events.md` §2.2, §3.3, §4.1, §4.4, §4.5): payload
 /// updates, cancel by tag and by group, waiting until idle, the `waitingForGroup` status and a

@@ -1,7 +1,7 @@
 // A helper process for Ferry's own tests: it acts on a store from another process, which is the
 // only way to exercise what LMDB does across processes (map resizing, concurrent readers, locks).
 import CFerryLMDB
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import FerryTools
 import Foundation
@@ -864,7 +864,7 @@ case "company-run":
         while true {
           do {
             return try await body()
-          } catch FerryLogError.projectionNotCurrent {
+          } catch let error where isNotCurrent(error) {
             say("notCurrent \(label)")
             try await Task.sleep(for: .milliseconds(5))
           }
@@ -1319,4 +1319,12 @@ struct WorkerRegistry: Projection {
     default: break
     }
   }
+}
+
+/// Whether a read was refused because its projection is not current: the engine's error, or
+/// Ferry's for the same refusal.
+func isNotCurrent(_ error: any Error) -> Bool {
+  if case FerryLogError.projectionNotCurrent = error { return true }
+  if case FerryError.notCurrent = error { return true }
+  return false
 }

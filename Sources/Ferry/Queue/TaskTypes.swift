@@ -208,7 +208,7 @@ public struct RecordedError: Sendable, Equatable {
 /// catch .closed { /* the store was closed meanwhile */ }
 /// catch { show(error.description) }
 /// ```
-public enum FerryError: Error, Sendable, CustomStringConvertible {
+public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
   /// An argument is not acceptable; the message says which and why.
   case invalidArgument(String)
   /// No task with this id is in the queue.
