@@ -270,6 +270,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           return .skipped(.pendingTasks)
         }
       } catch {
+        // The store's failure, as the app's API throws it (never the engine's error).
+        let error = FerryError(error)
         return .failed(
           RefreshError(
             stage: .pendingTasks, message: "the pending tasks could not be run: \(error)", underlying: error))
