@@ -174,7 +174,8 @@ extension CacheLedger {
     try await engine {
       let (at, overflow) = now.unixMilliseconds.subtractingReportingOverflow(maxAge.milliseconds)
       try await recordFetch(
-        key: key, outcome: .success(isEmpty: false), atMilliseconds: overflow ? .min : at.addingSaturating(-1))
+        key: key, outcome: .success(isEmpty: false), atMilliseconds: overflow ? .min : at.addingSaturating(-1)
+      )
     }
   }
 }

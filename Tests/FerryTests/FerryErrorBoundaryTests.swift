@@ -24,12 +24,16 @@ import Testing
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "t") { _ in .succeeded }
     store.close()
-    let add = await failure { () async throws(FerryError) in _ = try await store.queue.add(tag: "t", payload: Item(name: "a")) }
+    let add = await failure { () async throws(FerryError) in
+      _ = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+    }
     #expect(add == .closed)
     #expect(add?.description == "the store is closed")
     let run = await failure { () async throws(FerryError) in _ = try await runner.run() }
     #expect(run == .closed)
-    let read = await failure { () async throws(FerryError) in _ = try store.ledger.state(key: "k", maxAge: .seconds(1)) }
+    let read = await failure { () async throws(FerryError) in
+      _ = try store.ledger.state(key: "k", maxAge: .seconds(1))
+    }
     #expect(read == .closed)
   }
 
@@ -42,7 +46,9 @@ import Testing
     let read = await failure { () async throws(FerryError) in _ = try store.queue.pendingTasks() }
     #expect(read == .suspended)
     #expect(read?.description.contains("resume it") == true)
-    let add = await failure { () async throws(FerryError) in _ = try await store.queue.add(tag: "t", payload: Item(name: "a")) }
+    let add = await failure { () async throws(FerryError) in
+      _ = try await store.queue.add(tag: "t", payload: Item(name: "a"))
+    }
     #expect(add == .suspended)
     try await store.resume()
     #expect(try store.queue.pendingTasks().isEmpty)
@@ -73,7 +79,9 @@ import Testing
     }
     #expect(error == .noSuchStore(path: fixture.path))
     #expect(error?.description.contains("no Ferry store at \(fixture.path)") == true)
-    let readOnly = await failure { () async throws(FerryError) in _ = try FerryStore.openReadOnly(at: fixture.path) }
+    let readOnly = await failure { () async throws(FerryError) in
+      _ = try FerryStore.openReadOnly(at: fixture.path)
+    }
     #expect(readOnly == .noSuchStore(path: fixture.path))
   }
 
@@ -82,7 +90,9 @@ import Testing
     defer { fixture.remove() }
     let store = try await fixture.openStore()
     defer { store.close() }
-    let error = await failure { () async throws(FerryError) in _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in }) }
+    let error = await failure { () async throws(FerryError) in
+      _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in })
+    }
     guard case .alreadyOpen = error else {
       Issue.record("a second open threw \(String(describing: error))")
       return
@@ -107,7 +117,9 @@ import Testing
     try FileManager.default.removeItem(atPath: fixture.path + "/data.mdb")
     try FileManager.default.copyItem(atPath: copy, toPath: fixture.path + "/data.mdb")
 
-    let error = await failure { () async throws(FerryError) in _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in }) }
+    let error = await failure { () async throws(FerryError) in
+      _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in })
+    }
     guard case .damaged(let path, let message) = error else {
       Issue.record("opening a store that lost commits threw \(String(describing: error))")
       return
@@ -138,24 +150,37 @@ import Testing
   /// The mapping of the engine's cases that a test cannot easily make with a real store.
   @Test func theEngineErrorsMapToTheirCasesWithTheirMessages() {
     let newer = FerryError(engine: .newerFormat(path: "/s", found: 9, supported: 3))
-    #expect(newer == .newerFormat(path: "/s", message: FerryLogError.newerFormat(path: "/s", found: 9, supported: 3).description))
+    #expect(
+      newer
+        == .newerFormat(
+          path: "/s", message: FerryLogError.newerFormat(path: "/s", found: 9, supported: 3).description))
     #expect(newer.description.contains("upgrade Ferry"))
-    guard case .damaged(nil, let message) = FerryError(engine: .corruptRecord(sequence: 7, reason: "CRC32C mismatch")) else {
+    guard
+      case .damaged(nil, let message) = FerryError(
+        engine: .corruptRecord(sequence: 7, reason: "CRC32C mismatch"))
+    else {
       Issue.record("a corrupt record is not damage")
       return
     }
     #expect(message.contains("sequence 7"))
-    #expect(FerryError(engine: .sequenceGap(expected: 4, found: 6)).description.contains("sequence 4 is missing"))
+    #expect(
+      FerryError(engine: .sequenceGap(expected: 4, found: 6)).description.contains("sequence 4 is missing"))
     #expect(FerryError(engine: .diskFull(path: "/s")) == .diskFull(path: "/s"))
-    #expect(FerryError(engine: .diskFull(path: "/s")).description == FerryLogError.diskFull(path: "/s").description)
+    #expect(
+      FerryError(engine: .diskFull(path: "/s")).description == FerryLogError.diskFull(path: "/s").description)
     #expect(FerryError(engine: .quotaExceeded(path: "/s")) == .quotaExceeded(path: "/s"))
     #expect(FerryError(engine: .needsRecovery(path: "/s")).description.contains("ferry recover /s"))
-    let notCurrent = FerryError(engine: .projectionNotCurrent(projection: "queue", reason: "a read-only store"))
-    #expect(notCurrent == .notCurrent(FerryLogError.projectionNotCurrent(projection: "queue", reason: "a read-only store").description))
+    let notCurrent = FerryError(
+      engine: .projectionNotCurrent(projection: "queue", reason: "a read-only store"))
+    #expect(
+      notCurrent
+        == .notCurrent(
+          FerryLogError.projectionNotCurrent(projection: "queue", reason: "a read-only store").description))
     let damagePage = FerryError(
       engine: .storage(StorageFailure(code: -30796, name: "MDB_CORRUPTED", message: "page 12")))
     #expect(damagePage.description.contains("the store is damaged"))
-    let failed = FerryError(engine: .projectionFailed(projection: "queue", sequence: 3, underlying: FerryError.noSuchTask(3)))
+    let failed = FerryError(
+      engine: .projectionFailed(projection: "queue", sequence: 3, underlying: FerryError.noSuchTask(3)))
     #expect(failed == .noSuchTask(3))
     #expect(FerryError(CancellationError()) == .cancelled)
     #expect(FerryError(FerryError.taskRunning(5)) == .taskRunning(5))

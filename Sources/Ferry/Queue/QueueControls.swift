@@ -72,11 +72,15 @@ extension TaskQueue {
   /// order (their attempt counts are kept). After an outage that outlasted a policy's
   /// ``RetryPolicy/maxAttempts``, one call brings the whole tag back.
   @discardableResult
-  public func revive(tag: String) async throws(FerryError) -> [TaskID] { try await engine { try await revive(.tag(tag)) } }
+  public func revive(tag: String) async throws(FerryError) -> [TaskID] {
+    try await engine { try await revive(.tag(tag)) }
+  }
 
   /// Makes every dead task of a group ready again, in one commit; returns them in id order.
   @discardableResult
-  public func revive(group groupId: String) async throws(FerryError) -> [TaskID] { try await engine { try await revive(.group(groupId)) } }
+  public func revive(group groupId: String) async throws(FerryError) -> [TaskID] {
+    try await engine { try await revive(.group(groupId)) }
+  }
 
   /// Makes every dead task ready again, in one commit; returns them in id order.
   @discardableResult
@@ -92,7 +96,9 @@ extension TaskQueue {
   /// their groups) may run again. A task whose error the app recorded while a run of it is under
   /// way is left to that run, and listed in ``BulkChangeReport/running``.
   @discardableResult
-  public func resolveErrors(tag: String) async throws(FerryError) -> BulkChangeReport { try await engine { try await resolve(.tag(tag)) } }
+  public func resolveErrors(tag: String) async throws(FerryError) -> BulkChangeReport {
+    try await engine { try await resolve(.tag(tag)) }
+  }
 
   /// Resolves the recorded error of every blocked task of a group, in one commit (as ``resolveErrors(tag:)``).
   @discardableResult
@@ -104,7 +110,9 @@ extension TaskQueue {
 
   /// Resolves the recorded error of every blocked task, in one commit (as ``resolveErrors(tag:)``).
   @discardableResult
-  public func resolveAllErrors() async throws(FerryError) -> BulkChangeReport { try await engine { try await resolve(.all) } }
+  public func resolveAllErrors() async throws(FerryError) -> BulkChangeReport {
+    try await engine { try await resolve(.all) }
+  }
 
   private func resolve(_ selection: TaskSelection) async throws -> BulkChangeReport {
     let report = try await log.execute { context in try QueueCommand.resolve(selection, context) }

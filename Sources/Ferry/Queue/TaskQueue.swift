@@ -400,7 +400,9 @@ public final class TaskQueue: Sendable {
   /// Starts automatic running again.
   public func resume() async throws(FerryError) {
     try await engine {
-      if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) { publish(.resumed) }
+      if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) {
+        publish(.resumed)
+      }
     }
   }
 
@@ -514,7 +516,8 @@ public final class TaskQueue: Sendable {
   /// Decodes a queued task's payload as `type` — the latest given to
   /// ``updatePayload(_:to:)``, else the one it was added with; ``FerryError/payload(taskId:reason:)``
   /// when it no longer decodes (a changed type, say).
-  public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws(FerryError) -> Payload {
+  public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws(FerryError) -> Payload
+  {
     try engine {
       let bytes = try payloadBytes(of: id)
       do {

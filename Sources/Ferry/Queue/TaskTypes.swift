@@ -281,7 +281,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     // The engine's wording, one source for both.
     case .suspended: return FerryLogError.suspended.description
     case .noSuchStore(let path): return FerryLogError.noSuchStore(path: path).description
-    case .notAStore(let path, let reason): return FerryLogError.notAStore(path: path, reason: reason).description
+    case .notAStore(let path, let reason):
+      return FerryLogError.notAStore(path: path, reason: reason).description
     case .alreadyOpen(let path): return FerryLogError.alreadyOpen(path: path).description
     case .permissionDenied(let path, let detail):
       return FerryLogError.permissionDenied(path: path, detail: detail).description

@@ -17,8 +17,11 @@ extension FerryError {
     case .unknownEventType(_, let sequence):
       // A stored event of a type this code does not know was written by newer software; one
       // being appended is the caller's mistake.
-      self = sequence == nil ? .invalidArgument(error.description) : .newerFormat(path: nil, message: error.description)
-    case .unsupportedLMDB(let found, let supported): self = .unsupportedLMDB(found: found, supported: supported)
+      self =
+        sequence == nil
+        ? .invalidArgument(error.description) : .newerFormat(path: nil, message: error.description)
+    case .unsupportedLMDB(let found, let supported):
+      self = .unsupportedLMDB(found: found, supported: supported)
     case .needsRecovery(let path): self = .needsRecovery(path: path)
     case .damagedStore(let path, _), .lostCommits(let path, _, _):
       self = .damaged(path: path, message: error.description)
@@ -49,7 +52,8 @@ extension FerryError {
     case let error as FerryLogError: self.init(engine: error)
     case is CancellationError: self = .cancelled
     case let error as PayloadError:
-      self = .damaged(path: nil, message: "the store is damaged: stored bytes do not decode (\(error.reason))")
+      self = .damaged(
+        path: nil, message: "the store is damaged: stored bytes do not decode (\(error.reason))")
     case let error as StorageFailure: self.init(engine: .storage(error))
     default: self = .storage("\(error)")
     }

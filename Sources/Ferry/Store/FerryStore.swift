@@ -86,8 +86,8 @@ public final class FerryStore: Sendable {
     public var gaugeInterval: Duration = .seconds(5)
     /// Acknowledge each commit after one flush of a write-ahead segment instead of LMDB's two
     /// (`EventLog.Configuration.writeAheadSegment`; `Specs/one-sync-commit.md`). Off by
-    /// default; experimental (`@_spi(Experimental) import Ferry`). The store remembers it, and an open that shares the store with
-    /// another process follows what the store does.
+    /// default; experimental (`@_spi(Experimental) import Ferry`). The store remembers it, and an
+    /// open that shares the store with another process follows what the store does.
     @_spi(Experimental) public var writeAheadSegment = false
     /// How long the store's writer thread polls for the next write before it sleeps while one
     /// caller writes alone and without pause (`EventLog.Configuration.writerSpin`: never with
