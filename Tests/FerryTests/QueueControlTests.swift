@@ -325,7 +325,7 @@ import Testing
       let waiter = Task { try await queue.waitUntilIdle() }
       for _ in 0..<200 { await Task.yield() }
       waiter.cancel()
-      await #expect(throws: CancellationError.self) { try await waiter.value }
+      await #expect(throws: FerryError.cancelled) { try await waiter.value }
 
       // This process's runner does the work: the waiter wakes on the queue's own publications.
       let returned = Mutex<[TaskID]?>(nil)

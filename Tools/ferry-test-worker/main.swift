@@ -378,7 +378,8 @@ case "attack-nested-read":
       say("open mapsize \(info.mapSize) used \(info.usedBytes)")
       _ = readLine()
       do {
-        let n = try store.log.read { _ in try store.queue.pendingTasks().count }
+        // The inner read is the engine's own: its refusal is what the outer read catches up on.
+        let n = try store.log.read { _ in try store.log.read { try FerryStore.snapshot(of: $0) }.tasks.count }
         let counters = store.log.storageCounters
         say("read \(n) growths \(counters.mapGrowths) adoptions \(counters.mapAdoptions)")
       } catch {
