@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 
@@ -117,9 +117,9 @@ public func checkAfterCrash(path: String, acknowledged: [Acknowledgement]) async
       .sorted()
     cancelledInFlight = Set(snapshot.cancelledRunning)
     report.violations += try taskInvariants(store.log, pending: snapshot.tasks)
-  } catch FerryLogError.notAStore(_, _) where acknowledged.isEmpty {
+  } catch FerryError.notAStore(_, _) where acknowledged.isEmpty {
     // Killed while the store was being created: nothing was acknowledged, nothing to check yet.
-  } catch FerryLogError.noSuchStore(_) where acknowledged.isEmpty {
+  } catch FerryError.noSuchStore(_) where acknowledged.isEmpty {
     // Killed before the directory was even made.
   } catch {
     report.violations.append("reading the store after the crash failed: \(error)")

@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import FerryTesting
 import Foundation
@@ -111,12 +111,14 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
     let report: RunReport
     do {
       report = try await runner.run()
-    } catch FerryLogError.projectionNotCurrent {
+    } catch .notCurrent {
       // Reads now catch a projection up themselves while the workload's process rebuilds it in
       // chunks (EventLog.read); this stays as a guard for a rebuild at another version, which
       // the workload never does.
       try await Task.sleep(for: .milliseconds(5))
       continue
+    } catch {
+      throw error
     }
     if report.entries.isEmpty { try await Task.sleep(for: .milliseconds(2)) }
   }

@@ -155,21 +155,28 @@ public final class ManualClock: DatedClock, Sendable {
 
 extension CacheLedger {
   /// Puts `key` in the state of a key never fetched.
-  public func makeNeverFetched(_ key: String) async throws {
-    try await forget(key)
+  public func makeNeverFetched(_ key: String) async throws(FerryError) {
+    try await engine {
+      try await forget(key)
+    }
   }
 
   /// Puts `key` in the state of a key fetched just now.
-  public func makeFresh(_ key: String) async throws {
-    try await recordFetch(key: key, outcome: .success(isEmpty: false), at: now)
+  public func makeFresh(_ key: String) async throws(FerryError) {
+    try await engine {
+      try await recordFetch(key: key, outcome: .success(isEmpty: false), at: now)
+    }
   }
 
   /// Puts `key` in the state of a key too old for `maxAge`: fetched one millisecond more than
   /// `maxAge` ago (exactly `maxAge` would not be too old).
-  public func makeTooOld(_ key: String, maxAge: Duration) async throws {
-    let (at, overflow) = now.unixMilliseconds.subtractingReportingOverflow(maxAge.milliseconds)
-    try await recordFetch(
-      key: key, outcome: .success(isEmpty: false), atMilliseconds: overflow ? .min : at.addingSaturating(-1))
+  public func makeTooOld(_ key: String, maxAge: Duration) async throws(FerryError) {
+    try await engine {
+      let (at, overflow) = now.unixMilliseconds.subtractingReportingOverflow(maxAge.milliseconds)
+      try await recordFetch(
+        key: key, outcome: .success(isEmpty: false), atMilliseconds: overflow ? .min : at.addingSaturating(-1)
+      )
+    }
   }
 }
 

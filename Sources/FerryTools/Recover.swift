@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 
@@ -35,7 +35,7 @@ package func recover(path: String, json: Bool, output: Output) async throws(Tool
     let store = try FerryStore.openReadOnly(at: path)
     defer { store.close() }
     head = try store.log.head()
-  } catch FerryLogError.needsRecovery {
+  } catch FerryError.needsRecovery {
     head = nil
   } catch {
     throw ToolError.from(error)

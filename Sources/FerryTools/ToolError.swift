@@ -88,6 +88,23 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
       }
     }
     if let ferry = error as? FerryError {
+      switch ferry {
+      case .noSuchStore: return ToolError(.noSuchStore, ferry.description)
+      case .notAStore: return ToolError(.notAStore, ferry.description)
+      case .newerFormat(let path, _):
+        // A record with a valid CRC this version cannot read: newer software wrote it, not damage.
+        if path != nil { return ToolError(.newerFormat, ferry.description) }
+        return ToolError(
+          .newerFormat,
+          ferry.description
+            + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
+      case .damaged, .ioError: return ToolError(.corruptRecord, ferry.description)
+      case .diskFull, .quotaExceeded, .unsupportedLMDB, .storage, .closed, .suspended, .cancelled, .notCurrent:
+        return ToolError(.storageError, ferry.description)
+      case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, ferry.description)
+      case .needsRecovery: return ToolError(.needsRecovery, ferry.description)
+      case .invalidArgument, .noSuchTask, .taskRunning, .payload, .unknownCollection, .malformedEvent: break
+      }
       if case .malformedEvent = ferry { return ToolError(.corruptRecord, ferry.description) }
       if case .taskRunning = ferry { return ToolError(.runUnderWay, ferry.description) }
       if case .noSuchTask = ferry { return ToolError(.notApplicable, ferry.description) }

@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// API abuse inside one process, as a careless or unlucky app developer causes it: odd strings,
 /// extreme values, cancelled callers, close races, clocks that jump.

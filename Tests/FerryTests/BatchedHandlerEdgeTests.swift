@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Batched handlers attacked as a hostile app would use them: a handler that asks for a task of
 /// its own batch, another runner waiting for a task a batch defers, batches at the largest size.

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The task-queue events of the log, in order.
 private func taskEvents(_ log: EventLog) throws -> [(sequence: UInt64, event: TaskEvent)] {

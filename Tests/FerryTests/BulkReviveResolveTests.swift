@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// After an outage or a batch of refusals, one call brings a tag, a group or the whole queue back:
 /// each dead task revived once, each blocked task resolved once, a run under way never touched.

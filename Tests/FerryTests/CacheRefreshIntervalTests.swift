@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A connectivity input set by hand that also tells how many of its change streams are open: a
 /// refresh interval waiting for the network holds one, which is how a test knows it is waiting.

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// Hostile probes of projection version 5 (a task cancelled, cleared or replaced while its handler
 /// runs holds its group until that run's outcome, `Specs/task-events.md` §3.2).
@@ -114,7 +114,7 @@ import Testing
           try await Task.sleep(for: .milliseconds(1))
           continue
         }
-        do {
+        do throws(any Error) {
           try await queue.cancel(running.id)
           actions["cancelRunning", default: 0] += 1
         } catch FerryError.noSuchTask {}

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// A task cancelled, cleared or replaced while its handler runs leaves the queue at once for every
 /// caller, but its group waits for that run's outcome and it never runs again

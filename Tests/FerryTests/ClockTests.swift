@@ -6,7 +6,7 @@ import PropertyBased
 import Synchronization
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A store on an injected `any Clock<Duration>` (issue 14): "now" is the start date plus the time
 /// elapsed on the clock, waits sleep on the clock, and times come and go as `Date`s while the log

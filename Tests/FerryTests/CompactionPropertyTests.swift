@@ -5,7 +5,7 @@ import PropertyBased
 import Synchronization
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// One step of a generated history, decoded from an integer so that histories shrink to short,
 /// small ones. The same step is applied to a store that is compacted and has its projections

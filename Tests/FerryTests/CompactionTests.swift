@@ -4,7 +4,7 @@ import Foundation
 import LMDB
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Adds `count` tasks that ran and succeeded, straight into the log in big batches (as the runner
 /// would log them, without running anything): add, run started, run succeeded.

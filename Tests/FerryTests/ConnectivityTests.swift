@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Offline is a state, not a failure: no attempt is spent and no backoff grows while the device is
 /// offline, a deferral gives its attempt back, and the network's return runs what waited at once.

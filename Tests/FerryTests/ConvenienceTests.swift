@@ -3,7 +3,7 @@ import FerryTesting
 import Foundation
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The app's own tag type, as Wendy allowed: the log stores the raw value.
 enum Work: String, Sendable {

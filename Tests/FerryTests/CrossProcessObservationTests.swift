@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// The pull side and observation with company: another process forgets, cancels, compacts and
 /// grows the map while this one observes `states()` and `updates()`.

@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// The ends of `Int64`, `UInt64` and `Duration` at the public API (issue 12): each is refused with
 /// a typed error or handled without wrapping around — and never traps (a trap would end this
@@ -345,7 +345,7 @@ import Testing
       try await store.queue.add(tag: "t", payload: Item(name: "a"))
       #expect(try store.queue.pendingTasks().count == 1)
     } catch {
-      #expect(Self.isInvalidArgument(error) || error is FerryLogError, "\(error)")
+      #expect(Self.isInvalidArgument(error) || error is FerryError, "\(error)")
     }
   }
 }

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Commands that write nothing, racing another process's appends and after a compaction that
 /// removed everything.

@@ -3,7 +3,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Every ready task behind its group's head reads ``TaskStatus/waitingForGroup(behind:)``, whatever
 /// the head's state — only a head may run (`Specs/task-events.md` §3.3).

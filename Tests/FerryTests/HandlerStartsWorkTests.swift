@@ -24,7 +24,7 @@ import Testing
       let refused = Mutex<[String]>([])
       run.register(tag: "t") { task in
         for request in [RunFilter.all, .task(task.id)] {
-          do {
+          do throws(any Error) {
             _ = try await run.run(request)
           } catch FerryError.invalidArgument(let message) {
             refused.withLock { $0.append(message) }

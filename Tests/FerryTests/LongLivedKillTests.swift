@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// A store that has lived through many compactions keeps running tasks in this process while
 /// other processes compact it and are killed part-way — inside the compaction's transaction, and

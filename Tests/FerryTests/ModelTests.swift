@@ -5,7 +5,7 @@ import PropertyBased
 import Synchronization
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// An obviously-correct, in-memory model of the queue and cache ledger: plain values and the rules
 /// of `Specs/task-events.md` and `Specs/cache-events.md`, written out the simplest way.

@@ -8,7 +8,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// One captured log record.
 struct LogRecord: Sendable {
@@ -197,7 +197,7 @@ struct CapturingLogHandler: LogHandler {
     try FileManager.default.copyItem(atPath: copy, toPath: fixture.path + "/data.mdb")
 
     let logs = CapturingLogHandler.Sink()
-    await #expect(throws: FerryLogError.self) {
+    await #expect(throws: FerryError.self) {
       _ = try await fixture.openStore { $0.logger = CapturingLogHandler.logger(logs) }
     }
     let refusal = try #require(logs.all.first)

@@ -3,7 +3,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// The `ferry` tool's operator commands (and compact, verify, inspect) run again and again from
 /// another process while two runner processes work the queue, with and without the write-ahead

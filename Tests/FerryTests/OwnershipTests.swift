@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A child process of this package (a worker or the `ferry` tool), its output read line by line.
 final class Child: Sendable {

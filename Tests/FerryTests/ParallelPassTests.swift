@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 // Twenty minutes: some tests here make thousands of durable commits, which a loaded disk can
 // take minutes over; the limit is there to end a hang, not to time the work.

@@ -3,7 +3,7 @@ import Foundation
 import PropertyBased
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A JSON-shaped value built from a list of numbers (so that failures shrink to small values),
 /// encoded through every kind of container an `Encodable` type uses.

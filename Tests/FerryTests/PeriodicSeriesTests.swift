@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The repeating tasks of the log still queued, by the log's adds and the queue's rows.
 private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Every `task.added` of the log whose schedule repeats, in log order: (task id, start, interval).
 func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, interval: Int64)] {

@@ -6,7 +6,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Priority and deadlines (`Specs/task-events.md` §2.3, §2.4, §4.3): claim order by priority with
 /// groups and retries kept in order, adds during a pass, expiry by claim and by a pass's sweep —

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// The push side's conveniences used in company: two runners in one process, or an app and its
 /// extension on one store. Promises are read from the log.

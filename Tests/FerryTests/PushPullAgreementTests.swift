@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Pushes and pulls agree: a push can make a cache stale; the gate waits only for tasks that can
 /// still run and names the ones that cannot; a held refresh is visible and spends no attempt.

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The queue controls of issue 14 (`Specs/task-events.md` §2.2, §3.3, §4.1, §4.4, §4.5): payload
 /// updates, cancel by tag and by group, waiting until idle, the `waitingForGroup` status and a
@@ -325,7 +325,7 @@ import Testing
       let waiter = Task { try await queue.waitUntilIdle() }
       for _ in 0..<200 { await Task.yield() }
       waiter.cancel()
-      await #expect(throws: CancellationError.self) { try await waiter.value }
+      await #expect(throws: FerryError.cancelled) { try await waiter.value }
 
       // This process's runner does the work: the waiter wakes on the queue's own publications.
       let returned = Mutex<[TaskID]?>(nil)

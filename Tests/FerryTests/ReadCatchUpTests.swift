@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// Hostile scenarios for reads that catch a projection up through the writer (EventLog.read,
 /// commit 91ca417): other processes rebuilding, killed part-way, at another version; reads nested,
@@ -337,7 +337,7 @@ import Testing
           let outcome: String
           do {
             outcome = "rows \(try queue.pendingTasks().count)"
-          } catch FerryLogError.closed {
+          } catch FerryError.closed {
             outcome = "closed"
           } catch {
             outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"
@@ -481,7 +481,7 @@ import Testing
     // Once the other process goes on, a read has the rows.
     var rows: Int?
     while rows == nil {
-      do { rows = try queue.pendingTasks().count } catch where isNotCurrent(error) {
+      do throws(any Error) { rows = try queue.pendingTasks().count } catch where isNotCurrent(error) {
         try await Task.sleep(for: .milliseconds(5))
       }
     }
@@ -503,7 +503,7 @@ import Testing
         let outcome: String
         do {
           outcome = "rows \(try queue.pendingTasks().count)"
-        } catch FerryLogError.closed {
+        } catch FerryError.closed {
           outcome = "closed"
         } catch {
           outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// Reads whose projection another process keeps moving — rebuilding it back to back — never give
 /// up with `projectionNotCurrent` in a read-write open: when a catch-up through this process's

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// Two runner processes share a store while a third process keeps rebuilding its projections (in
 /// small chunks), or while `ferry compact --retention 0` compacts it in place again and again (with
@@ -249,7 +249,7 @@ import Testing
     var notCurrent = 0
     var lostRaces: [String] = []
     while runners.contains(where: { $0.process.isRunning }) {
-      do {
+      do throws(any Error) {
         _ = try queue.pendingTasks()
         reads += 1
       } catch where isNotCurrent(error) {

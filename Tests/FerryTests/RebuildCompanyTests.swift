@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Another process rebuilding the projections — killed part-way, or live in chunks while this one
 /// runs tasks — never makes this process's reads or runs fail: a read that finds its projection
@@ -241,5 +241,6 @@ func expectEachTaskSucceededOnce(
 
 func isNotCurrent(_ error: any Error) -> Bool {
   if case FerryLogError.projectionNotCurrent = error { return true }
+  if case FerryError.notCurrent = error { return true }
   return false
 }

@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Engine) import Ferry
 import FerryLog
 import Foundation
 import Testing

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// What a handler returns with its success, as a hostile handler returns it: stale keys that are
 /// no keys, the same key many times, more names than an event holds.

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A hostile user of start times: the farthest starts Ferry accepts, the longest interval, a
 /// start long past, and a clock set back — none may trap, run a task before its start, or keep

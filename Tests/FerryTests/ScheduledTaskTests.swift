@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The times `task.runStarted` events of a task were logged at, read back from the log.
 func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {

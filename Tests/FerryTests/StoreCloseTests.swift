@@ -18,7 +18,7 @@ import Testing
         group.addTask {
           do {
             return try await store.queue.add(tag: "t", payload: Item(name: "\(n)"))
-          } catch FerryLogError.closed {
+          } catch FerryError.closed {
             return nil
           } catch {
             Issue.record("an add failed otherwise: \(error)")
@@ -34,7 +34,7 @@ import Testing
     }
     #expect(results.count == 40)
     let ids = results.compactMap { $0 }
-    await #expect(throws: FerryLogError.self) { try await store.queue.add(tag: "t", payload: Item(name: "late")) }
+    await #expect(throws: FerryError.closed) { try await store.queue.add(tag: "t", payload: Item(name: "late")) }
     let reopened = try await fixture.openStore()
     defer { reopened.close() }
     let queued = Set(try reopened.queue.pendingTasks().map(\.id))

@@ -1,4 +1,4 @@
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 import FerryLog
 import FerryTesting
 import Foundation
@@ -113,7 +113,7 @@ import Testing
     do {
       try await store.resume()
       Issue.record("a resume of a store that moved away succeeded")
-    } catch FerryLogError.noSuchStore {
+    } catch FerryError.noSuchStore {
     } catch {
       Issue.record("a resume of a store that moved away threw \(error)")
     }
@@ -130,9 +130,9 @@ import Testing
     do {
       try await store.resume()
       Issue.record("a resume of a store whose data file is garbage succeeded")
-    } catch let error as FerryLogError {
+    } catch {
       switch error {
-      case .damagedStore, .notAStore: break
+      case .damaged, .notAStore: break
       default: Issue.record("a resume of a garbage data file threw \(error)")
       }
     }
@@ -171,7 +171,7 @@ import Testing
     do {
       try await store.resume()
       Issue.record("a resume succeeded while the store was open again in the process")
-    } catch FerryLogError.alreadyOpen {
+    } catch FerryError.alreadyOpen {
     } catch {
       Issue.record("the resume threw \(error), not alreadyOpen")
     }

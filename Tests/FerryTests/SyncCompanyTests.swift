@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The sync contract with company: two runner processes and this one on one store, notes created
 /// offline and edited behind their creates, runners SIGKILLed after the server applied a create

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The sync article's promises, attacked where they cross compaction, rebuilds and odd results.
 @Suite(.timeLimit(.minutes(20))) struct SyncContractTests {

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The app acting on a task while it runs (resolve, stop, unique replace and keep): each task
 /// still runs once.

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A handler's success may leave an output that later tasks read: the id a server gave a note
 /// created offline reaches the edits queued behind its create.

@@ -4,7 +4,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 struct Item: Codable, Equatable, Sendable {
   var name: String

@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Things handlers remember, shared with the test.
 final class Journal: Sendable {

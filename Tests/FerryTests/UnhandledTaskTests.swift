@@ -4,7 +4,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// Tasks a runner has no handler for: registering during a pass, two runners with different
 /// handler sets, and what a pass over many such tasks costs.

@@ -6,7 +6,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// A background window whose pass another window cut short, or joined: each pass goes on
 /// until its own deadline, and a claim reads the deadline that holds.

@@ -5,7 +5,7 @@ import Synchronization
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @testable import Ferry
 
 /// The one place these tests read and move the store's test clock and turn its times into dates.
 struct WindowTime {

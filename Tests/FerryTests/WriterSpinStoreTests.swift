@@ -3,7 +3,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@testable import Ferry
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// The writer's poll (`FerryStore.Configuration.writerSpin`) attacked at the store's level, with
 /// real processes on one store with a write-ahead segment: two processes adding in serial loops

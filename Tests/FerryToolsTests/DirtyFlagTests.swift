@@ -102,7 +102,7 @@ struct NamedTree {
     } catch FerryLogError.damagedStore(_, let reason) {
       #expect(reason.contains("page \(found.lastLeaf)"), "\(reason)")
     }
-    await #expect(throws: FerryLogError.self) {
+    await #expect(throws: FerryError.self) {
       let opened = try await FerryStore.open(at: store)
       opened.close()
     }

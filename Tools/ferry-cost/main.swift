@@ -9,7 +9,7 @@
 //                          time of 5 opens (under callgrind: the instructions of the 5 opens);
 //                          with FERRY_COST_STORE=dir the store is kept there and built only once
 import CFerryCost
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 

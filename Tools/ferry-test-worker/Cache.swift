@@ -1,5 +1,5 @@
 // Modes that record cache fetches from another process.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import Foundation
 
 let cacheModes: [String: Mode] = [

@@ -1,5 +1,5 @@
 // Modes that compact a store while the parent, or another worker, uses it.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import FerryTools
 import Foundation

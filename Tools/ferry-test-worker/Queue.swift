@@ -1,5 +1,5 @@
 // Modes that add tasks to a store's queue from another process.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import Foundation
 
 let queueModes: [String: Mode] = [

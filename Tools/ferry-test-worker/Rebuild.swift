@@ -1,5 +1,5 @@
 // Modes that rebuild projections, or change their versions, while the parent reads the store.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 
@@ -43,7 +43,8 @@ let rebuildModes: [String: Mode] = [
       say("open mapsize \(info.mapSize) used \(info.usedBytes)")
       _ = readLine()
       do {
-        let n = try store.log.read { _ in try store.queue.pendingTasks().count }
+        // The inner read is the engine's own: its refusal is what the outer read catches up on.
+        let n = try store.log.read { _ in try store.log.read { try FerryStore.snapshot(of: $0) }.tasks.count }
         let counters = store.log.storageCounters
         say("read \(n) growths \(counters.mapGrowths) adoptions \(counters.mapAdoptions)")
       } catch {

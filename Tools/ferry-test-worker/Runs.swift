@@ -1,5 +1,5 @@
 // Modes that run a store's tasks from another process: the runner's side of cross-process tests.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 
@@ -247,7 +247,7 @@ let runModes: [String: Mode] = [
         while true {
           do {
             return try await body()
-          } catch FerryLogError.projectionNotCurrent {
+          } catch let error where isNotCurrent(error) {
             say("notCurrent \(label)")
             try await Task.sleep(for: .milliseconds(5))
           }

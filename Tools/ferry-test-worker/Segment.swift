@@ -1,5 +1,5 @@
 // Modes that write through the write-ahead segment and are killed, or share it, mid-way.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 

@@ -1,6 +1,6 @@
 // Modes that hold a store open, act on it as the operator command does, or cycle it open and
 // closed.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import FerryTools
 import Foundation

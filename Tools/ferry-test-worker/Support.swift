@@ -1,5 +1,5 @@
 // What every mode shares: its arguments, how it speaks to the parent, how it opens a store.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 import Synchronization
@@ -123,4 +123,12 @@ func runUntilIdle(_ runner: TaskRunner, workLeft: () throws -> Bool) async throw
     }
     idle = try ranSomething || workLeft() ? 0 : idle + 1
   }
+}
+
+/// Whether a read was refused because its projection is not current: the engine's error, or
+/// Ferry's for the same refusal.
+func isNotCurrent(_ error: any Error) -> Bool {
+  if case FerryLogError.projectionNotCurrent = error { return true }
+  if case FerryError.notCurrent = error { return true }
+  return false
 }

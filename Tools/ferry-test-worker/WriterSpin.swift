@@ -1,6 +1,6 @@
 // Modes that load the writer from another process, so that its poll window (writerSpin) is
 // exercised against a real competitor.
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 

@@ -153,12 +153,14 @@ public final class CacheLedger: Sendable {
   /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970, more than
   /// ``maxFetchTimeAhead`` after the store's clock, or not a time at all (an infinite or NaN
   /// interval).
-  public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws {
-    if let date, !date.timeIntervalSince1970.isFinite {
-      throw FerryError.invalidArgument(
-        "a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
+  public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws(FerryError) {
+    try await engine {
+      if let date, !date.timeIntervalSince1970.isFinite {
+        throw FerryError.invalidArgument(
+          "a fetch time must be a time, not \(date.timeIntervalSince1970) s since 1970")
+      }
+      try await recordFetch(key: key, outcome: outcome, atMilliseconds: date?.unixMilliseconds)
     }
-    try await recordFetch(key: key, outcome: outcome, atMilliseconds: date?.unixMilliseconds)
   }
 
   /// ``recordFetch(key:outcome:at:)`` with the time as the log keeps it (Unix milliseconds).
@@ -197,66 +199,76 @@ public final class CacheLedger: Sendable {
   }
 
   /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
-  public func forget(_ key: String) async throws {
-    try Self.validate(key)
-    _ = try await log.append(CacheEvent.forgotten(key: key).newEvent)
-    changes.publish(.changed, for: CacheKeyBytes(key))
+  public func forget(_ key: String) async throws(FerryError) {
+    try await engine {
+      try Self.validate(key)
+      _ = try await log.append(CacheEvent.forgotten(key: key).newEvent)
+      changes.publish(.changed, for: CacheKeyBytes(key))
+    }
   }
 
   /// Stores the paging state of `key`: what the next page needs and whether more are available.
-  public func setPaging(key: String, next: [UInt8]?, morePagesAvailable: Bool) async throws {
-    try Self.validate(key)
-    _ = try await log.append(
-      CacheEvent.paging(key: key, next: next, morePagesAvailable: morePagesAvailable).newEvent)
-    changes.publish(.changed, for: CacheKeyBytes(key))
+  public func setPaging(key: String, next: [UInt8]?, morePagesAvailable: Bool) async throws(FerryError) {
+    try await engine {
+      try Self.validate(key)
+      _ = try await log.append(
+        CacheEvent.paging(key: key, next: next, morePagesAvailable: morePagesAvailable).newEvent)
+      changes.publish(.changed, for: CacheKeyBytes(key))
+    }
   }
 
   /// How old the cache of `key` is, against `maxAge`. A clock that went backwards gives an age of
   /// zero, never a negative one.
-  public func state(key: String, maxAge: Duration) throws -> CacheAge {
-    try Self.validate(key)
-    try Self.validate(maxAge: maxAge)
-    guard let record = try record(key), let lastFetched = record.lastSuccessMs else { return .noCache }
-    let now = clock()
-    let maxAgeMs = maxAge.milliseconds
-    let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
-    // A push that made the key stale after its last fetch: too old, whatever its age.
-    let isTooOld = (!overflow && lastFetched < threshold) || record.isInvalidated
-    // A time from an imported or older store can be anything: the age saturates, never wraps.
-    let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
-    let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
-    return .cache(
-      lastFetched: Date(unixMilliseconds: lastFetched), age: .milliseconds(ageMs), isTooOld: isTooOld)
+  public func state(key: String, maxAge: Duration) throws(FerryError) -> CacheAge {
+    try engine {
+      try Self.validate(key)
+      try Self.validate(maxAge: maxAge)
+      guard let record = try record(key), let lastFetched = record.lastSuccessMs else { return .noCache }
+      let now = clock()
+      let maxAgeMs = maxAge.milliseconds
+      let (threshold, overflow) = now.subtractingReportingOverflow(maxAgeMs)
+      // A push that made the key stale after its last fetch: too old, whatever its age.
+      let isTooOld = (!overflow && lastFetched < threshold) || record.isInvalidated
+      // A time from an imported or older store can be anything: the age saturates, never wraps.
+      let (age, ageOverflow) = now.subtractingReportingOverflow(lastFetched)
+      let ageMs = ageOverflow ? (lastFetched < 0 ? Int64.max : 0) : max(0, age)
+      return .cache(
+        lastFetched: Date(unixMilliseconds: lastFetched), age: .milliseconds(ageMs), isTooOld: isTooOld)
+    }
   }
 
   /// Everything the ledger knows about `key`, or nil.
-  public func record(_ key: String) throws -> CacheRecord? {
-    try Self.validate(key)
-    return try log.read { view in
-      try CacheAgesProjection.record(key, in: view.tables(of: CacheAgesProjection.projectionName))
+  public func record(_ key: String) throws(FerryError) -> CacheRecord? {
+    try engine {
+      try Self.validate(key)
+      return try log.read { view in
+        try CacheAgesProjection.record(key, in: view.tables(of: CacheAgesProjection.projectionName))
+      }
     }
   }
 
   /// Keys whose last successful fetch is older than `maxAge` (the oldest first), for eviction.
   /// Keys never fetched successfully are not listed. Reads only the keys it returns.
-  public func keys(olderThan maxAge: Duration) throws -> [String] {
-    try Self.validate(maxAge: maxAge)
-    let (threshold, overflow) = clock().subtractingReportingOverflow(maxAge.milliseconds)
-    if overflow { return [] }  // older than the start of time: none
-    return try log.read { view in
-      var keys: [String] = []
-      try view.tables(of: CacheAgesProjection.projectionName).scan("bySuccess", from: nil) { raw, _ in
-        guard let (at, key) = CacheKey.decodeBySuccess(raw), at < threshold else { return false }
-        keys.append(key)
-        return true
+  public func keys(olderThan maxAge: Duration) throws(FerryError) -> [String] {
+    try engine {
+      try Self.validate(maxAge: maxAge)
+      let (threshold, overflow) = clock().subtractingReportingOverflow(maxAge.milliseconds)
+      if overflow { return [] }  // older than the start of time: none
+      return try log.read { view in
+        var keys: [String] = []
+        try view.tables(of: CacheAgesProjection.projectionName).scan("bySuccess", from: nil) { raw, _ in
+          guard let (at, key) = CacheKey.decodeBySuccess(raw), at < threshold else { return false }
+          keys.append(key)
+          return true
+        }
+        return keys
       }
-      return keys
     }
   }
 
   /// Refuses a negative max age: nothing can be fetched less than no time ago, and the sign of an
   /// overflowing threshold would decide between "always too old" and "never too old".
-  static func validate(maxAge: Duration) throws {
+  static func validate(maxAge: Duration) throws(FerryError) {
     guard maxAge >= .zero else {
       throw FerryError.invalidArgument("a max age must not be negative, not \(maxAge)")
     }
@@ -264,13 +276,13 @@ public final class CacheLedger: Sendable {
 
   /// Refuses a refresh interval under a millisecond: the log keeps whole milliseconds, and an
   /// interval of none would refresh again as soon as a refresh ended.
-  static func validate(refreshInterval: Duration) throws {
+  static func validate(refreshInterval: Duration) throws(FerryError) {
     guard refreshInterval >= .milliseconds(1) else {
       throw FerryError.invalidArgument("a refresh interval must be at least 1 ms, not \(refreshInterval)")
     }
   }
 
-  static func validate(_ key: String) throws {
+  static func validate(_ key: String) throws(FerryError) {
     let count = key.utf8.count
     guard (1...maxKeyLength).contains(count) else {
       throw FerryError.invalidArgument("a cache key must be 1 to \(maxKeyLength) UTF-8 bytes, not \(count)")

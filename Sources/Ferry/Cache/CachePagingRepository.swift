@@ -67,7 +67,7 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
     key: String, ledger: CacheLedger, maxAge: Duration, source: PagingSource<Page, Cached>,
     automaticRefresh: Bool = true, refreshInterval: Duration? = nil, connectivity: (any Connectivity)? = nil,
     requires gate: PendingTasksGate? = nil
-  ) throws {
+  ) throws(FerryError) {
     self.key = key
     self.ledger = ledger
     self.source = source

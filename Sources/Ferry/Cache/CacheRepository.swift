@@ -88,7 +88,7 @@ public struct PendingTasksGate: Sendable {
   /// let runner = TaskRunner(queue: store.queue, configuration: configuration)
   /// let gate = try PendingTasksGate(runner: runner, collection: "note-changes")
   /// ```
-  public init(runner: TaskRunner, collection: String) throws {
+  public init(runner: TaskRunner, collection: String) throws(FerryError) {
     guard let tags = runner.configuration.collections[collection] else {
       throw FerryError.unknownCollection(collection)
     }
@@ -130,7 +130,7 @@ public struct PendingTasksGate: Sendable {
   }
 
   /// Throws unless the gate's runner runs the queue of `ledger`'s store.
-  func check(against ledger: CacheLedger) throws {
+  func check(against ledger: CacheLedger) throws(FerryError) {
     guard runner.queue.log === ledger.log else {
       throw FerryError.invalidArgument(
         "the pending-tasks gate's runner runs the queue of another store than the repository's ledger")
@@ -177,7 +177,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     refreshInterval: Duration? = nil,
     connectivity: (any Connectivity)? = nil,
     requires gate: PendingTasksGate? = nil
-  ) throws {
+  ) throws(FerryError) {
     try CacheLedger.validate(key)
     try CacheLedger.validate(maxAge: maxAge)
     if let refreshInterval { try CacheLedger.validate(refreshInterval: refreshInterval) }
@@ -270,6 +270,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
           return .skipped(.pendingTasks)
         }
       } catch {
+        // The store's failure, as the app's API throws it (never the engine's error).
+        let error = FerryError(error)
         return .failed(
           RefreshError(
             stage: .pendingTasks, message: "the pending tasks could not be run: \(error)", underlying: error))

@@ -45,7 +45,7 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
     source: @escaping @Sendable (Requirements) -> CacheSource<Value>, automaticRefresh: Bool = true,
     refreshInterval: Duration? = nil, connectivity: (any Connectivity)? = nil,
     requires gate: PendingTasksGate? = nil
-  ) throws {
+  ) throws(FerryError) {
     try CacheLedger.validate(maxAge: maxAge)
     if let refreshInterval { try CacheLedger.validate(refreshInterval: refreshInterval) }
     self.refreshInterval = refreshInterval
@@ -64,21 +64,23 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
 
   /// Changes what the repository is about; observers switch to the new key's states at once (a
   /// state of the old one is never shown after it). Throws when the key is not a valid cache key.
-  public func setRequirements(_ requirements: Requirements?) throws {
-    let repository = try requirements.map { requirements in
-      try CacheRepository(
-        key: key(requirements), ledger: ledger, maxAge: maxAge, source: source(requirements),
-        automaticRefresh: automaticRefresh, refreshInterval: refreshInterval, connectivity: connectivity,
-        requires: gate)
+  public func setRequirements(_ requirements: Requirements?) throws(FerryError) {
+    try engine {
+      let repository = try requirements.map { requirements in
+        try CacheRepository(
+          key: key(requirements), ledger: ledger, maxAge: maxAge, source: source(requirements),
+          automaticRefresh: automaticRefresh, refreshInterval: refreshInterval, connectivity: connectivity,
+          requires: gate)
+      }
+      let generation = current.withLock { state -> Int in
+        if state.requirements == requirements, requirements != nil { return state.generation }
+        state.requirements = requirements
+        state.repository = repository
+        state.generation += 1
+        return state.generation
+      }
+      changes.publish(generation, for: nil)
     }
-    let generation = current.withLock { state -> Int in
-      if state.requirements == requirements, requirements != nil { return state.generation }
-      state.requirements = requirements
-      state.repository = repository
-      state.generation += 1
-      return state.generation
-    }
-    changes.publish(generation, for: nil)
   }
 
   /// The repository of the current requirements, if any.

@@ -25,10 +25,12 @@ extension TaskQueue {
   /// ``FerryError/taskRunning(_:)`` while a run of it is under way — in any runner, in this
   /// process or another — since that run has the old payload and its outcome is about it; update
   /// it once the run has ended (a failed run leaves it queued).
-  public func updatePayload(_ id: TaskID, to payload: some Encodable & Sendable) async throws {
-    let bytes = try Self.encode(payload)
-    try await log.execute { context in try QueueCommand.updatePayload(id, bytes, context) }
-    publish(.payloadUpdated(id))
+  public func updatePayload(_ id: TaskID, to payload: some Encodable & Sendable) async throws(FerryError) {
+    try await engine {
+      let bytes = try Self.encode(payload)
+      try await log.execute { context in try QueueCommand.updatePayload(id, bytes, context) }
+      publish(.payloadUpdated(id))
+    }
   }
 
   /// Cancels every queued task with this tag that has no run under way, in one commit, and
@@ -42,8 +44,10 @@ extension TaskQueue {
   /// The queue has no index by tag: this reads every queued task's row (decoding only those of
   /// the tag), inside the commit.
   @discardableResult
-  public func cancel(tag: String) async throws -> CancelReport {
-    try await cancel(.tag(tag))
+  public func cancel(tag: String) async throws(FerryError) -> CancelReport {
+    try await engine {
+      try await cancel(.tag(tag))
+    }
   }
 
   /// Cancels every queued task of a group that has no run under way, in one commit, and returns
@@ -52,8 +56,10 @@ extension TaskQueue {
   /// a repeating task is cancelled while it runs, as by ``cancel(tag:)-(String)``, so its series ends.
   /// Observers get ``TaskUpdate/cancelled(_:)`` for each task cancelled.
   @discardableResult
-  public func cancel(group groupId: String) async throws -> CancelReport {
-    try await cancel(.group(groupId))
+  public func cancel(group groupId: String) async throws(FerryError) -> CancelReport {
+    try await engine {
+      try await cancel(.group(groupId))
+    }
   }
 
   private func cancel(_ selection: TaskSelection) async throws -> CancelReport {
@@ -66,15 +72,19 @@ extension TaskQueue {
   /// order (their attempt counts are kept). After an outage that outlasted a policy's
   /// ``RetryPolicy/maxAttempts``, one call brings the whole tag back.
   @discardableResult
-  public func revive(tag: String) async throws -> [TaskID] { try await revive(.tag(tag)) }
+  public func revive(tag: String) async throws(FerryError) -> [TaskID] {
+    try await engine { try await revive(.tag(tag)) }
+  }
 
   /// Makes every dead task of a group ready again, in one commit; returns them in id order.
   @discardableResult
-  public func revive(group groupId: String) async throws -> [TaskID] { try await revive(.group(groupId)) }
+  public func revive(group groupId: String) async throws(FerryError) -> [TaskID] {
+    try await engine { try await revive(.group(groupId)) }
+  }
 
   /// Makes every dead task ready again, in one commit; returns them in id order.
   @discardableResult
-  public func reviveAll() async throws -> [TaskID] { try await revive(.all) }
+  public func reviveAll() async throws(FerryError) -> [TaskID] { try await engine { try await revive(.all) } }
 
   private func revive(_ selection: TaskSelection) async throws -> [TaskID] {
     let revived = try await log.execute { context in try QueueCommand.revive(selection, context) }
@@ -86,17 +96,23 @@ extension TaskQueue {
   /// their groups) may run again. A task whose error the app recorded while a run of it is under
   /// way is left to that run, and listed in ``BulkChangeReport/running``.
   @discardableResult
-  public func resolveErrors(tag: String) async throws -> BulkChangeReport { try await resolve(.tag(tag)) }
+  public func resolveErrors(tag: String) async throws(FerryError) -> BulkChangeReport {
+    try await engine { try await resolve(.tag(tag)) }
+  }
 
   /// Resolves the recorded error of every blocked task of a group, in one commit (as ``resolveErrors(tag:)``).
   @discardableResult
-  public func resolveErrors(group groupId: String) async throws -> BulkChangeReport {
-    try await resolve(.group(groupId))
+  public func resolveErrors(group groupId: String) async throws(FerryError) -> BulkChangeReport {
+    try await engine {
+      try await resolve(.group(groupId))
+    }
   }
 
   /// Resolves the recorded error of every blocked task, in one commit (as ``resolveErrors(tag:)``).
   @discardableResult
-  public func resolveAllErrors() async throws -> BulkChangeReport { try await resolve(.all) }
+  public func resolveAllErrors() async throws(FerryError) -> BulkChangeReport {
+    try await engine { try await resolve(.all) }
+  }
 
   private func resolve(_ selection: TaskSelection) async throws -> BulkChangeReport {
     let report = try await log.execute { context in try QueueCommand.resolve(selection, context) }
@@ -107,10 +123,12 @@ extension TaskQueue {
   /// Whether the store's queue is idle now: no run is under way, in any process, and no task
   /// could be claimed at `date` (the store's clock now when nil; taken to the millisecond, as the
   /// log keeps times). See ``waitUntilIdle()`` for what counts as work.
-  public func isIdle(at date: Date? = nil) throws -> Bool {
-    let time = date?.unixMilliseconds ?? clock()
-    return try log.read { view in
-      try Self.isIdle(QueueTables(view.tables(of: TaskQueueProjection.projectionName)), now: time)
+  public func isIdle(at date: Date? = nil) throws(FerryError) -> Bool {
+    try engine {
+      let time = date?.unixMilliseconds ?? clock()
+      return try log.read { view in
+        try Self.isIdle(QueueTables(view.tables(of: TaskQueueProjection.projectionName)), now: time)
+      }
     }
   }
 
@@ -137,29 +155,31 @@ extension TaskQueue {
   /// the queue changes — this process's changes as they are made, other processes' as the queue's
   /// observation reads them from the log (within a fraction of a second).
   ///
-  /// Throws `CancellationError` when the waiting task is cancelled, and `FerryLogError.closed`
+  /// Throws ``FerryError/cancelled`` when the waiting task is cancelled, and ``FerryError/closed``
   /// when the queue is closed meanwhile.
-  public func waitUntilIdle() async throws {
-    // Subscribed before the first look, so that no change falls between the look and the wait.
-    // Also woken when the other-process follower finds another process's events compacted away unread
-    // (the last task run there and compacted: no update of it will ever come).
-    let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-    let changes = updates()
-    let holes = compactedUnread.stream(for: nil) { nil }
-    let feeds = [
-      Task {
-        for await _ in changes { wake.yield() }
-        wake.finish()
-      },
-      Task { for await _ in holes { wake.yield() } },
-    ]
-    defer { for feed in feeds { feed.cancel() } }
-    if try isIdle() { return }
-    for await _ in wakes {
+  public func waitUntilIdle() async throws(FerryError) {
+    try await engine {
+      // Subscribed before the first look, so that no change falls between the look and the wait.
+      // Also woken when the other-process follower finds another process's events compacted away unread
+      // (the last task run there and compacted: no update of it will ever come).
+      let (wakes, wake) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+      let changes = updates()
+      let holes = compactedUnread.stream(for: nil) { nil }
+      let feeds = [
+        Task {
+          for await _ in changes { wake.yield() }
+          wake.finish()
+        },
+        Task { for await _ in holes { wake.yield() } },
+      ]
+      defer { for feed in feeds { feed.cancel() } }
       if try isIdle() { return }
+      for await _ in wakes {
+        if try isIdle() { return }
+      }
+      try Task.checkCancellation()
+      throw FerryLogError.closed
     }
-    try Task.checkCancellation()
-    throw FerryLogError.closed
   }
 
   /// The idle rule of ``waitUntilIdle()``, on the queue's indexes: the first keys of `running`,

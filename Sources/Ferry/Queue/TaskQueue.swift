@@ -22,8 +22,9 @@ public final class TaskQueue: Sendable {
   /// The longest data id or group id, in UTF-8 bytes.
   public static let maxIdLength = 250
 
-  /// The event log beneath the queue.
-  public let log: EventLog
+  /// The event log beneath the queue: the engine, for Ferry's own tools and tests
+  /// (`@_spi(Engine) import Ferry`).
+  @_spi(Engine) public let log: EventLog
   let clock: @Sendable () -> Int64
   let updateStreams = Broadcaster<TaskUpdate, TaskID>(buffer: 10_000)
   /// Told when the other-process follower finds another process's events compacted away before it read them.
@@ -60,15 +61,18 @@ public final class TaskQueue: Sendable {
   /// The runners of this queue that are still in use.
   var liveRunners: [TaskRunner] { runners.withLock { $0.compactMap(\.runner) } }
 
-  /// Opens (or creates) the store at `path` and returns its queue (``FerryStore/queue``).
+  /// Opens (or creates) the store at `path` and returns its queue alone, for Ferry's own tests
+  /// and tools; an app opens a ``FerryStore`` (``FerryStore/open(at:configuration:)``).
   ///
   /// A task whose run started and never finished — its process died while the handler ran — gets
   /// a `runInterrupted` event and is ready again, its attempt count kept (at-least-once delivery).
   /// A run whose process is alive (another app process, an extension) is left alone.
-  public static func open(
+  package static func open(
     at path: String, configuration: Configuration = Configuration()
-  ) async throws -> TaskQueue {
-    try await FerryStore.open(at: path, configuration: configuration).queue
+  ) async throws(FerryError) -> TaskQueue {
+    try await engine {
+      try await FerryStore.open(at: path, configuration: configuration).queue
+    }
   }
 
   /// Waits until the clock reads at least a time (on ``FerryStore/Configuration/clock``).
@@ -93,7 +97,7 @@ public final class TaskQueue: Sendable {
 
   /// Closes the store beneath the queue: returns once every write already handed to the writer is
   /// committed (blocking the calling thread meanwhile; a write asked for after that throws
-  /// `FerryLogError.closed`), ends the update streams and gives up this process's liveness token —
+  /// ``FerryError/closed``), ends the update streams and gives up this process's liveness token —
   /// once no handler of this queue still runs. Handlers are not waited for: a run whose outcome
   /// can no longer be logged is interrupted by the next open. Synchronous, like
   /// ``FerryStore/close()``.
@@ -175,8 +179,10 @@ public final class TaskQueue: Sendable {
   }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
-  public func updates(for id: TaskID) throws -> AsyncStream<TaskUpdate> {
-    try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+  public func updates(for id: TaskID) throws(FerryError) -> AsyncStream<TaskUpdate> {
+    try engine {
+      try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
+    }
   }
 
   /// Whether this queue reads the log for other processes' changes now: while any update stream
@@ -235,8 +241,10 @@ public final class TaskQueue: Sendable {
   /// the task is ready again (one cancelled while that run was under way leaves the queue). A
   /// live owner's runs are never touched. Returns the tasks interrupted.
   @discardableResult
-  public func interruptRunsOfDeadOwners() async throws -> [TaskID] {
-    try await recover(sweepingTokens: false)
+  public func interruptRunsOfDeadOwners() async throws(FerryError) -> [TaskID] {
+    try await engine {
+      try await recover(sweepingTokens: false)
+    }
   }
 
   /// Interrupts dead owners' runs and, with `sweepingTokens`, removes the tokens of dead owners
@@ -324,107 +332,127 @@ public final class TaskQueue: Sendable {
     tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
     unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
     schedule: TaskSchedule = .now
-  ) async throws -> TaskID {
-    try Self.validate(tag, name: "tag", max: Self.maxTagLength)
-    if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
-    if let groupId { try Self.validate(groupId, name: "groupId", max: Self.maxIdLength) }
-    if unique != .append && dataId == nil {
-      throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
-    }
-    let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
-    let stored = try schedule.resolved(now: clock())
-    if stored.interval != nil && (manual || deadline != nil || groupId != nil) {
-      // In a group, each repetition would wait at the group's end and hold what is added after it.
-      throw FerryError.invalidArgument(
-        "a repeating task can be neither manual, in a group, nor have a deadline")
-    }
-    if let start = stored.startAt, let deadlineMilliseconds, deadlineMilliseconds <= start {
-      throw FerryError.invalidArgument("the deadline is not after the start: the task could never run")
-    }
-    let bytes = try Self.encode(payload)
-    let event = TaskEvent.added(
-      tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-      priority: priority.rawValue, deadline: deadlineMilliseconds, schedule: stored)
-    if unique == .append {
-      let sequence = try await log.append(event.newEvent)
-      observer.added(sequence, tag: tag, groupId: groupId)
-      publish(.added(sequence))
-      return sequence
-    }
-    // Keep and replace depend on what is queued: decided inside the commit.
-    switch try await log.execute({ context in try QueueCommand.add(event, context) }) {
-    case .kept(let existing):
-      return existing
-    case .added(let id, let replaced):
-      for old in replaced { publish(.cancelled(old)) }
-      observer.added(id, tag: tag, groupId: groupId)
-      publish(.added(id))
-      return id
+  ) async throws(FerryError) -> TaskID {
+    try await engine {
+      try Self.validate(tag, name: "tag", max: Self.maxTagLength)
+      if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
+      if let groupId { try Self.validate(groupId, name: "groupId", max: Self.maxIdLength) }
+      if unique != .append && dataId == nil {
+        throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
+      }
+      let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
+      let stored = try schedule.resolved(now: clock())
+      if stored.interval != nil && (manual || deadline != nil || groupId != nil) {
+        // In a group, each repetition would wait at the group's end and hold what is added after it.
+        throw FerryError.invalidArgument(
+          "a repeating task can be neither manual, in a group, nor have a deadline")
+      }
+      if let start = stored.startAt, let deadlineMilliseconds, deadlineMilliseconds <= start {
+        throw FerryError.invalidArgument("the deadline is not after the start: the task could never run")
+      }
+      let bytes = try Self.encode(payload)
+      let event = TaskEvent.added(
+        tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
+        priority: priority.rawValue, deadline: deadlineMilliseconds, schedule: stored)
+      if unique == .append {
+        let sequence = try await log.append(event.newEvent)
+        observer.added(sequence, tag: tag, groupId: groupId)
+        publish(.added(sequence))
+        return sequence
+      }
+      // Keep and replace depend on what is queued: decided inside the commit.
+      switch try await log.execute({ context in try QueueCommand.add(event, context) }) {
+      case .kept(let existing):
+        return existing
+      case .added(let id, let replaced):
+        for old in replaced { publish(.cancelled(old)) }
+        observer.added(id, tag: tag, groupId: groupId)
+        publish(.added(id))
+        return id
+      }
     }
   }
 
   /// Removes a queued task. A run of it already under way finishes and is logged; the task does
   /// not come back. Throws ``FerryError/noSuchTask(_:)`` when it is not queued.
-  public func cancel(_ id: TaskID) async throws {
-    try await log.execute { context in try QueueCommand.onTask(id, .cancelled(id), context) }
-    publish(.cancelled(id))
+  public func cancel(_ id: TaskID) async throws(FerryError) {
+    try await engine {
+      try await log.execute { context in try QueueCommand.onTask(id, .cancelled(id), context) }
+      publish(.cancelled(id))
+    }
   }
 
   /// Removes every task. Runs under way finish and are logged; their tasks do not come back.
-  public func clear() async throws {
-    _ = try await log.append(TaskEvent.cleared.newEvent)
-    publish(.cleared)
+  public func clear() async throws(FerryError) {
+    try await engine {
+      _ = try await log.append(TaskEvent.cleared.newEvent)
+      publish(.cleared)
+    }
   }
 
   /// Stops automatic running, durably (it stays paused across reopen).
-  public func pause() async throws {
-    if try await log.execute({ context in try QueueCommand.setPaused(true, context) }) { publish(.paused) }
+  public func pause() async throws(FerryError) {
+    try await engine {
+      if try await log.execute({ context in try QueueCommand.setPaused(true, context) }) { publish(.paused) }
+    }
   }
 
   /// Starts automatic running again.
-  public func resume() async throws {
-    if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) { publish(.resumed) }
+  public func resume() async throws(FerryError) {
+    try await engine {
+      if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) {
+        publish(.resumed)
+      }
+    }
   }
 
   /// Whether automatic running is paused.
-  public func isPaused() throws -> Bool {
-    try queueTables { queue in try queue.tables.get("state", key: QueueKey.paused) == [1] }
+  public func isPaused() throws(FerryError) -> Bool {
+    try engine {
+      try queueTables { queue in try queue.tables.get("state", key: QueueKey.paused) == [1] }
+    }
   }
 
   /// Records a user-fixable error on a task: it, and the rest of its group, wait until the error
   /// is resolved. Returns the error's id.
   @discardableResult
-  public func recordError(_ id: TaskID, message: String) async throws -> UInt64 {
-    let message = Self.loggable(message)
-    let errorId = try await log.execute { context in
-      try QueueCommand.onTask(id, .errorRecorded(id, message: message, endsRun: false), context)
-      return context.sequences.last ?? 0
+  public func recordError(_ id: TaskID, message: String) async throws(FerryError) -> UInt64 {
+    try await engine {
+      let message = Self.loggable(message)
+      let errorId = try await log.execute { context in
+        try QueueCommand.onTask(id, .errorRecorded(id, message: message, endsRun: false), context)
+        return context.sequences.last ?? 0
+      }
+      observer.errorRecorded(id, message: message)
+      publish(.errorRecorded(id, message: message))
+      return errorId
     }
-    observer.errorRecorded(id, message: message)
-    publish(.errorRecorded(id, message: message))
-    return errorId
   }
 
   /// Resolves the task's recorded error: the task may run again.
-  public func resolveError(_ id: TaskID) async throws {
-    try await log.execute { context in
-      try QueueCommand.onTask(id, .errorResolved(id), context) { row in
-        guard row.status == .blocked else {
-          throw FerryError.invalidArgument("task \(id) has no unresolved error")
+  public func resolveError(_ id: TaskID) async throws(FerryError) {
+    try await engine {
+      try await log.execute { context in
+        try QueueCommand.onTask(id, .errorResolved(id), context) { row in
+          guard row.status == .blocked else {
+            throw FerryError.invalidArgument("task \(id) has no unresolved error")
+          }
         }
       }
+      publish(.errorResolved(id))
     }
-    publish(.errorResolved(id))
   }
 
   /// Makes a dead task ready again (its attempt count is kept).
-  public func revive(_ id: TaskID) async throws {
-    try await log.execute { context in
-      try QueueCommand.onTask(id, .revived(id), context) { row in
-        guard row.status == .dead else { throw FerryError.invalidArgument("task \(id) is not dead") }
+  public func revive(_ id: TaskID) async throws(FerryError) {
+    try await engine {
+      try await log.execute { context in
+        try QueueCommand.onTask(id, .revived(id), context) { row in
+          guard row.status == .dead else { throw FerryError.invalidArgument("task \(id) is not dead") }
+        }
       }
+      publish(.revived(id))
     }
-    publish(.revived(id))
   }
 
   /// Appends queue events on the runner's behalf (run started, succeeded, failed, interrupted)
@@ -440,39 +468,47 @@ public final class TaskQueue: Sendable {
   // MARK: Reading the queue
 
   /// The queued task with this id, or nil.
-  public func task(_ id: TaskID) throws -> PendingTask? {
-    try queueTables { queue in try queue.task(id) }
+  public func task(_ id: TaskID) throws(FerryError) -> PendingTask? {
+    try engine {
+      try queueTables { queue in try queue.task(id) }
+    }
   }
 
   /// Queued tasks in id order, optionally only those with this tag, group and data id.
   public func pendingTasks(
     tag: String? = nil, groupId: String? = nil, dataId: String? = nil
-  ) throws -> [PendingTask] {
-    try queueTables { queue in
-      try queue.allTasks { row in
-        // By bytes, as the queue's indexes tell tags and ids apart (not by `String` equality,
-        // which takes two spellings of "café" as one).
-        Self.sameBytes(row.tag, tag) && Self.sameBytes(row.groupId, groupId)
-          && Self.sameBytes(row.dataId, dataId)
+  ) throws(FerryError) -> [PendingTask] {
+    try engine {
+      try queueTables { queue in
+        try queue.allTasks { row in
+          // By bytes, as the queue's indexes tell tags and ids apart (not by `String` equality,
+          // which takes two spellings of "café" as one).
+          Self.sameBytes(row.tag, tag) && Self.sameBytes(row.groupId, groupId)
+            && Self.sameBytes(row.dataId, dataId)
+        }
       }
     }
   }
 
   /// The unresolved error recorded on a task, or nil.
-  public func latestError(_ id: TaskID) throws -> RecordedError? {
-    try queueTables { queue in
-      try queue.tables.get("errors", key: QueueKey.task(id)).map { try Self.decodeError(id, $0) }
+  public func latestError(_ id: TaskID) throws(FerryError) -> RecordedError? {
+    try engine {
+      try queueTables { queue in
+        try queue.tables.get("errors", key: QueueKey.task(id)).map { try Self.decodeError(id, $0) }
+      }
     }
   }
 
   /// Every unresolved error, by task id.
-  public func errors() throws -> [RecordedError] {
-    try queueTables { queue in
-      try queue.tables.entries("errors").map { entry in
-        guard let id = UInt64(bigEndianBytes: entry.key) else {
-          throw PayloadError("an error key is malformed")
+  public func errors() throws(FerryError) -> [RecordedError] {
+    try engine {
+      try queueTables { queue in
+        try queue.tables.entries("errors").map { entry in
+          guard let id = UInt64(bigEndianBytes: entry.key) else {
+            throw PayloadError("an error key is malformed")
+          }
+          return try Self.decodeError(id, entry.value)
         }
-        return try Self.decodeError(id, entry.value)
       }
     }
   }
@@ -480,12 +516,15 @@ public final class TaskQueue: Sendable {
   /// Decodes a queued task's payload as `type` — the latest given to
   /// ``updatePayload(_:to:)``, else the one it was added with; ``FerryError/payload(taskId:reason:)``
   /// when it no longer decodes (a changed type, say).
-  public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws -> Payload {
-    let bytes = try payloadBytes(of: id)
-    do {
-      return try JSONDecoder().decode(type, from: Data(bytes))
-    } catch {
-      throw FerryError.payload(taskId: id, reason: "it does not decode as \(type): \(error)")
+  public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws(FerryError) -> Payload
+  {
+    try engine {
+      let bytes = try payloadBytes(of: id)
+      do {
+        return try JSONDecoder().decode(type, from: Data(bytes))
+      } catch {
+        throw FerryError.payload(taskId: id, reason: "it does not decode as \(type): \(error)")
+      }
     }
   }
 
@@ -495,111 +534,113 @@ public final class TaskQueue: Sendable {
   /// its end, once logged: the handler ran on, and what it returned is part of the story. Works
   /// for finished tasks too, as long as the log holds their events. Reads the log from the task's
   /// add onward.
-  public func history(of id: TaskID) throws -> [TaskHistoryEntry] {
-    guard let added = try log.event(at: id), added.type == "task.added" else {
-      throw FerryError.noSuchTask(id)
-    }
-    guard case .added(let tag, _, let dataId, _, _, _, _, _, _) = try TaskEvent(added) else {
-      throw FerryError.noSuchTask(id)
-    }
-    var entries: [TaskHistoryEntry] = []
-    var ended = false
-    var inRun = false
-    /// This task's `task.cancelled` logged while a run of it was under way, held back until the
-    /// next event that is not another task's cancel: when that is an add of its tag and data id
-    /// with `replace`, the replace command logged the cancel and the history ends `replaced(by:)`.
-    var heldCancel: TaskHistoryEntry?
-    func isReplace(_ decoded: TaskEvent) -> Bool {
-      guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _, _) = decoded, let dataId
-      else {
-        return false
+  public func history(of id: TaskID) throws(FerryError) -> [TaskHistoryEntry] {
+    try engine {
+      guard let added = try log.event(at: id), added.type == "task.added" else {
+        throw FerryError.noSuchTask(id)
       }
-      // By bytes, as the queue's `unique` index compares: two spellings of "café" are equal
-      // `String`s but two data ids.
-      return Self.sameBytes(otherTag, tag) && Self.sameBytes(otherDataId, dataId)
-    }
-    /// The history ended (cancelled, cleared, replaced) while a run of it was under way: that
-    /// run's outcome, logged later, is still its history's last entry.
-    var awaitingOutcome = false
-    func isOutcome(_ decoded: TaskEvent) -> Bool {
-      switch decoded {
-      case .runSucceeded(id, _), .runFailed(id, _, _, _), .runInterrupted(id), .runDeferred(id, _),
-        .errorRecorded(id, _, true):
-        return true
-      default: return false
+      guard case .added(let tag, _, let dataId, _, _, _, _, _, _) = try TaskEvent(added) else {
+        throw FerryError.noSuchTask(id)
       }
-    }
-    try log.forEachEvent(from: id, chunkSize: 2000) { event in
-      if ended && !awaitingOutcome || !TaskEvent.typeSet.contains(event.type) { return }
-      let decoded = try TaskEvent(event)
-      if let cancel = heldCancel, !ended {
-        if case .cancelled = decoded { return }  // the same command's cancel of another twin
-        ended = true
-        awaitingOutcome = true  // a held cancel is one made while the task ran
-        entries.append(
-          isReplace(decoded)
-            ? TaskHistoryEntry(
-              sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
-            : cancel)
-        // The event that ended the wait may be the run's outcome itself.
+      var entries: [TaskHistoryEntry] = []
+      var ended = false
+      var inRun = false
+      /// This task's `task.cancelled` logged while a run of it was under way, held back until the
+      /// next event that is not another task's cancel: when that is an add of its tag and data id
+      /// with `replace`, the replace command logged the cancel and the history ends `replaced(by:)`.
+      var heldCancel: TaskHistoryEntry?
+      func isReplace(_ decoded: TaskEvent) -> Bool {
+        guard case .added(let otherTag, _, let otherDataId, _, _, .replace, _, _, _) = decoded, let dataId
+        else {
+          return false
+        }
+        // By bytes, as the queue's `unique` index compares: two spellings of "café" are equal
+        // `String`s but two data ids.
+        return Self.sameBytes(otherTag, tag) && Self.sameBytes(otherDataId, dataId)
       }
-      if ended {
-        if isOutcome(decoded) {
+      /// The history ended (cancelled, cleared, replaced) while a run of it was under way: that
+      /// run's outcome, logged later, is still its history's last entry.
+      var awaitingOutcome = false
+      func isOutcome(_ decoded: TaskEvent) -> Bool {
+        switch decoded {
+        case .runSucceeded(id, _), .runFailed(id, _, _, _), .runInterrupted(id), .runDeferred(id, _),
+          .errorRecorded(id, _, true):
+          return true
+        default: return false
+        }
+      }
+      try log.forEachEvent(from: id, chunkSize: 2000) { event in
+        if ended && !awaitingOutcome || !TaskEvent.typeSet.contains(event.type) { return }
+        let decoded = try TaskEvent(event)
+        if let cancel = heldCancel, !ended {
+          if case .cancelled = decoded { return }  // the same command's cancel of another twin
+          ended = true
+          awaitingOutcome = true  // a held cancel is one made while the task ran
           entries.append(
-            TaskHistoryEntry(
-              sequence: event.sequence, timestampMs: event.timestamp, event: decoded.historyKind))
-          awaitingOutcome = false
+            isReplace(decoded)
+              ? TaskHistoryEntry(
+                sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
+              : cancel)
+          // The event that ended the wait may be the run's outcome itself.
         }
-        return
-      }
-      let about: TaskID?
-      var kind = decoded.historyKind
-      switch decoded {
-      case .added:
-        if event.sequence == id {
-          about = id
-        } else if !inRun, isReplace(decoded) {
-          // A later add with `replace` took this task's place. (One whose run was under way is
-          // cancelled by the replace command first, above; in logs written before that, a task
-          // in a run was not replaced.)
-          about = id
-          kind = .replaced(by: event.sequence)
-        } else {
-          about = nil
-        }
-      case .runStarted(let task, _, _, _, _), .runSucceeded(let task, _), .runFailed(let task, _, _, _),
-        .runInterrupted(let task), .runDeferred(let task, _),
-        .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
-        .payloadUpdated(let task, _), .expired(let task):
-        about = task
-      case .cleared: about = id
-      case .paused, .resumed: about = nil
-      }
-      guard about == id else { return }
-      let entry = TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind)
-      switch decoded {
-      case .cancelled:
-        // The replace command cancels only a twin whose run is under way: a cancel without one
-        // is the app's own, whatever add comes next.
-        if inRun {
-          heldCancel = entry
+        if ended {
+          if isOutcome(decoded) {
+            entries.append(
+              TaskHistoryEntry(
+                sequence: event.sequence, timestampMs: event.timestamp, event: decoded.historyKind))
+            awaitingOutcome = false
+          }
           return
         }
-        ended = true
-      case .runStarted: inRun = true
-      case .runFailed, .runInterrupted, .runDeferred: inRun = false
-      case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
-      case .runSucceeded, .expired: ended = true
-      case .cleared:
-        ended = true
-        awaitingOutcome = inRun
-      case .added: if event.sequence != id { ended = true }
-      default: break
+        let about: TaskID?
+        var kind = decoded.historyKind
+        switch decoded {
+        case .added:
+          if event.sequence == id {
+            about = id
+          } else if !inRun, isReplace(decoded) {
+            // A later add with `replace` took this task's place. (One whose run was under way is
+            // cancelled by the replace command first, above; in logs written before that, a task
+            // in a run was not replaced.)
+            about = id
+            kind = .replaced(by: event.sequence)
+          } else {
+            about = nil
+          }
+        case .runStarted(let task, _, _, _, _), .runSucceeded(let task, _), .runFailed(let task, _, _, _),
+          .runInterrupted(let task), .runDeferred(let task, _),
+          .errorRecorded(let task, _, _), .errorResolved(let task), .cancelled(let task), .revived(let task),
+          .payloadUpdated(let task, _), .expired(let task):
+          about = task
+        case .cleared: about = id
+        case .paused, .resumed: about = nil
+        }
+        guard about == id else { return }
+        let entry = TaskHistoryEntry(sequence: event.sequence, timestampMs: event.timestamp, event: kind)
+        switch decoded {
+        case .cancelled:
+          // The replace command cancels only a twin whose run is under way: a cancel without one
+          // is the app's own, whatever add comes next.
+          if inRun {
+            heldCancel = entry
+            return
+          }
+          ended = true
+        case .runStarted: inRun = true
+        case .runFailed, .runInterrupted, .runDeferred: inRun = false
+        case .errorRecorded(_, _, let endsRun): if endsRun { inRun = false }
+        case .runSucceeded, .expired: ended = true
+        case .cleared:
+          ended = true
+          awaitingOutcome = inRun
+        case .added: if event.sequence != id { ended = true }
+        default: break
+        }
+        entries.append(entry)
       }
-      entries.append(entry)
+      if !ended, let cancel = heldCancel { entries.append(cancel) }
+      return entries
     }
-    if !ended, let cancel = heldCancel { entries.append(cancel) }
-    return entries
   }
 
   /// The output a succeeded task left (``TaskResult/succeeded(output:invalidating:)``), or nil
@@ -611,25 +652,29 @@ public final class TaskQueue: Sendable {
   /// guard let created = try queue.output(of: edit.createTask) else { return .recordError("no server id") }
   /// let serverId = try created.decode(as: String.self)
   /// ```
-  public func output(of id: TaskID) throws -> TaskOutput? {
-    try queueTables { queue in try queue.output(of: id).map { TaskOutput(stored: $0.output) } }
+  public func output(of id: TaskID) throws(FerryError) -> TaskOutput? {
+    try engine {
+      try queueTables { queue in try queue.output(of: id).map { TaskOutput(stored: $0.output) } }
+    }
   }
 
   /// The output of the newest succeeded task with this data id (and tag, when given) that left one.
-  public func output(dataId: String, tag: String? = nil) throws -> TaskOutput? {
-    try queueTables { queue in
-      for id in try queue.outputs(dataId: dataId) {
-        guard let (taskTag, output) = try queue.output(of: id) else { continue }
-        if tag == nil || tag == taskTag { return TaskOutput(stored: output) }
+  public func output(dataId: String, tag: String? = nil) throws(FerryError) -> TaskOutput? {
+    try engine {
+      try queueTables { queue in
+        for id in try queue.outputs(dataId: dataId) {
+          guard let (taskTag, output) = try queue.output(of: id) else { continue }
+          if tag == nil || tag == taskTag { return TaskOutput(stored: output) }
+        }
+        return nil
       }
-      return nil
     }
   }
 
   /// The store's identity (``FerryStore/storeId``).
   public var storeId: String {
-    get throws {
-      guard let id = try log.storeId() else {
+    get throws(FerryError) {
+      guard let id = try engine({ try log.storeId() }) else {
         throw FerryError.malformedEvent(sequence: 0, type: "meta", reason: "the store has no id")
       }
       return id.description
@@ -641,8 +686,10 @@ public final class TaskQueue: Sendable {
   /// while a run of it is under way is no longer queued and is never returned, although it holds
   /// its group until that run ends: meanwhile the task returned reads
   /// ``TaskStatus/waitingForGroup(behind:)`` naming the cancelled task.
-  public func head(of groupId: String) throws -> TaskID? {
-    try queueTables { queue in try queue.firstQueued(of: groupId) }
+  public func head(of groupId: String) throws(FerryError) -> TaskID? {
+    try engine {
+      try queueTables { queue in try queue.firstQueued(of: groupId) }
+    }
   }
 
   /// A queued task's current payload (JSON bytes): read where the queue says it is, in the same
@@ -675,8 +722,10 @@ public final class TaskQueue: Sendable {
   /// level present), never the whole queue. A task past its deadline may be named: the claim
   /// expires it instead of running it. `date` (the store's clock now when nil) is taken to the
   /// millisecond, as the log keeps times.
-  public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws -> PendingTask? {
-    try probeNextRunnable(after: after, at: date?.unixMilliseconds).task
+  public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws(FerryError) -> PendingTask? {
+    try engine {
+      try probeNextRunnable(after: after, at: date?.unixMilliseconds).task
+    }
   }
 
   /// ``nextRunnable(after:at:)`` with the count of index entries and rows it read.

@@ -22,24 +22,30 @@ extension TaskQueue {
     tag: Tag, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
     unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
     schedule: TaskSchedule = .now
-  ) async throws -> TaskID where Tag.RawValue == String {
-    try await add(
-      tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-      priority: priority, deadline: deadline, schedule: schedule)
+  ) async throws(FerryError) -> TaskID where Tag.RawValue == String {
+    try await engine {
+      try await add(
+        tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
+        priority: priority, deadline: deadline, schedule: schedule)
+    }
   }
 
   /// Cancels the queued tasks of `tag.rawValue` (see ``cancel(tag:)-(String)``).
   @discardableResult
-  public func cancel<Tag: RawRepresentable>(tag: Tag) async throws -> CancelReport
+  public func cancel<Tag: RawRepresentable>(tag: Tag) async throws(FerryError) -> CancelReport
   where Tag.RawValue == String {
-    try await cancel(tag: tag.rawValue)
+    try await engine {
+      try await cancel(tag: tag.rawValue)
+    }
   }
 
   /// The queued tasks of `tag.rawValue`, in id order, optionally only those of a group and data id.
   public func pendingTasks<Tag: RawRepresentable>(
     tag: Tag, groupId: String? = nil, dataId: String? = nil
-  ) throws -> [PendingTask] where Tag.RawValue == String {
-    try pendingTasks(tag: tag.rawValue, groupId: groupId, dataId: dataId)
+  ) throws(FerryError) -> [PendingTask] where Tag.RawValue == String {
+    try engine {
+      try pendingTasks(tag: tag.rawValue, groupId: groupId, dataId: dataId)
+    }
   }
 }
 

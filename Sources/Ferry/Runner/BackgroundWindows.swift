@@ -182,17 +182,21 @@ extension TaskRunner {
   /// Throws ``FerryError/unknownCollection(_:)`` for a collection not configured and
   /// ``FerryError/invalidArgument(_:)`` for `.task` (run one task with ``run(_:)``) and for a
   /// deadline that is no time (NaN seconds); errors of the store (closed, damaged) as a pass does.
-  public func run(until deadline: Date, _ filter: RunFilter = .all) async throws -> WindowReport {
-    // NaN saturated to the end of time: a window that never ends.
-    guard !deadline.timeIntervalSince1970.isNaN else {
-      throw FerryError.invalidArgument("a window's deadline must be a time, not NaN seconds since 1970")
+  public func run(until deadline: Date, _ filter: RunFilter = .all) async throws(FerryError) -> WindowReport {
+    try await engine {
+      // NaN saturated to the end of time: a window that never ends.
+      guard !deadline.timeIntervalSince1970.isNaN else {
+        throw FerryError.invalidArgument("a window's deadline must be a time, not NaN seconds since 1970")
+      }
+      return try await window(until: Self.unixMilliseconds(deadline), filter)
     }
-    return try await window(until: Self.unixMilliseconds(deadline), filter)
   }
 
   /// A window (``run(until:_:)``) of `budget` from now on the store's clock.
-  public func run(for budget: Duration, _ filter: RunFilter = .all) async throws -> WindowReport {
-    try await window(until: queue.clock().addingSaturating(max(0, budget.milliseconds)), filter)
+  public func run(for budget: Duration, _ filter: RunFilter = .all) async throws(FerryError) -> WindowReport {
+    try await engine {
+      try await window(until: queue.clock().addingSaturating(max(0, budget.milliseconds)), filter)
+    }
   }
 
   /// A date as Unix milliseconds (to the nearest), saturating.
@@ -359,8 +363,10 @@ extension TaskQueue {
   /// Reads the queue's indexes — the first key of `ready` and of `waiting` (by time) — never the
   /// whole queue. Tasks whose `isReadyToRun` says no count as due: the queue does not know the
   /// runners' checks (a window's ``WindowReport/nextDue`` leaves out those it skipped).
-  public func nextDueDate() throws -> Date? {
-    try nextDue(excluding: []).map(Self.date(unixMilliseconds:))
+  public func nextDueDate() throws(FerryError) -> Date? {
+    try engine {
+      try nextDue(excluding: []).map(Self.date(unixMilliseconds:))
+    }
   }
 
   /// ``nextDueDate()`` in Unix milliseconds, passing over the tasks in `excluded` (a window's

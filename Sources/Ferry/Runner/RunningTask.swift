@@ -28,7 +28,7 @@ public struct RunningTask: Sendable {
 
   /// Decodes the payload; ``FerryError/payload(taskId:reason:)`` when it no longer decodes as `type`
   /// (a handler that lets this error out fails the task for good: retrying cannot help).
-  public func payload<Payload: Decodable>(as type: Payload.Type) throws -> Payload {
+  public func payload<Payload: Decodable>(as type: Payload.Type) throws(FerryError) -> Payload {
     do {
       return try JSONDecoder().decode(type, from: Data(payloadBytes))
     } catch {

@@ -11,7 +11,7 @@ public struct TaskOutput: Sendable, Equatable {
 
   /// Encodes `value` as JSON; ``FerryError/invalidArgument(_:)`` when it does not encode or is
   /// larger than ``maxSize``.
-  public init(_ value: some Encodable) throws {
+  public init(_ value: some Encodable) throws(FerryError) {
     let data: Data
     do {
       data = try JSONEncoder().encode(value)
@@ -22,7 +22,7 @@ public struct TaskOutput: Sendable, Equatable {
   }
 
   /// Wraps JSON bytes already encoded; ``FerryError/invalidArgument(_:)`` past ``maxSize``.
-  public init(bytes: [UInt8]) throws {
+  public init(bytes: [UInt8]) throws(FerryError) {
     guard bytes.count <= Self.maxSize else {
       throw FerryError.invalidArgument(
         "a task output has \(bytes.count) bytes; at most \(Self.maxSize) are kept")
@@ -33,7 +33,7 @@ public struct TaskOutput: Sendable, Equatable {
   init(stored bytes: [UInt8]) { self.bytes = bytes }
 
   /// Decodes the output as `type`; ``FerryError/invalidArgument(_:)`` when it does not decode.
-  public func decode<Value: Decodable>(as type: Value.Type) throws -> Value {
+  public func decode<Value: Decodable>(as type: Value.Type) throws(FerryError) -> Value {
     do {
       return try JSONDecoder().decode(type, from: Data(bytes))
     } catch {

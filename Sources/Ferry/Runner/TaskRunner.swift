@@ -306,23 +306,25 @@ public final class TaskRunner: Sendable {
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
-  public func run(_ filter: RunFilter = .all) async throws -> RunReport {
-    if case .collection(let name) = filter, configuration.collections[name] == nil {
-      throw FerryError.unknownCollection(name)
-    }
-    if case .task(let id) = filter {
-      if let scope = Self.handlerScope, scope.taskId == id || scope.batchIds.contains(id),
-        scope.store == queue.log.path, scope.isTheHandlerItself
-      {
-        // It would wait for this very run's outcome, which waits for it.
-        throw FerryError.invalidArgument(
-          "task \(id)'s own handler cannot run it: the run would wait for itself")
+  public func run(_ filter: RunFilter = .all) async throws(FerryError) -> RunReport {
+    try await engine {
+      if case .collection(let name) = filter, configuration.collections[name] == nil {
+        throw FerryError.unknownCollection(name)
       }
-      guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
-      return try await runSingle(id)
+      if case .task(let id) = filter {
+        if let scope = Self.handlerScope, scope.taskId == id || scope.batchIds.contains(id),
+          scope.store == queue.log.path, scope.isTheHandlerItself
+        {
+          // It would wait for this very run's outcome, which waits for it.
+          throw FerryError.invalidArgument(
+            "task \(id)'s own handler cannot run it: the run would wait for itself")
+        }
+        guard try queue.task(id) != nil else { throw FerryError.noSuchTask(id) }
+        return try await runSingle(id)
+      }
+      try refuseWaitingForOwnPass("run(\(filter))")
+      return try await pass(filter, joinRunning: true).report
     }
-    try refuseWaitingForOwnPass("run(\(filter))")
-    return try await pass(filter, joinRunning: true).report
   }
 
   /// Starts a pass, or joins the one under way when `joinRunning` and it covers `filter` (the

@@ -37,49 +37,51 @@ extension FerryStore {
   /// writer's thread), for a progress bar.
   public func compact(
     retention: Duration, progress: @escaping @Sendable (_ read: UInt64, _ head: UInt64) -> Void = { _, _ in }
-  ) async throws -> CompactionReport {
-    guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
-    // Saturating: with a clock before 1970 a long retention must not wrap to a cutoff in the
-    // far future (which would remove every finished task).
-    let (difference, overflow) = queue.clock().subtractingReportingOverflow(retention.milliseconds)
-    let cutoff = overflow ? Int64.min : difference
-    // The queued tasks, read just before the compaction; a task added after this is newer than
-    // the plan's head and stays.
-    let (pending, head) = try log.read { view -> (Set<TaskID>, UInt64) in
-      var ids = Set<TaskID>()
-      var groups = Set<String>()
-      var dataIds = Set<String>()
-      let tables = try view.tables(of: TaskQueueProjection.projectionName)
-      // Rows are decoded only when some success left an output: most stores have none.
-      let hasOutputs = try !tables.isCertainlyEmpty("outputs")
-      try tables.scan("tasks", from: nil) { key, value in
-        if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
-        if hasOutputs, let row = try? TaskRow(value) {
-          if let group = row.groupId { groups.insert(group) }
-          if let dataId = row.dataId { dataIds.insert(dataId) }
-        }
-        return true
-      }
-      // A succeeded task's output stays readable, with the events it comes from, while a queued
-      // task shares its group or data id (it may read it): kept like a queued task.
-      if hasOutputs {
-        try tables.scan("outputs", from: nil) { key, value in
-          guard let id = UInt64(bigEndianBytes: key),
-            let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
-          else { return true }
-          if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true {
-            ids.insert(id)
+  ) async throws(FerryError) -> CompactionReport {
+    try await engine {
+      guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
+      // Saturating: with a clock before 1970 a long retention must not wrap to a cutoff in the
+      // far future (which would remove every finished task).
+      let (difference, overflow) = queue.clock().subtractingReportingOverflow(retention.milliseconds)
+      let cutoff = overflow ? Int64.min : difference
+      // The queued tasks, read just before the compaction; a task added after this is newer than
+      // the plan's head and stays.
+      let (pending, head) = try log.read { view -> (Set<TaskID>, UInt64) in
+        var ids = Set<TaskID>()
+        var groups = Set<String>()
+        var dataIds = Set<String>()
+        let tables = try view.tables(of: TaskQueueProjection.projectionName)
+        // Rows are decoded only when some success left an output: most stores have none.
+        let hasOutputs = try !tables.isCertainlyEmpty("outputs")
+        try tables.scan("tasks", from: nil) { key, value in
+          if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
+          if hasOutputs, let row = try? TaskRow(value) {
+            if let group = row.groupId { groups.insert(group) }
+            if let dataId = row.dataId { dataIds.insert(dataId) }
           }
           return true
         }
+        // A succeeded task's output stays readable, with the events it comes from, while a queued
+        // task shares its group or data id (it may read it): kept like a queued task.
+        if hasOutputs {
+          try tables.scan("outputs", from: nil) { key, value in
+            guard let id = UInt64(bigEndianBytes: key),
+              let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
+            else { return true }
+            if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true {
+              ids.insert(id)
+            }
+            return true
+          }
+        }
+        return (ids, try view.head())
       }
-      return (ids, try view.head())
+      let plan = Mutex(RetentionPlan(pending: pending, head: head))
+      let report = try await log.compact(
+        removing: { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }, progress: progress)
+      compacted(report)
+      return report
     }
-    let plan = Mutex(RetentionPlan(pending: pending, head: head))
-    let report = try await log.compact(
-      removing: { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }, progress: progress)
-    compacted(report)
-    return report
   }
 
   func startAutomaticCompaction(_ policy: AutomaticCompaction) {

@@ -43,7 +43,7 @@ public struct FerrySnapshot: Sendable, Equatable {
 extension FerryStore {
   /// Reads both sides from a view of the log: the stored projections (`EventLog.read(_:)`) or a
   /// rebuild as of a sequence (`EventLog.withProjections(asOf:progress:_:)`).
-  public static func snapshot(of view: LogView) throws -> FerrySnapshot {
+  @_spi(Engine) public static func snapshot(of view: LogView) throws -> FerrySnapshot {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
     let tasks = try queue.allTasks()
     let errors = try queue.tables.entries("errors").map { entry -> RecordedError in
@@ -66,16 +66,18 @@ extension FerryStore {
 
   /// Opens a store read-only: nothing is written (no crash recovery either), and it works while
   /// another process writes. The queue and ledger refuse changes.
-  public static func openReadOnly(at path: String) throws -> FerryStore {
-    var logConfiguration = EventLog.Configuration(
-      projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
-    logConfiguration.readOnly = true
-    let log = try EventLog.open(at: path, configuration: logConfiguration)
-    let clock: @Sendable () -> Int64 = wallClockMilliseconds
-    let sleep: @Sendable (Int64) async -> Void = { _ in }
-    return FerryStore(
-      log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
-      ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+  public static func openReadOnly(at path: String) throws(FerryError) -> FerryStore {
+    try engine {
+      var logConfiguration = EventLog.Configuration(
+        projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
+      logConfiguration.readOnly = true
+      let log = try EventLog.open(at: path, configuration: logConfiguration)
+      let clock: @Sendable () -> Int64 = wallClockMilliseconds
+      let sleep: @Sendable (Int64) async -> Void = { _ in }
+      return FerryStore(
+        log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
+        ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
+    }
   }
 }
 
@@ -105,7 +107,7 @@ public struct EventSummary: Sendable, Equatable {
   public let text: String
 
   /// Describes a logged event; an event of another type, or one that does not decode, says so.
-  public init(_ event: LoggedEvent) {
+  @_spi(Engine) public init(_ event: LoggedEvent) {
     let name = String(event.type.split(separator: ".").last ?? "")
     var groupId: String?
     var taskId: TaskID?

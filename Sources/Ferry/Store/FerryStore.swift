@@ -86,15 +86,15 @@ public final class FerryStore: Sendable {
     public var gaugeInterval: Duration = .seconds(5)
     /// Acknowledge each commit after one flush of a write-ahead segment instead of LMDB's two
     /// (`EventLog.Configuration.writeAheadSegment`; `Specs/one-sync-commit.md`). Off by
-    /// default; experimental. The store remembers it, and an open that shares the store with
-    /// another process follows what the store does.
-    public var writeAheadSegment = false
+    /// default; experimental (`@_spi(Experimental) import Ferry`). The store remembers it, and an
+    /// open that shares the store with another process follows what the store does.
+    @_spi(Experimental) public var writeAheadSegment = false
     /// How long the store's writer thread polls for the next write before it sleeps while one
     /// caller writes alone and without pause (`EventLog.Configuration.writerSpin`: never with
     /// several callers, on a one-processor machine, or while writes come further apart).
     /// `.zero` never polls; nil, the default, polls 50 µs with the write-ahead segment and not
-    /// without it.
-    public var writerSpin: Duration? = nil
+    /// without it. Experimental (`@_spi(Experimental) import Ferry`).
+    @_spi(Experimental) public var writerSpin: Duration? = nil
     /// The id a store created by this open gets (``EventLog/Configuration/storeIdAtCreation``).
     package var storeIdAtCreation: EventID?
     /// On iOS, tvOS, watchOS and visionOS: suspend the store (``FerryStore/suspend()``) when the
@@ -108,8 +108,9 @@ public final class FerryStore: Sendable {
     public init() {}
   }
 
-  /// The event log beneath both sides.
-  public let log: EventLog
+  /// The event log beneath both sides: the engine, for Ferry's own tools and tests
+  /// (`@_spi(Engine) import Ferry`); an app never needs it.
+  @_spi(Engine) public let log: EventLog
   /// The push side.
   public let queue: TaskQueue
   /// The pull side.
@@ -140,46 +141,48 @@ public final class FerryStore: Sendable {
   /// runs of a process that is alive are never touched.
   public static func open(
     at path: String, configuration: Configuration = Configuration()
-  ) async throws -> FerryStore {
-    guard configuration.rebuildChunkSize >= 1 else {
-      throw FerryError.invalidArgument(
-        "rebuildChunkSize must be at least 1 event, not \(configuration.rebuildChunkSize)")
-    }
-    if let startDate = configuration.startDate, !startDate.timeIntervalSince1970.isFinite {
-      throw FerryError.invalidArgument(
-        "startDate must be a time, not \(startDate.timeIntervalSince1970) s since 1970")
-    }
-    var logConfiguration = EventLog.Configuration(
-      projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
-    let time = StoreTime(configuration.clock, startDate: configuration.startDate)
-    logConfiguration.clock = time.now
-    logConfiguration.createIfMissing = configuration.createIfMissing
-    logConfiguration.initialMapSize = configuration.initialMapSize
-    logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
-    logConfiguration.logger = configuration.logger
-    logConfiguration.metricsFactory = configuration.metricsFactory
-    logConfiguration.metricsDimensions = configuration.metricsDimensions
-    logConfiguration.writeAheadSegment = configuration.writeAheadSegment
-    logConfiguration.writerSpin = configuration.writerSpin
-    logConfiguration.storeIdAtCreation = configuration.storeIdAtCreation
-    let log = try EventLog.open(at: path, configuration: logConfiguration)
-    do {
-      let (clock, sleep) = (time.now, time.sleep)
-      let automatic = configuration.automaticCompaction
-      let store = FerryStore(
-        log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
-        ledger: CacheLedger(log: log, clock: clock, sleep: sleep), automaticCompaction: automatic,
-        gaugeInterval: configuration.gaugeInterval)
-      // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
-      // (another process is in a handler right now) are left alone.
-      store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true, inWriter: false))
-      if let automatic { store.startAutomaticCompaction(automatic) }
-      store.startObserving(gaugeInterval: configuration.gaugeInterval)
-      if configuration.suspendsWhenBackgrounded { store.followAppLifecycle() }
-      return store
-    } catch {
-      log.close()
-      throw error
+  ) async throws(FerryError) -> FerryStore {
+    try await engine {
+      guard configuration.rebuildChunkSize >= 1 else {
+        throw FerryError.invalidArgument(
+          "rebuildChunkSize must be at least 1 event, not \(configuration.rebuildChunkSize)")
+      }
+      if let startDate = configuration.startDate, !startDate.timeIntervalSince1970.isFinite {
+        throw FerryError.invalidArgument(
+          "startDate must be a time, not \(startDate.timeIntervalSince1970) s since 1970")
+      }
+      var logConfiguration = EventLog.Configuration(
+        projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
+      let time = StoreTime(configuration.clock, startDate: configuration.startDate)
+      logConfiguration.clock = time.now
+      logConfiguration.createIfMissing = configuration.createIfMissing
+      logConfiguration.initialMapSize = configuration.initialMapSize
+      logConfiguration.rebuildChunkSize = configuration.rebuildChunkSize
+      logConfiguration.logger = configuration.logger
+      logConfiguration.metricsFactory = configuration.metricsFactory
+      logConfiguration.metricsDimensions = configuration.metricsDimensions
+      logConfiguration.writeAheadSegment = configuration.writeAheadSegment
+      logConfiguration.writerSpin = configuration.writerSpin
+      logConfiguration.storeIdAtCreation = configuration.storeIdAtCreation
+      let log = try EventLog.open(at: path, configuration: logConfiguration)
+      do {
+        let (clock, sleep) = (time.now, time.sleep)
+        let automatic = configuration.automaticCompaction
+        let store = FerryStore(
+          log: log, queue: TaskQueue(log: log, clock: clock, sleep: sleep),
+          ledger: CacheLedger(log: log, clock: clock, sleep: sleep), automaticCompaction: automatic,
+          gaugeInterval: configuration.gaugeInterval)
+        // Runs whose owner is gone (a crash) are interrupted and ready again; a live owner's runs
+        // (another process is in a handler right now) are left alone.
+        store.queue.setInterruptedAtOpen(try await store.queue.recover(sweepingTokens: true, inWriter: false))
+        if let automatic { store.startAutomaticCompaction(automatic) }
+        store.startObserving(gaugeInterval: configuration.gaugeInterval)
+        if configuration.suspendsWhenBackgrounded { store.followAppLifecycle() }
+        return store
+      } catch {
+        log.close()
+        throw error
+      }
     }
   }
 
@@ -199,12 +202,12 @@ public final class FerryStore: Sendable {
   /// `ferry compact --copy` and `ferry salvage` (the same store, repaired); a store created anew
   /// has another, and so does one `ferry import` builds (a new store with the old one's events:
   /// each task's ``RunningTask/idempotencyKey``, an event id, comes along unchanged).
-  public var storeId: String { get throws { try queue.storeId } }
+  public var storeId: String { get throws(FerryError) { try queue.storeId } }
 
   /// Closes the store (both sides). Synchronous: it returns once every write already handed to
   /// the writer (an add, a run's outcome, a recorded fetch whose call is under way) is committed —
   /// blocking the calling thread meanwhile — and the store is closed. A write asked for after it
-  /// began throws `FerryLogError.closed`. It does not wait for handlers still running: their
+  /// began throws ``FerryError/closed``. It does not wait for handlers still running: their
   /// outcomes can no longer be logged, and the next open interrupts those runs (their tasks run
   /// again). Call it without `await`, from a `defer` too.
   public func close() {

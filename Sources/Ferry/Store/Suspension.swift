@@ -97,7 +97,7 @@ extension FerryStore {
   /// not call `suspend()` itself: the suspension waits for the handler's pass to end.
   ///
   /// **While suspended every call that reads or writes the store throws
-  /// `FerryLogError.suspended` at once** — an add, a read of a task or a cache age, a pass — and
+  /// ``FerryError/suspended`` at once** — an add, a read of a task or a cache age, a pass — and
   /// so does a call that the suspension overtook (begun before, but its write not yet handed to
   /// the writer). Nothing waits for the resume: a suspended app cannot resume itself, and a
   /// call that waited would hold whatever awaits it for as long as the app stays in the
@@ -142,31 +142,33 @@ extension FerryStore {
   /// dead owners' runs fails, the store is resumed all the same and that error is thrown (the
   /// runners' next passes interrupt those runs). Resuming a store that is not suspended does
   /// nothing.
-  public func resume() async throws {
-    try await suspension.serialized {
-      guard !log.isClosed, suspension.isSuspended else { return }
-      try queue.resumeStore()
-      ledger.resumeTail()
-      var failure: (any Error)?
-      if !log.configuration.readOnly {
-        do {
-          queue.setInterruptedAtOpen(try await queue.recover(sweepingTokens: true, inWriter: false))
-        } catch {
-          failure = error
+  public func resume() async throws(FerryError) {
+    try await engine {
+      try await suspension.serialized {
+        guard !log.isClosed, suspension.isSuspended else { return }
+        try queue.resumeStore()
+        ledger.resumeTail()
+        var failure: (any Error)?
+        if !log.configuration.readOnly {
+          do {
+            queue.setInterruptedAtOpen(try await queue.recover(sweepingTokens: true, inWriter: false))
+          } catch {
+            failure = error
+          }
         }
+        // Closed while the reopen recovered: nothing starts on a closed store.
+        if log.isClosed { return }
+        if let automaticPolicy { startAutomaticCompaction(automaticPolicy) }
+        startGaugeTimer(gaugeInterval: gaugeInterval)
+        // Those the suspension stopped (held here: an automatic loop may be all that held one),
+        // and any the app started meanwhile.
+        let stopped = suspension.markResumed()
+        var seen = Set<ObjectIdentifier>()
+        for runner in stopped + queue.liveRunners where seen.insert(ObjectIdentifier(runner)).inserted {
+          runner.resumeRunning()
+        }
+        if let failure { throw failure }
       }
-      // Closed while the reopen recovered: nothing starts on a closed store.
-      if log.isClosed { return }
-      if let automaticPolicy { startAutomaticCompaction(automaticPolicy) }
-      startGaugeTimer(gaugeInterval: gaugeInterval)
-      // Those the suspension stopped (held here: an automatic loop may be all that held one),
-      // and any the app started meanwhile.
-      let stopped = suspension.markResumed()
-      var seen = Set<ObjectIdentifier>()
-      for runner in stopped + queue.liveRunners where seen.insert(ObjectIdentifier(runner)).inserted {
-        runner.resumeRunning()
-      }
-      if let failure { throw failure }
     }
   }
 

@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 import GRDB

@@ -3,7 +3,7 @@
 // reported, never asserted: the targets column says where Ferry stands. `--metrics` bootstraps a
 // metrics backend first (as an app exporting Ferry's metrics does), to show what they cost.
 import CoreMetrics
-import Ferry
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 
