@@ -62,7 +62,7 @@ public func runCrashWorkload(
     } else if choice < 0.81 {
       try await store.queue.clear()
     } else if choice < 0.93 {
-      let outcome: FetchOutcome = roll() < 0.8 ? .success(isEmpty: roll() < 0.2) : .failure("503")
+      let outcome: FetchResult = roll() < 0.8 ? .success(isEmpty: roll() < 0.2) : .failure("503")
       try await store.ledger.recordFetch(key: pick(["k1", "k2", "k3", "k4"]), outcome: outcome)
     } else if choice < 0.94 {
       _ = try await store.log.rebuild()
@@ -108,7 +108,7 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
   }
   while true {
     clock.advance(by: .milliseconds(Int64(50 + roll() * 400)))
-    let report: RunReport
+    let report: PassReport
     do {
       report = try await runner.run()
     } catch .notCurrent {

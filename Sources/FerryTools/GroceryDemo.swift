@@ -84,7 +84,7 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
   runner.register(tag: "add-item") { task in server.add(try task.payload(as: GroceryItem.self).name) }
   runner.register(tag: "share-list") { _ in .succeeded }
 
-  func describe(_ report: RunReport) {
+  func describe(_ report: PassReport) {
     for entry in report.entries {
       let task = entry.taskId
       let text: String

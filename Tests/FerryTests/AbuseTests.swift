@@ -117,16 +117,16 @@ extension AbuseTests {
 /// Handlers that call back into their own runner: a request that would wait for the handler's own
 /// run or pass is refused with a typed error instead of hanging forever; others still run.
 @Suite(.timeLimit(.minutes(20))) struct AbuseReentryTests {
-  static func isInvalidArgument(_ result: Result<RunReport, any Error>?) -> Bool {
+  static func isInvalidArgument(_ result: Result<PassReport, any Error>?) -> Bool {
     guard case .failure(let error) = result, case .invalidArgument = error as? FerryError else { return false }
     return true
   }
 
   /// What each handler's reentrant call gave (nil: it had not ended within 10 s — a hang).
   final class Seen: Sendable {
-    let results = Mutex<[String: Result<RunReport, any Error>?]>([:])
-    func put(_ name: String, _ result: Result<RunReport, any Error>?) { results.withLock { $0[name] = result } }
-    subscript(_ name: String) -> Result<RunReport, any Error>?? { results.withLock { $0[name] } }
+    let results = Mutex<[String: Result<PassReport, any Error>?]>([:])
+    func put(_ name: String, _ result: Result<PassReport, any Error>?) { results.withLock { $0[name] = result } }
+    subscript(_ name: String) -> Result<PassReport, any Error>?? { results.withLock { $0[name] } }
   }
 
   @Test func aHandlerRunningItsOwnTaskOrItsOwnPassIsRefusedNotHung() async throws {
@@ -148,7 +148,7 @@ extension AbuseTests {
       }
       runner.register(tag: "window") { _ in
         let window = await Result(catching: { try await runner.run(for: .seconds(60)) })
-        seen.put("window", window.map { _ in RunReport() })
+        seen.put("window", window.map { _ in PassReport() })
         return .succeeded
       }
       var ids: [TaskID] = []

@@ -73,7 +73,7 @@ import Testing
     // The waiting runner has no handler for the tag: arriving after the batch ended, it skips the
     // task (`noHandler`) instead of running it, and the round is tried again.
     let waiter = runner(queue)
-    var outcome: TaskOutcome?
+    var outcome: RunOutcome?
     for _ in 0..<20 {
       let a = try await queue.add(tag: "note", payload: Item(name: "a"))
       let b = try await queue.add(tag: "note", payload: Item(name: "b"))

@@ -114,11 +114,11 @@ final class NotesBackend: Sendable {
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
       let second = try CacheRepository(
         key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source)
-      let results = await withTaskGroup(of: RefreshResult.self) { group in
+      let results = await withTaskGroup(of: RefreshOutcome.self) { group in
         for i in 0..<100 { group.addTask { await (i.isMultiple(of: 2) ? first : second).refresh() } }
         while backend.fetches == 0 { await Task.yield() }
         backend.release.open()
-        var results: [RefreshResult] = []
+        var results: [RefreshOutcome] = []
         for await result in group { results.append(result) }
         return results
       }

@@ -358,7 +358,7 @@ import Testing
   @Test func timesPrintAsISO8601EvenAtTheEndsOfTime() {
     #expect("\(TaskStatus.waiting(until: at(0)))" == "waiting until 1970-01-01T00:00:00.000Z")
     #expect(
-      "\(TaskOutcome.failed("x", retryAt: at(Self.start + 1)))"
+      "\(RunOutcome.failed("x", retryAt: at(Self.start + 1)))"
         == "failed: x, retry at 2023-11-14T22:13:20.001Z")
     for date in [
       at(.max), at(.min), Date(timeIntervalSince1970: .infinity), Date(timeIntervalSince1970: .nan),

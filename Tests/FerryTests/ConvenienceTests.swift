@@ -159,11 +159,11 @@ enum Work: String, Sendable {
     #expect("\(UniquePolicy.replace)" == "replace the queued tasks")
     #expect("\(CancelReport(cancelled: [1, 2], running: [3]))" == "cancelled 2 (1, 2); still running: 3")
     #expect("\(CancelReport(cancelled: [], running: []))" == "cancelled 0 (none)")
-    #expect("\(FetchOutcome.success(isEmpty: true))" == "success (empty)")
-    #expect("\(FetchOutcome.failure("timeout"))" == "failure: timeout")
+    #expect("\(FetchResult.success(isEmpty: true))" == "success (empty)")
+    #expect("\(FetchResult.failure("timeout"))" == "failure: timeout")
     #expect("\(LoadMoreResult.noMorePages)" == "no more pages")
     #expect("\(RefreshError.Stage.save)" == "saving")
-    var report = RunReport()
+    var report = PassReport()
     report.entries = [
       .init(taskId: 1, outcome: .succeeded), .init(taskId: 2, outcome: .failed("x", retryAt: nil)),
       .init(taskId: 3, outcome: .skipped(.noHandler)),

@@ -15,8 +15,8 @@ import Testing
     #expect("\(TaskStatus.waiting(until: at(1_700_000_000_001)))" == "waiting until 2023-11-14T22:13:20.001Z")
     #expect("\(SkipReason.waitingForRetry(until: at(-1)))" == "waiting for its retry at 1969-12-31T23:59:59.999Z")
     #expect("\(TaskUpdate.failed(4, message: "offline", retryAt: nil))" == "task 4 failed: offline, dead")
-    #expect("\(TaskOutcome.skipped(.noHandler))" == "skipped: no handler for its tag")
-    #expect("\(RefreshResult.skipped(.notTooOld))" == "skipped: the cache is not too old")
+    #expect("\(RunOutcome.skipped(.noHandler))" == "skipped: no handler for its tag")
+    #expect("\(RefreshOutcome.skipped(.notTooOld))" == "skipped: the cache is not too old")
     #expect("\(CacheAge.noCache)" == "no cache")
     let age = "\(CacheAge.cache(lastFetched: Date(timeIntervalSince1970: 0), age: .seconds(3_725), isTooOld: true))"
     #expect(age.hasPrefix("fetched 1970-01-01T00:00:00.000Z, 1h 2m 5s old"), "\(age)")

@@ -12,9 +12,9 @@ import Testing
 @Suite(.timeLimit(.minutes(20))) struct HandlerStartsWorkTests {
   /// Where a handler leaves the tasks it started, for the test to await.
   final class Started: Sendable {
-    let tasks = Mutex<[Task<RunReport, any Error>]>([])
-    func keep(_ task: Task<RunReport, any Error>) { tasks.withLock { $0.append(task) } }
-    var all: [Task<RunReport, any Error>] { tasks.withLock { $0 } }
+    let tasks = Mutex<[Task<PassReport, any Error>]>([])
+    func keep(_ task: Task<PassReport, any Error>) { tasks.withLock { $0.append(task) } }
+    var all: [Task<PassReport, any Error>] { tasks.withLock { $0 } }
   }
 
   @Test func aPassAwaitedByTheHandlerIsRefused() async throws {

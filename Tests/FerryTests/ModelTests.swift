@@ -411,7 +411,7 @@ func milliseconds(_ date: Date?) -> Int64? { date.map { Int64(($0.timeIntervalSi
 /// From the log after `before`: no task is claimed while a run of it is under way, every run ends
 /// exactly once, by one outcome, both reports together name each run once, and a task expires at
 /// most once, never during a run of it.
-func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [RunReport], _ commands: [Command]) throws {
+func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [PassReport], _ commands: [Command]) throws {
   var open: [UInt64: String] = [:]
   var runs: [UInt64: Int] = [:]
   var expired: Set<UInt64> = []

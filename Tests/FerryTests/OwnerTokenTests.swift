@@ -161,7 +161,7 @@ import Testing
     _ = FileManager.default.createFile(atPath: owners + "/.abf-0000000000000004.new", contents: nil)
     _ = FileManager.default.createFile(atPath: owners + "/not an owner", contents: nil)
     // No wall-clock give-up: a pass that hangs is caught by the suite's time limit.
-    let result: RunReport
+    let result: PassReport
     do {
       let queue = try await TaskQueue.open(at: fixture.path)
       defer { queue.close() }

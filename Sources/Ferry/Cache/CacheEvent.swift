@@ -3,7 +3,7 @@ import FerryLog
 /// The events of the cache ledger, as `Specs/cache-events.md` specifies them (schema version 1).
 enum CacheEvent: Equatable, Sendable {
   /// A fetch of `key` finished at `at`: a success (and whether the result was empty) or a failure.
-  case fetched(key: String, at: Int64, outcome: FetchOutcome)
+  case fetched(key: String, at: Int64, outcome: FetchResult)
   /// The ledger forgets `key`.
   case forgotten(key: String)
   /// Paging state of `key`: what the next page needs, and whether more pages are available.
@@ -86,7 +86,7 @@ enum CacheEvent: Equatable, Sendable {
 }
 
 /// How a fetch from the server ended.
-public enum FetchOutcome: Sendable, Equatable {
+public enum FetchResult: Sendable, Equatable {
   /// The response arrived and was saved; `isEmpty` says whether it held nothing.
   case success(isEmpty: Bool)
   /// The fetch (or saving its result) failed.

@@ -34,12 +34,12 @@ public final class CacheLedger: Sendable {
   /// Refreshes under way, by key: every caller and repository of a key shares one. Keys are
   /// told apart by their bytes, as the ledger stores them (two spellings of "café" are equal
   /// `String`s but two keys).
-  let inFlight = Mutex<[CacheKeyBytes: Task<RefreshResult, Never>]>([:])
+  let inFlight = Mutex<[CacheKeyBytes: Task<RefreshOutcome, Never>]>([:])
   /// The error of each key's last refresh in this process, while it failed (with the underlying
   /// error the source threw); nil after a success.
   private let refreshErrors = Mutex<[CacheKeyBytes: RefreshError]>([:])
 
-  func rememberRefresh(_ result: RefreshResult, for key: String) {
+  func rememberRefresh(_ result: RefreshOutcome, for key: String) {
     refreshErrors.withLock { errors in
       switch result {
       case .failed(let error): errors[CacheKeyBytes(key)] = error
@@ -153,7 +153,7 @@ public final class CacheLedger: Sendable {
   /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970, more than
   /// ``maxFetchTimeAhead`` after the store's clock, or not a time at all (an infinite or NaN
   /// interval).
-  public func recordFetch(key: String, outcome: FetchOutcome, at date: Date? = nil) async throws(FerryError) {
+  public func recordFetch(key: String, outcome: FetchResult, at date: Date? = nil) async throws(FerryError) {
     try await engine {
       if let date, !date.timeIntervalSince1970.isFinite {
         throw FerryError.invalidArgument(
@@ -164,7 +164,7 @@ public final class CacheLedger: Sendable {
   }
 
   /// ``recordFetch(key:outcome:at:)`` with the time as the log keeps it (Unix milliseconds).
-  package func recordFetch(key: String, outcome: FetchOutcome, atMilliseconds at: Int64?) async throws {
+  package func recordFetch(key: String, outcome: FetchResult, atMilliseconds at: Int64?) async throws {
     try Self.validate(key)
     let now = clock()
     if let at {
@@ -307,7 +307,7 @@ enum CacheNotice: Sendable, Equatable {
   /// A refresh of the key started.
   case refreshStarted
   /// A refresh of the key ended; `firstFetch` when the key had no cache before it.
-  case refreshFinished(RefreshResult, firstFetch: Bool)
+  case refreshFinished(RefreshOutcome, firstFetch: Bool)
   /// The key's cache just became too old (a repository's timer).
   case crossedMaxAge
   /// A task's success made the key stale (here or in another process): observers refresh it.

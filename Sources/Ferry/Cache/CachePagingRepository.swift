@@ -90,10 +90,10 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
 
   /// Refreshes the first page when the cache is too old or missing (always, with `force`); the
   /// app's cache then holds only that page.
-  public func refresh(force: Bool = false) async -> RefreshResult { await first.refresh(force: force) }
+  public func refresh(force: Bool = false) async -> RefreshOutcome { await first.refresh(force: force) }
 
   /// Refreshes only when there is no cache yet.
-  public func refreshIfNoCache() async -> RefreshResult { await first.refreshIfNoCache() }
+  public func refreshIfNoCache() async -> RefreshOutcome { await first.refreshIfNoCache() }
 
   /// Whether a next page is available (as the last page fetched said; kept across restarts).
   public var morePagesAvailable: Bool { ((try? ledger.record(key)) ?? nil)?.morePagesAvailable ?? false }

@@ -203,7 +203,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// refresh must not overwrite a change the server has not seen either. Tasks that cannot run by
   /// themselves (dead, blocked by an error, manual) hold nothing back: the refresh fetches, and
   /// ``CacheState/stuckTasks`` names them.
-  public func refresh(force: Bool = false) async -> RefreshResult {
+  public func refresh(force: Bool = false) async -> RefreshOutcome {
     if !force, case .cache(_, _, isTooOld: false) = (try? ledger.state(key: key, maxAge: maxAge)) {
       return .skipped(.notTooOld)
     }
@@ -213,21 +213,21 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// Refreshes only when the key has never been fetched successfully. When it has a cache — too
   /// old or not — there is nothing to do, and that is a success (as in Teller: an app checks for
   /// `.successful` and moves on).
-  public func refreshIfNoCache() async -> RefreshResult {
+  public func refreshIfNoCache() async -> RefreshOutcome {
     if (try? ledger.state(key: key, maxAge: maxAge)) != CacheAge.noCache { return .successful }
     return await sharedRefresh()
   }
 
-  private func sharedRefresh() async -> RefreshResult {
+  private func sharedRefresh() async -> RefreshOutcome {
     await sharedRefresh(startingIf: { true }) ?? .skipped(.cancelled)
   }
 
   /// Joins the key's refresh under way, or starts one when `shouldStart` (asked while no refresh
   /// can start or end) says so; nil when it did not.
-  private func sharedRefresh(startingIf shouldStart: () -> Bool) async -> RefreshResult? {
+  private func sharedRefresh(startingIf shouldStart: () -> Bool) async -> RefreshOutcome? {
     if Task.isCancelled { return .skipped(.cancelled) }
     let key = slot
-    let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshResult, Never>? in
+    let refresh = ledger.inFlight.withLock { inFlight -> Task<RefreshOutcome, Never>? in
       if let running = inFlight[key] { return running }
       guard shouldStart() else { return nil }
       let task = Task { [self] in
@@ -239,7 +239,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     return await refresh?.value
   }
 
-  private func performRefresh() async -> RefreshResult {
+  private func performRefresh() async -> RefreshOutcome {
     let hadCache = (try? ledger.record(key))??.lastSuccess != nil
     ledger.changes.publish(.refreshStarted, for: slot)
     let result = await fetchAndSave()
@@ -255,7 +255,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     return result
   }
 
-  private func fetchAndSave() async -> RefreshResult {
+  private func fetchAndSave() async -> RefreshOutcome {
     if let gate {
       do {
         // The pass may be a shared `.all` pass whose report covers other tags too: what counts is
@@ -290,7 +290,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   }
 
   /// One fetch, its save and its record.
-  private func fetchSaveAndRecord() async -> RefreshResult {
+  private func fetchSaveAndRecord() async -> RefreshOutcome {
     if Task.isCancelled { return .skipped(.cancelled) }
     let value: Value
     do {
@@ -315,7 +315,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
     }
   }
 
-  private func recordFailure(_ failure: RefreshError) async -> RefreshResult {
+  private func recordFailure(_ failure: RefreshError) async -> RefreshOutcome {
     do {
       try await ledger.recordFetch(key: key, outcome: .failure(failure.message))
     } catch {

@@ -88,7 +88,7 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
 
   /// Refreshes the current requirements' cache (see ``CacheRepository/refresh(force:)``); skipped
   /// `cancelled` when there are no requirements.
-  public func refresh(force: Bool = false) async -> RefreshResult {
+  public func refresh(force: Bool = false) async -> RefreshOutcome {
     guard let repository else { return .skipped(.cancelled) }
     return await repository.refresh(force: force)
   }

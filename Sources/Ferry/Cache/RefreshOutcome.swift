@@ -1,5 +1,5 @@
 /// How a refresh ended.
-public enum RefreshResult: Sendable, Equatable {
+public enum RefreshOutcome: Sendable, Equatable {
   /// Fetched and saved.
   case successful
   /// The fetch or the save failed; the error says where and carries the source's own error. The

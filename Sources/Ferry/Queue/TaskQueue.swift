@@ -321,7 +321,7 @@ public final class TaskQueue: Sendable {
   /// `deadline`: no run of the task starts after it (on the store's clock, to the millisecond). A
   /// task still queued then — ready, waiting, blocked, dead, manual or behind its group's head —
   /// leaves the queue with a logged `task.expired` when a claim meets it or a pass sweeps it
-  /// (``TaskOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the deadline
+  /// (``RunOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the deadline
   /// is not interrupted; if it fails, no retry starts after the deadline.
   ///
   /// `schedule`: when its first run may start, and whether it repeats (``TaskSchedule``). A

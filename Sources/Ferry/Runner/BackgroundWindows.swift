@@ -32,7 +32,7 @@ public struct WindowReport: Sendable, Equatable {
   public internal(set) var end: End
   /// Every task the window touched with its last outcome in the window (a task that failed and
   /// then succeeded on its retry within the window reads `succeeded`), in task-id order.
-  public internal(set) var entries: [RunReport.Entry]
+  public internal(set) var entries: [PassReport.Entry]
   /// When to schedule the next window: the earliest time a task will be runnable — now when work
   /// is ready (the deadline cut the window short, or a run was interrupted), else the earliest
   /// retry time; nil when nothing queued becomes runnable by time alone (the queue is empty or
@@ -69,9 +69,9 @@ public struct WindowReport: Sendable, Equatable {
     }
   }
   /// The task's last outcome in the window, if it touched it.
-  public func outcome(of id: TaskID) -> TaskOutcome? { entries.first { $0.taskId == id }?.outcome }
+  public func outcome(of id: TaskID) -> RunOutcome? { entries.first { $0.taskId == id }?.outcome }
 
-  private func count(_ matches: (TaskOutcome) -> Bool) -> Int { entries.filter { matches($0.outcome) }.count }
+  private func count(_ matches: (RunOutcome) -> Bool) -> Int { entries.filter { matches($0.outcome) }.count }
 }
 
 extension WindowReport: CustomStringConvertible {
@@ -97,14 +97,14 @@ extension WindowReport: CustomStringConvertible {
 final class WindowCut: Sendable {
   private struct State {
     var reason: WindowReport.End?
-    var pass: Task<RunReport, any Error>?
+    var pass: Task<PassReport, any Error>?
   }
   private let state = Mutex(State())
 
   var reason: WindowReport.End? { state.withLock { $0.reason } }
 
   func cut(_ reason: WindowReport.End) {
-    let pass = state.withLock { s -> Task<RunReport, any Error>? in
+    let pass = state.withLock { s -> Task<PassReport, any Error>? in
       if s.reason == nil { s.reason = reason }
       return s.pass
     }
@@ -112,7 +112,7 @@ final class WindowCut: Sendable {
   }
 
   /// The pass the window now waits for; cancelled at once when the window is cut already.
-  func attach(_ pass: Task<RunReport, any Error>) {
+  func attach(_ pass: Task<PassReport, any Error>) {
     let cut = state.withLock { s -> Bool in
       s.pass = pass
       return s.reason != nil
@@ -251,7 +251,7 @@ extension TaskRunner {
   private func windowLoop(
     until deadline: Int64, _ filter: RunFilter, _ handle: WindowHandle
   ) async throws -> WindowReport {
-    var outcomes: [TaskID: TaskOutcome] = [:]
+    var outcomes: [TaskID: RunOutcome] = [:]
     var end: WindowReport.End
     while true {
       if let reason = handle.cut.reason {
@@ -310,7 +310,7 @@ extension TaskRunner {
     let nextDue = end == .paused ? nil : try queue.nextDue(excluding: waitingForCondition)
     return WindowReport(
       end: end,
-      entries: outcomes.sorted { $0.key < $1.key }.map { RunReport.Entry(taskId: $0.key, outcome: $0.value) },
+      entries: outcomes.sorted { $0.key < $1.key }.map { PassReport.Entry(taskId: $0.key, outcome: $0.value) },
       nextDue: nextDue.map(TaskQueue.date(unixMilliseconds:)))
   }
 
@@ -320,12 +320,12 @@ extension TaskRunner {
   /// `cutShort`: the pass was stopped or reached a deadline (``PassControl/wasCutShort``).
   private func windowPass(
     _ filter: RunFilter, until deadline: Int64, _ cut: WindowCut
-  ) async throws -> (report: RunReport, cutShort: Bool) {
+  ) async throws -> (report: PassReport, cutShort: Bool) {
     try refuseWaitingForOwnPass("a window")
     let required = try queue.log.head()
     while true {
       let attached = state.withLock {
-        s -> (task: Task<RunReport, any Error>, control: PassControl, mine: Bool)? in
+        s -> (task: Task<PassReport, any Error>, control: PassControl, mine: Bool)? in
         // Under the lock `stop()` cuts with: once cut, no pass starts.
         if cut.reason != nil { return nil }
         if let running = s.pass {
@@ -344,12 +344,12 @@ extension TaskRunner {
         s.pass = ActivePass(task: pass, filter: filter, control: control)
         return (pass, control, true)
       }
-      guard let (pass, control, mine) = attached else { return (RunReport(), false) }
+      guard let (pass, control, mine) = attached else { return (PassReport(), false) }
       cut.attach(pass)
       let result = await pass.result
       cut.detach()
       if mine { return (try result.get(), control.wasCutShort) }
-      if cut.reason != nil || queue.clock() >= deadline { return (RunReport(), false) }
+      if cut.reason != nil || queue.clock() >= deadline { return (PassReport(), false) }
     }
   }
 }

@@ -428,8 +428,8 @@ final class PassState: Sendable {
     /// The failed groups whose rest the report names: not those failed only by an interrupted
     /// run (the pass was cut short; it decided nothing about the rest of them).
     var reportedGroups: Set<String> = []
-    var entries: [RunReport.Entry] = []
-    var batches: [RunReport.Batch] = []
+    var entries: [PassReport.Entry] = []
+    var batches: [PassReport.Batch] = []
   }
   private let state = Mutex(State())
 
@@ -470,20 +470,20 @@ final class PassState: Sendable {
       if reported { s.reportedGroups.insert(group) }
     }
   }
-  func add(_ id: TaskID, _ outcome: TaskOutcome, priority: TaskPriority) {
+  func add(_ id: TaskID, _ outcome: RunOutcome, priority: TaskPriority) {
     state.withLock {
-      $0.entries.append(RunReport.Entry(taskId: id, outcome: outcome, priority: priority))
+      $0.entries.append(PassReport.Entry(taskId: id, outcome: outcome, priority: priority))
     }
   }
 
   /// A batched handler was called with these tasks.
   func addBatch(tag: String, _ ids: [TaskID]) {
-    state.withLock { $0.batches.append(RunReport.Batch(tag: tag, taskIds: ids)) }
+    state.withLock { $0.batches.append(PassReport.Batch(tag: tag, taskIds: ids)) }
   }
 
   /// The entries, the most urgent priority first, then by task id.
-  func report() -> RunReport {
-    var report = RunReport()
+  func report() -> PassReport {
+    var report = PassReport()
     report.batches = state.withLock { $0.batches }
     report.entries = state.withLock { $0.entries }.sorted {
       $0.priority != $1.priority ? $0.priority > $1.priority : $0.taskId < $1.taskId

@@ -2,13 +2,13 @@ import FerryLog
 import Foundation
 
 /// The result of one pass.
-public struct RunReport: Sendable, Equatable {
+public struct PassReport: Sendable, Equatable {
   /// One task's outcome.
   public struct Entry: Sendable, Equatable {
     /// The task.
     public let taskId: TaskID
     /// What happened.
-    public let outcome: TaskOutcome
+    public let outcome: RunOutcome
     /// The task's priority: the report lists the more urgent tasks first.
     public internal(set) var priority: TaskPriority = .normal
   }
@@ -76,5 +76,5 @@ public struct RunReport: Sendable, Equatable {
     }
   }
   /// The outcome of one task, if the pass considered it.
-  public func outcome(of id: TaskID) -> TaskOutcome? { entries.first { $0.taskId == id }?.outcome }
+  public func outcome(of id: TaskID) -> RunOutcome? { entries.first { $0.taskId == id }?.outcome }
 }

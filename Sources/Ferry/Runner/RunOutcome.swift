@@ -2,7 +2,7 @@ import FerryLog
 import Foundation
 
 /// What happened to one task in a pass.
-public enum TaskOutcome: Sendable, Equatable {
+public enum RunOutcome: Sendable, Equatable {
   /// The handler succeeded.
   case succeeded
   /// The handler failed; `retryAt` is when it may run again (nil: it is dead).

@@ -158,7 +158,7 @@ extension TaskRunner {
     }
   }
 
-  func skip(_ id: TaskID, _ reason: SkipReason) -> TaskOutcome {
+  func skip(_ id: TaskID, _ reason: SkipReason) -> RunOutcome {
     queue.publish(.skipped(id, reason))
     return .skipped(reason)
   }

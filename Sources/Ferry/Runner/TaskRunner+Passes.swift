@@ -3,7 +3,7 @@ import Foundation
 import Synchronization
 
 extension TaskRunner {
-  func executePass(_ filter: RunFilter, control: PassControl) async throws -> RunReport {
+  func executePass(_ filter: RunFilter, control: PassControl) async throws -> PassReport {
     try await queue.interruptRunsOfDeadOwners()
     let owner = try queue.runOwner().id
     var tags: Set<String>?
@@ -96,10 +96,10 @@ extension TaskRunner {
   struct Finished: Sendable {
     let run: ClaimedRun
     let events: [TaskEvent]
-    let outcome: TaskOutcome
+    let outcome: RunOutcome
     /// The last (or only) run of a handler call: the call's lane is free again.
     var endsLane = true
-    init(_ run: ClaimedRun, _ events: [TaskEvent], _ outcome: TaskOutcome) {
+    init(_ run: ClaimedRun, _ events: [TaskEvent], _ outcome: RunOutcome) {
       self.run = run
       self.events = events
       self.outcome = outcome

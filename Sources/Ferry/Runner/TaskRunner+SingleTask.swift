@@ -4,7 +4,7 @@ import Synchronization
 
 extension TaskRunner {
   /// Runs one task now, or waits for the run another runner has under way, and reports its outcome.
-  func runSingle(_ id: TaskID) async throws -> RunReport {
+  func runSingle(_ id: TaskID) async throws -> PassReport {
     try await queue.interruptRunsOfDeadOwners()
     let owner = try queue.runOwner().id
     let runner = number
@@ -12,8 +12,8 @@ extension TaskRunner {
     var checked = false
     while true {
       if !isOnline {
-        var report = RunReport()
-        report.entries = [RunReport.Entry(taskId: id, outcome: skip(id, .offline))]
+        var report = PassReport()
+        report.entries = [PassReport.Entry(taskId: id, outcome: skip(id, .offline))]
         report.offline = true
         return queue.observer.passEnded(report)
       }
@@ -31,7 +31,7 @@ extension TaskRunner {
         throw error
       }
       if case .claimed = decision {} else { queue.endRuns(1) }
-      let outcome: TaskOutcome
+      let outcome: RunOutcome
       switch decision {
       case .gone:
         outcome = skip(id, .noLongerQueued)
@@ -58,8 +58,8 @@ extension TaskRunner {
       case .runningElsewhere(let head, let claim):
         outcome = try await awaitOutcome(of: id, claim: claim, after: head)
       }
-      var report = RunReport()
-      report.entries = [RunReport.Entry(taskId: id, outcome: outcome)]
+      var report = PassReport()
+      report.entries = [PassReport.Entry(taskId: id, outcome: outcome)]
       return queue.observer.passEnded(report)
     }
   }
@@ -71,7 +71,7 @@ extension TaskRunner {
   /// an outcome in the log ends the wait with what the queue says.
   private func awaitOutcome(
     of id: TaskID, claim: TaskRow.Claim, after head: UInt64
-  ) async throws -> TaskOutcome {
+  ) async throws -> RunOutcome {
     var last = head
     var idle = 0
     while true {

@@ -120,7 +120,7 @@ public final class TaskRunner: Sendable {
 
   /// The pass under way.
   struct ActivePass {
-    let task: Task<RunReport, any Error>
+    let task: Task<PassReport, any Error>
     let filter: RunFilter
     let control: PassControl
   }
@@ -306,7 +306,7 @@ public final class TaskRunner: Sendable {
   ///
   /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
   /// naming nothing.
-  public func run(_ filter: RunFilter = .all) async throws(FerryError) -> RunReport {
+  public func run(_ filter: RunFilter = .all) async throws(FerryError) -> PassReport {
     try await engine {
       if case .collection(let name) = filter, configuration.collections[name] == nil {
         throw FerryError.unknownCollection(name)
@@ -333,10 +333,10 @@ public final class TaskRunner: Sendable {
   /// (``PassControl/wasCutShort``) rather than running out of work.
   func pass(
     _ filter: RunFilter, joinRunning: Bool, automatic: Bool = false
-  ) async throws -> (report: RunReport, cutShort: Bool) {
+  ) async throws -> (report: PassReport, cutShort: Bool) {
     let required = try queue.log.head()
     while true {
-      let (pass, control, joined) = state.withLock { s -> (Task<RunReport, any Error>, PassControl, Bool) in
+      let (pass, control, joined) = state.withLock { s -> (Task<PassReport, any Error>, PassControl, Bool) in
         if let running = s.pass {
           let joins =
             joinRunning && Self.covers(running.filter, filter) && !running.task.isCancelled

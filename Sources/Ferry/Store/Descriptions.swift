@@ -56,7 +56,7 @@ extension SkipReason: CustomStringConvertible {
   }
 }
 
-extension TaskOutcome: CustomStringConvertible {
+extension RunOutcome: CustomStringConvertible {
   public var description: String {
     switch self {
     case .succeeded: return "succeeded"
@@ -118,7 +118,7 @@ extension RefreshSkipReason: CustomStringConvertible {
   }
 }
 
-extension RefreshResult: CustomStringConvertible {
+extension RefreshOutcome: CustomStringConvertible {
   public var description: String {
     switch self {
     case .successful: return "successful"

@@ -206,7 +206,7 @@ final class QueueObserver: Sendable {
 
   /// A pass (or a single task's run) ended; the gauges are read again. Returns `report`.
   @discardableResult
-  func passEnded(_ report: RunReport) -> RunReport {
+  func passEnded(_ report: PassReport) -> PassReport {
     logger?.debug(
       "pass ended",
       metadata: [
@@ -358,7 +358,7 @@ final class CacheObserver: Sendable {
   }
 
   /// A fetch of `key` was recorded (durable).
-  func fetched(_ key: String, _ outcome: FetchOutcome, at: Int64) {
+  func fetched(_ key: String, _ outcome: FetchResult, at: Int64) {
     switch outcome {
     case .success(let isEmpty): (isEmpty ? fetches?.empty : fetches?.success)?.increment()
     case .failure: fetches?.failure.increment()

@@ -41,11 +41,11 @@ extension RunFilter: CustomStringConvertible {
   }
 }
 
-extension RunReport.Entry: CustomStringConvertible {
+extension PassReport.Entry: CustomStringConvertible {
   public var description: String { "task \(taskId): \(outcome)" }
 }
 
-extension RunReport: CustomStringConvertible {
+extension PassReport: CustomStringConvertible {
   /// A one-line summary: "3 ran (2 succeeded, 1 failed, 1 error recorded), 1 skipped".
   public var description: String {
     var parts = ["\(ran) ran (\(succeeded) succeeded, \(failed) failed"]
@@ -70,7 +70,7 @@ extension CancelReport: CustomStringConvertible {
   }
 }
 
-extension FetchOutcome: CustomStringConvertible {
+extension FetchResult: CustomStringConvertible {
   public var description: String {
     switch self {
     case .success(let isEmpty): return isEmpty ? "success (empty)" : "success"

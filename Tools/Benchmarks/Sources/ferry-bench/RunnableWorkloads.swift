@@ -45,7 +45,7 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
   let deadline = ContinuousClock.now + .milliseconds(Int64(sizes.timeBudget * 1000))
   for pass in 0..<sizes.passes {
     if pass > 0 { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
-    var report: RunReport?
+    var report: PassReport?
     ferry.append(try await seconds { report = try await runner.run() } * 1000)
     entries.append(Double(report?.entries.count ?? 0))
     ran.append(report?.ran ?? 0)

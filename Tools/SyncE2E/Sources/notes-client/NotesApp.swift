@@ -300,7 +300,7 @@ final class NotesApp: Sendable {
   }
 
   /// Refreshes the notes cache (after pushing what is queued, through the gate) and returns it.
-  func read() async throws -> (RefreshResult, [ServerNote]) {
+  func read() async throws -> (RefreshOutcome, [ServerNote]) {
     let api = api
     let path = home + "/notes.json"
     let source = CacheSource<NoteList>(

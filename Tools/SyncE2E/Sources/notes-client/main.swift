@@ -91,7 +91,7 @@ struct Read: Encodable {
   var notes: [ServerNote]
 }
 
-func describe(_ result: RefreshResult) -> String {
+func describe(_ result: RefreshOutcome) -> String {
   switch result {
   case .successful: "successful"
   case .failed(let error): "failed: \(error.message)"

@@ -7,7 +7,7 @@ import Testing
 
 /// A run report counts errors recorded apart from failures, and accounts for every task the pass
 /// decided about — the tasks behind a group head that failed in it too (`Specs/task-events.md` §4.3).
-@Suite(.timeLimit(.minutes(20))) struct RunReportTests {
+@Suite(.timeLimit(.minutes(20))) struct PassReportTests {
   @Test func errorsRecordedAreCountedApartFromFailures() async throws {
     try await withStore { store, _, _ in
       let queue = store.queue
