@@ -25,11 +25,7 @@ public func runCrashWorkload(
   let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
   func pick<T>(_ items: [T]) -> T { items[Int(roll() * Double(items.count)) % items.count] }
 
-  var runnerConfiguration = TaskRunner.Configuration()
-  runnerConfiguration.random = { roll() }
-  runnerConfiguration.defaultRetry = RetryPolicy(
-    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
-  let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
+  let runner = crashRunner(store, roll: roll, maxConcurrentTasks: 1)
   for tag in ["a", "b", "c"] {
     runner.register(tag: tag) { task in
       CrashPoint.reach("handler")
@@ -90,12 +86,7 @@ public func runCrashRunner(path: String, seed: UInt64, ack: @escaping @Sendable 
   defer { acker.task?.cancel() }
   let random = Mutex(SeededRandom(seed: seed))
   let roll: @Sendable () -> Double = { random.withLock { $0.unit() } }
-  var runnerConfiguration = TaskRunner.Configuration()
-  runnerConfiguration.random = { roll() }
-  runnerConfiguration.maxConcurrentTasks = 2
-  runnerConfiguration.defaultRetry = RetryPolicy(
-    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
-  let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
+  let runner = crashRunner(store, roll: roll, maxConcurrentTasks: 2)
   for tag in ["a", "b", "c"] {
     runner.register(tag: tag) { task in
       CrashPoint.reach("handler")
@@ -204,4 +195,16 @@ func startRandomWriteback(_ path: String) {
     }
     thread.start()
   #endif
+}
+
+/// A runner with the crash workloads' retry policy, drawing its jitter from the seeded `roll`.
+func crashRunner(_ store: FerryStore, roll: @escaping @Sendable () -> Double, maxConcurrentTasks: Int)
+  -> TaskRunner
+{
+  var configuration = TaskRunner.Configuration()
+  configuration.random = { roll() }
+  configuration.maxConcurrentTasks = maxConcurrentTasks
+  configuration.defaultRetry = RetryPolicy(
+    maxAttempts: 4, initialDelay: .milliseconds(500), multiplier: 2, jitter: 0.2)
+  return TaskRunner(queue: store.queue, configuration: configuration)
 }

@@ -44,13 +44,10 @@ package func compact(
 ) async throws(ToolError) {
   try refuseEmptyDataFile(path)
   if copy {
-    guard let probe = lockOutOtherProcesses(path) else {
-      throw ToolError(
-        .unavailable,
-        "another process has the store at \(path) open: close it before compacting with --copy "
-          + "(nothing was changed)")
-    }
-    unlock(probe)
+    try refuseWhileOpenElsewhere(
+      path,
+      "another process has the store at \(path) open: close it before compacting with --copy "
+        + "(nothing was changed)")
   }
   do {
     let sizeBefore = fileSize(path)
@@ -178,6 +175,12 @@ private func invalidateLockFile(_ fd: Int32) {
   _ = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, 64, 0) }
 }
 
+/// Throws `message` (exit status `unavailable`) when another process has the store open.
+private func refuseWhileOpenElsewhere(_ path: String, _ message: String) throws(ToolError) {
+  guard let probe = lockOutOtherProcesses(path) else { throw ToolError(.unavailable, message) }
+  unlock(probe)
+}
+
 /// Gives the lock of ``lockOutOtherProcesses(_:)`` back.
 private func unlock(_ fd: Int32) {
   guard fd >= 0 else { return }
@@ -214,14 +217,11 @@ package func writeCompactedCopy(of path: String, into staging: String) throws ->
 }
 
 private func copyCompacted(_ path: String) throws {
-  guard let probe = lockOutOtherProcesses(path) else {
-    // It opened the store after the check before compacting: the compaction in place is done.
-    throw ToolError(
-      .unavailable,
-      "another process opened the store while it was compacted: the events were removed in place, "
-        + "but the copy that gives the space back was not made; run it again with the store closed")
-  }
-  unlock(probe)
+  // It opened the store after the check before compacting: the compaction in place is done.
+  try refuseWhileOpenElsewhere(
+    path,
+    "another process opened the store while it was compacted: the events were removed in place, "
+      + "but the copy that gives the space back was not made; run it again with the store closed")
   removeStaleCompactionCopies(in: path)
   let staging = path + "/.compact-\(getpid())"
   try? FileManager.default.removeItem(atPath: staging)

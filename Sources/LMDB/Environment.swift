@@ -390,24 +390,8 @@ public final class Environment: @unchecked Sendable {
         message: "a write transaction was begun inside another on the same thread (it would wait forever)")
     }
     try growAheadIfNeeded()
-    var adoptions = 0
     while true {
-      resizeLock.lockShared()
-      do { try ensureOpen() } catch {
-        resizeLock.unlockShared()
-        throw error
-      }
-      var txnPointer: OpaquePointer?
-      let rc = mdb_txn_begin(env, nil, 0, &txnPointer)
-      if rc == MDB_MAP_RESIZED {
-        resizeLock.unlockShared()
-        try adoptMapSize(attempt: &adoptions)
-        continue
-      }
-      guard rc == MDB_SUCCESS, let pointer = txnPointer else {
-        resizeLock.unlockShared()
-        throw LMDBError(code: rc, operation: "beginning a write transaction")
-      }
+      let pointer = try beginHoldingResizeLock(flags: 0, kind: "write")
       writingThread.withLock { $0 = me }
       let txn = Transaction(txn: pointer, environment: self, readOnly: false)
       do {
@@ -470,24 +454,8 @@ public final class Environment: @unchecked Sendable {
 
   @discardableResult
   private func read<R>(commitWhenDone: Bool, _ body: (Transaction) throws -> R) throws -> R {
-    var adoptions = 0
     while true {
-      resizeLock.lockShared()
-      do { try ensureOpen() } catch {
-        resizeLock.unlockShared()
-        throw error
-      }
-      var txnPointer: OpaquePointer?
-      let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txnPointer)
-      if rc == MDB_MAP_RESIZED {
-        resizeLock.unlockShared()
-        try adoptMapSize(attempt: &adoptions)
-        continue
-      }
-      guard rc == MDB_SUCCESS, let pointer = txnPointer else {
-        resizeLock.unlockShared()
-        throw LMDBError(code: rc, operation: "beginning a read transaction")
-      }
+      let pointer = try beginHoldingResizeLock(flags: UInt32(MDB_RDONLY), kind: "read")
       let txn = Transaction(txn: pointer, environment: self, readOnly: true)
       defer {
         txn.abortIfOpen()
@@ -496,6 +464,31 @@ public final class Environment: @unchecked Sendable {
       let result = try body(txn)
       if commitWhenDone { try txn.commit() }
       return result
+    }
+  }
+
+  /// Begins a transaction with the resize lock held shared, adopting another process's larger map
+  /// first when LMDB asks; on return the caller owns the lock and the transaction.
+  private func beginHoldingResizeLock(flags: UInt32, kind: String) throws -> OpaquePointer {
+    var adoptions = 0
+    while true {
+      resizeLock.lockShared()
+      do { try ensureOpen() } catch {
+        resizeLock.unlockShared()
+        throw error
+      }
+      var txnPointer: OpaquePointer?
+      let rc = mdb_txn_begin(env, nil, flags, &txnPointer)
+      if rc == MDB_MAP_RESIZED {
+        resizeLock.unlockShared()
+        try adoptMapSize(attempt: &adoptions)
+        continue
+      }
+      guard rc == MDB_SUCCESS, let pointer = txnPointer else {
+        resizeLock.unlockShared()
+        throw LMDBError(code: rc, operation: "beginning a \(kind) transaction")
+      }
+      return pointer
     }
   }
 
