@@ -42,7 +42,7 @@ struct TaskQueueProjection: InPlaceFolding {
   }
 
   // `consuming`: the event is destroyed here, case by case, not by a generic value witness in the
-  // caller (~190 instructions an event of a rebuild).
+  // caller, once per event of a rebuild.
   private func fold(
     _ decoded: consuming TaskEvent, sequence: UInt64, timestamp: Int64, to tables: ProjectionTables
   ) throws {

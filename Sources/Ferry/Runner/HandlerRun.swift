@@ -91,7 +91,7 @@ enum HandlerRun {
 
 /// The signals of one handler call, a ``MailboxCore`` in a class that is not generic: a generic
 /// class's deinit is never specialized and asks the runtime for its state's type metadata each
-/// time (~2,600 instructions a run, measured with `bash Tools/cost.sh`).
+/// time (`bash Tools/cost.sh` shows the difference).
 private final class Signals: Sendable {
   let core = MailboxCore<HandlerRun.Signal>()
   func put(_ signal: HandlerRun.Signal) { core.put(signal) }

@@ -90,9 +90,8 @@ extension TaskRunner {
     }
   }
 
-  /// A run that ended, with the events that log its outcome.
   /// A run that ended: what to log and report. A struct, not a tuple: a tuple is copied through
-  /// the runtime's generic witnesses (~300 instructions a copy, several copies a run, measured).
+  /// the runtime's generic witnesses, several times a run.
   struct Finished: Sendable {
     let run: ClaimedRun
     let events: [TaskEvent]

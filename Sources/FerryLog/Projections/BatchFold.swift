@@ -10,8 +10,8 @@ import LMDB
 /// through the overlay when it has one.
 final class TableOverlay {
   /// One changed key and its new value (`value` nil: deleted), both in the overlay's arena.
-  /// Plain data: dropping the entries of a chunk releases nothing (an entry of two arrays cost
-  /// two releases and a witness call each, measured).
+  /// Plain data: dropping the entries of a chunk releases nothing (an entry of two arrays would
+  /// cost two releases and a witness call each).
   struct Entry {
     var key: UnsafeRawBufferPointer
     var value: UnsafeRawBufferPointer?

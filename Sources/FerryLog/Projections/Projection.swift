@@ -116,7 +116,7 @@ public final class ProjectionTables: ProjectionTableReading {
   /// (`memoCapacity` bytes, 16-aligned) that holds one initialized value of `memoType`; a nil
   /// `memoType` under a kept key means the key had no value. Not a generic box: a `Box<T>` made in
   /// this unspecialized code asked the runtime for its type metadata on every decode, and
-  /// allocated (~1,000 instructions a run, measured).
+  /// allocated.
   @exclusivity(unchecked) private var memoTable = -1
   @exclusivity(unchecked) private var memoKey: [UInt8] = []
   @exclusivity(unchecked) private var memoStorage: UnsafeMutableRawPointer?

@@ -84,7 +84,7 @@ public struct EventID: Hashable, Sendable, Comparable, CustomStringConvertible {
   public var description: String { digits(dashed: true) }
 
   /// The digits written as ASCII bytes in one buffer: a run's idempotency key is one of these, and
-  /// building it a Character at a time cost tens of thousands of instructions a run.
+  /// building it a Character at a time was the costliest step of a run.
   private func digits(dashed: Bool) -> String {
     let alphabet: StaticString = "0123456789abcdef"
     return String(unsafeUninitializedCapacity: 36) { buffer in

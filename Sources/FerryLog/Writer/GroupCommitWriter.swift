@@ -41,7 +41,7 @@ final class GroupCommitWriter: @unchecked Sendable {
     /// Resumed exactly once, by the writer thread: every path of `commit` resumes each request it
     /// took once and drops it, and the thread takes every job submitted before it stops (a
     /// submit refused at stop resumes its own). Unsafe rather than checked: a checked one costs an
-    /// allocation and a metadata lookup a call, measured on the run path.
+    /// allocation and a metadata lookup a call, on the run path.
     let continuation: UnsafeContinuation<AppendOutcome, any Error>
 
     /// Events counted against a commit's limit (a command's are not known before it runs).
