@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every Ferry test (the README's test command; CI runs it too).
-# Installs what the build needs first, fails on any compiler warning in Ferry's own code, checks
+# Installs what the build needs first, fails on any compiler warning in Ferry's own code or any
+# swift-format finding (Tools/lint.sh), checks
 # that the golden vectors in Specs/vectors are exactly what Tools/make-vectors.py writes, that the
 # documentation builds without a DocC warning (Tools/docs.sh), and that instructions per operation
 # stay within 10% of Tools/cost-baseline.txt (Tools/cost.sh).
@@ -37,6 +38,9 @@ if command -v python3 >/dev/null 2>&1; then
   rm -rf "$vectors"
   echo "ferry: golden vectors match their generator"
 fi
+
+# swift-format's lint with the repository's configuration: any finding fails the run.
+bash Tools/lint.sh
 
 # The README's install section, tried from a fresh package that links only `Ferry`.
 bash Tools/try-install.sh
