@@ -146,13 +146,21 @@ public final class CacheLedger: Sendable {
   /// would keep its cache fresh until then — for `Int64.max`, forever.
   public static let maxFetchTimeAhead: Duration = .seconds(300)
 
-  /// Records that a fetch of `key` finished at `date` (now when nil): when the response arrived
-  /// and was saved, for a success. Durable before it returns. The log keeps the time in whole
-  /// milliseconds (the last millisecond at or before `date`).
+  /// Records that a fetch of `key` finished. Durable before it returns.
   ///
-  /// Throws ``FerryError/invalidArgument(_:)`` for a time before 1970, more than
-  /// ``maxFetchTimeAhead`` after the store's clock, or not a time at all (an infinite or NaN
-  /// interval).
+  /// - Parameters:
+  ///   - key: The cache key: 1 to ``maxKeyLength`` UTF-8 bytes.
+  ///   - outcome: How the fetch ended: a success (and whether the data was empty) or a failure with its
+  ///     message.
+  ///   - date: When it finished — when the response arrived and was saved, for a success; now when nil. Kept
+  ///     in whole milliseconds: the last millisecond at or before `date`.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``maxKeyLength`` UTF-8 bytes,
+  ///   and for a time before 1970, more than ``maxFetchTimeAhead`` after the store's clock, or not a time at
+  ///   all (an infinite or NaN interval); ``FerryError/closed`` or ``FerryError/suspended`` when the store is
+  ///   closed or suspended; ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func recordFetch(key: String, outcome: FetchResult, at date: Date? = nil) async throws(FerryError) {
     try await engine {
       if let date, !date.timeIntervalSince1970.isFinite {
@@ -199,6 +207,14 @@ public final class CacheLedger: Sendable {
   }
 
   /// Forgets everything about `key` (its next state is ``CacheAge/noCache``).
+  ///
+  /// - Parameter key: The cache key.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``maxKeyLength`` UTF-8 bytes;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func forget(_ key: String) async throws(FerryError) {
     try await engine {
       try Self.validate(key)
@@ -208,6 +224,17 @@ public final class CacheLedger: Sendable {
   }
 
   /// Stores the paging state of `key`: what the next page needs and whether more are available.
+  ///
+  /// - Parameters:
+  ///   - key: The cache key.
+  ///   - next: What fetching the next page needs, in the app's own encoding; nil for none.
+  ///   - morePagesAvailable: Whether there is a next page.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``maxKeyLength`` UTF-8 bytes;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func setPaging(key: String, next: [UInt8]?, morePagesAvailable: Bool) async throws(FerryError) {
     try await engine {
       try Self.validate(key)
@@ -219,6 +246,17 @@ public final class CacheLedger: Sendable {
 
   /// How old the cache of `key` is, against `maxAge`. A clock that went backwards gives an age of
   /// zero, never a negative one.
+  ///
+  /// - Parameters:
+  ///   - key: The cache key.
+  ///   - maxAge: Older than this, the cache is too old; not negative.
+  /// - Returns: ``CacheAge/noCache`` when the key was never fetched successfully; else when it last was, how
+  ///   long ago, and whether that is too old — or made stale by a push
+  ///   (``TaskResult/succeeded(output:invalidating:)``).
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``maxKeyLength`` UTF-8 bytes or
+  ///   a negative `maxAge`; ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or
+  ///   suspended; ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the read fails.
   public func state(key: String, maxAge: Duration) throws(FerryError) -> CacheAge {
     try engine {
       try Self.validate(key)
@@ -237,7 +275,14 @@ public final class CacheLedger: Sendable {
     }
   }
 
-  /// Everything the ledger knows about `key`, or nil.
+  /// Everything the ledger knows about `key`.
+  ///
+  /// - Parameter key: The cache key.
+  /// - Returns: The key's record, or nil when the ledger holds nothing about it.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``maxKeyLength`` UTF-8 bytes;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func record(_ key: String) throws(FerryError) -> CacheRecord? {
     try engine {
       try Self.validate(key)
@@ -247,8 +292,14 @@ public final class CacheLedger: Sendable {
     }
   }
 
-  /// Keys whose last successful fetch is older than `maxAge` (the oldest first), for eviction.
+  /// Keys whose last successful fetch is older than `maxAge`, for eviction.
   /// Keys never fetched successfully are not listed. Reads only the keys it returns.
+  ///
+  /// - Parameter maxAge: The age past which a key is listed; not negative.
+  /// - Returns: The keys, the oldest first.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a negative `maxAge`; ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
+  ///   ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)`` when the read fails.
   public func keys(olderThan maxAge: Duration) throws(FerryError) -> [String] {
     try engine {
       try Self.validate(maxAge: maxAge)

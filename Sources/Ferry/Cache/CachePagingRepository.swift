@@ -63,6 +63,23 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   /// A paged repository of `key`. With `automaticRefresh`, observing it refreshes the first page
   /// when there is none or it is too old; with a `refreshInterval`, every interval while observed
   /// (as ``CacheRepository/init(key:ledger:maxAge:source:automaticRefresh:refreshInterval:connectivity:requires:)``).
+  ///
+  /// - Parameters:
+  ///   - key: The cache key: 1 to ``CacheLedger/maxKeyLength`` UTF-8 bytes.
+  ///   - ledger: The ledger that records its fetches (``FerryStore/ledger``).
+  ///   - maxAge: Older than this, the cache is too old; not negative.
+  ///   - source: Where its pages come from and go to (``PagingSource``).
+  ///   - automaticRefresh: Whether observing it refreshes the first page of a cache that is missing or too
+  ///     old.
+  ///   - refreshInterval: While observed, refresh at least this long after the key's last fetch, too old or
+  ///     not; at least 1 ms. Nil: no interval.
+  ///   - connectivity: What tells the interval's refreshes that the device is offline; the gate's runner's
+  ///     when nil.
+  ///   - gate: Tasks to run before each refresh, so that a fetch never overwrites changes the server has not
+  ///     seen (``PendingTasksGate``); nil for none.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``CacheLedger/maxKeyLength``
+  ///   UTF-8 bytes, a negative `maxAge`, a `refreshInterval` under a millisecond (the log's unit), or a gate
+  ///   whose runner runs another store's queue.
   public init(
     key: String, ledger: CacheLedger, maxAge: Duration, source: PagingSource<Page, Cached>,
     automaticRefresh: Bool = true, refreshInterval: Duration? = nil, connectivity: (any Connectivity)? = nil,
@@ -90,15 +107,24 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
 
   /// Refreshes the first page when the cache is too old or missing (always, with `force`); the
   /// app's cache then holds only that page.
+  ///
+  /// - Parameter force: Fetch whatever the cache's age (the gate still applies).
+  /// - Returns: How it ended: ``RefreshOutcome/successful``, skipped and why (``RefreshSkipReason``), or
+  ///   failed with the error (``RefreshError``). It never throws: a failure is an outcome.
   public func refresh(force: Bool = false) async -> RefreshOutcome { await first.refresh(force: force) }
 
   /// Refreshes only when there is no cache yet.
+  ///
+  /// - Returns: ``RefreshOutcome/successful`` at once when the key has a cache; else the refresh's outcome.
   public func refreshIfNoCache() async -> RefreshOutcome { await first.refreshIfNoCache() }
 
   /// Whether a next page is available (as the last page fetched said; kept across restarts).
   public var morePagesAvailable: Bool { ((try? ledger.record(key)) ?? nil)?.morePagesAvailable ?? false }
 
   /// Fetches and appends the next page. One load runs at a time: callers share it.
+  ///
+  /// - Returns: ``LoadMoreResult/loaded``, ``LoadMoreResult/noMorePages``, or the failure; the paging state
+  ///   is unchanged unless the page was saved.
   public func loadMore() async -> LoadMoreResult {
     let task = loading.withLock { loading -> Task<LoadMoreResult, Never> in
       if let running = loading { return running }
@@ -140,6 +166,8 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   }
 
   /// The states of the list: as ``CacheRepository/states()``, with the app's cached pages.
+  ///
+  /// - Returns: The states, ending when the observing task is cancelled.
   public func states() -> AsyncStream<CacheState<Cached>> {
     let upstream = first.states()
     let (stream, continuation) = AsyncStream<CacheState<Cached>>.makeStream(
@@ -153,6 +181,11 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   }
 
   /// The state now.
+  ///
+  /// - Returns: The list's state now, with the app's cached pages.
+  /// - Throws: A ``FerryError`` when the ledger or the gate's queue cannot be read: ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
+  ///   ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)`` when the read fails.
   public func currentState() async throws -> CacheState<Cached> {
     Self.cachedState(try await first.currentState())
   }

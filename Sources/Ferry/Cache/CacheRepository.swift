@@ -17,6 +17,14 @@ public struct CacheSource<Value: Sendable>: Sendable {
   public var observe: (@Sendable () -> AsyncStream<Value?>)?
 
   /// Describes the source.
+  ///
+  /// - Parameters:
+  ///   - fetch: Fetches fresh data from the server.
+  ///   - save: Saves fetched data into the app's cache; a throw fails the fetch.
+  ///   - load: Loads what the app's cache holds now (nil when nothing).
+  ///   - isEmpty: Whether fetched data is empty (recorded with the fetch).
+  ///   - observe: The app's cache as a stream, when its database can tell when it changes; nil: `load` is
+  ///     called after each change.
   public init(
     fetch: @escaping @Sendable () async throws -> Value,
     save: @escaping @Sendable (Value) async throws -> Void,
@@ -77,10 +85,7 @@ public struct PendingTasksGate: Sendable {
   /// The collection (given in the runner's configuration) of tags to run first.
   public let collection: String
 
-  /// A gate on `collection`, run by `runner`. Checked now, not at the first refresh: throws
-  /// ``FerryError/unknownCollection(_:)`` when the runner's configuration has no such collection,
-  /// and ``FerryError/invalidArgument(_:)`` when it has no tags (a gate that could never hold
-  /// anything back is a mistake, not a choice).
+  /// A gate on `collection`, run by `runner`. Checked now, not at the first refresh.
   ///
   /// ```swift
   /// var configuration = TaskRunner.Configuration()
@@ -88,6 +93,14 @@ public struct PendingTasksGate: Sendable {
   /// let runner = TaskRunner(queue: store.queue, configuration: configuration)
   /// let gate = try PendingTasksGate(runner: runner, collection: "note-changes")
   /// ```
+  ///
+  /// - Parameters:
+  ///   - runner: The runner that runs the collection's tasks: the runner of the queue of the store whose
+  ///     ledger the repository records in.
+  ///   - collection: A collection of the runner's ``TaskRunner/Configuration/collections``.
+  /// - Throws: ``FerryError/unknownCollection(_:)`` when the runner's configuration has no such collection;
+  ///   ``FerryError/invalidArgument(_:)`` when it has no tags (a gate that could never hold anything back is
+  ///   a mistake, not a choice).
   public init(runner: TaskRunner, collection: String) throws(FerryError) {
     guard let tags = runner.configuration.collections[collection] else {
       throw FerryError.unknownCollection(collection)
@@ -169,8 +182,23 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// not: at least `refreshInterval` after the key's last fetch — successful or failed, by any
   /// repository or process — or the last refresh the gate held back (see ``states()``). That
   /// works with `automaticRefresh` off too. While `connectivity` (by default the gate's runner's)
-  /// says offline, the interval's refreshes wait for the network. Throws
-  /// ``FerryError/invalidArgument(_:)`` for an interval under a millisecond (the log's unit).
+  /// says offline, the interval's refreshes wait for the network.
+  ///
+  /// - Parameters:
+  ///   - key: The cache key: 1 to ``CacheLedger/maxKeyLength`` UTF-8 bytes.
+  ///   - ledger: The ledger that records its fetches (``FerryStore/ledger``).
+  ///   - maxAge: Older than this, the cache is too old; not negative.
+  ///   - source: Where its data comes from and goes to (``CacheSource``).
+  ///   - automaticRefresh: Whether observing it refreshes a cache that is missing or too old.
+  ///   - refreshInterval: While observed, refresh at least this long after the key's last fetch, too old or
+  ///     not; at least 1 ms. Nil: no interval.
+  ///   - connectivity: What tells the interval's refreshes that the device is offline; the gate's runner's
+  ///     when nil.
+  ///   - gate: Tasks to run before each refresh, so that a fetch never overwrites changes the server has not
+  ///     seen (``PendingTasksGate``); nil for none.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a key that is not 1 to ``CacheLedger/maxKeyLength``
+  ///   UTF-8 bytes, a negative `maxAge`, a `refreshInterval` under a millisecond (the log's unit), or a gate
+  ///   whose runner runs another store's queue.
   public init(
     key: String, ledger: CacheLedger, maxAge: Duration, source: CacheSource<Value>,
     automaticRefresh: Bool = true,
@@ -203,6 +231,10 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// refresh must not overwrite a change the server has not seen either. Tasks that cannot run by
   /// themselves (dead, blocked by an error, manual) hold nothing back: the refresh fetches, and
   /// ``CacheState/stuckTasks`` names them.
+  ///
+  /// - Parameter force: Fetch whatever the cache's age (the gate still applies).
+  /// - Returns: How it ended: ``RefreshOutcome/successful``, skipped and why (``RefreshSkipReason``), or
+  ///   failed with the error (``RefreshError``). It never throws: a failure is an outcome.
   public func refresh(force: Bool = false) async -> RefreshOutcome {
     if !force, case .cache(_, _, isTooOld: false) = (try? ledger.state(key: key, maxAge: maxAge)) {
       return .skipped(.notTooOld)
@@ -213,6 +245,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// Refreshes only when the key has never been fetched successfully. When it has a cache — too
   /// old or not — there is nothing to do, and that is a success (as in Teller: an app checks for
   /// `.successful` and moves on).
+  ///
+  /// - Returns: ``RefreshOutcome/successful`` at once when the key has a cache; else the refresh's outcome.
   public func refreshIfNoCache() async -> RefreshOutcome {
     if (try? ledger.state(key: key, maxAge: maxAge)) != CacheAge.noCache { return .successful }
     return await sharedRefresh()
@@ -331,6 +365,11 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   /// The state now: the ledger's age of the key, the app's cached value, and the error of the
   /// last refresh when it failed after the last success.
+  ///
+  /// - Returns: The key's state now, with the app's cached value.
+  /// - Throws: A ``FerryError`` when the ledger or the gate's queue cannot be read: ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
+  ///   ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)`` when the read fails.
   public func currentState() async throws -> CacheState<Value> {
     try await state(
       refreshing: ledger.inFlight.withLock { $0[slot] != nil }, error: lastError(), firstFetch: false,
@@ -381,6 +420,8 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// the process share one fetch per interval, and none is made while the connectivity input is
   /// offline. Ends when the observing task is cancelled, and its timers with it; cancelling it
   /// does not cancel a refresh other callers share.
+  ///
+  /// - Returns: The states, ending when the observing task is cancelled.
   public func states() -> AsyncStream<CacheState<Value>> {
     let (stream, continuation) = AsyncStream<CacheState<Value>>.makeStream(
       bufferingPolicy: .bufferingNewest(16))

@@ -37,9 +37,20 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   private let changes = Broadcaster<Int, Int>(buffer: 16)
 
   /// A repository keyed by `key(requirements)`, fetching and loading through `source(requirements)`.
-  /// Throws for a negative max age, a refresh interval under a millisecond, or a gate whose
-  /// runner runs another store's queue. Each key's repository gets `refreshInterval` and
-  /// `connectivity` (see ``CacheRepository/refreshInterval``).
+  /// Each key's repository gets `refreshInterval` and `connectivity` (see
+  /// ``CacheRepository/refreshInterval``).
+  ///
+  /// - Parameters:
+  ///   - ledger: The ledger that records every key's fetches (``FerryStore/ledger``).
+  ///   - maxAge: Older than this, a key's cache is too old; not negative.
+  ///   - key: The cache key of a requirements value.
+  ///   - source: Where a requirements value's data comes from and goes to.
+  ///   - automaticRefresh: Whether observing refreshes a cache that is missing or too old.
+  ///   - refreshInterval: Each key's refresh interval while observed; at least 1 ms. Nil: none.
+  ///   - connectivity: What tells the interval's refreshes that the device is offline.
+  ///   - gate: Tasks to run before each refresh (``PendingTasksGate``); nil for none.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a negative `maxAge`, a `refreshInterval` under a
+  ///   millisecond, or a gate whose runner runs another store's queue.
   public init(
     ledger: CacheLedger, maxAge: Duration, key: @escaping @Sendable (Requirements) -> String,
     source: @escaping @Sendable (Requirements) -> CacheSource<Value>, automaticRefresh: Bool = true,
@@ -63,7 +74,11 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   public var requirements: Requirements? { current.withLock { $0.requirements } }
 
   /// Changes what the repository is about; observers switch to the new key's states at once (a
-  /// state of the old one is never shown after it). Throws when the key is not a valid cache key.
+  /// state of the old one is never shown after it).
+  ///
+  /// - Parameter requirements: What the repository is about now; nil for nothing (signed out).
+  /// - Throws: ``FerryError/invalidArgument(_:)`` when `key(requirements)` is not 1 to
+  ///   ``CacheLedger/maxKeyLength`` UTF-8 bytes; the requirements are then unchanged.
   public func setRequirements(_ requirements: Requirements?) throws(FerryError) {
     try engine {
       let repository = try requirements.map { requirements in
@@ -86,8 +101,11 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   /// The repository of the current requirements, if any.
   public var repository: CacheRepository<Value>? { current.withLock { $0.repository } }
 
-  /// Refreshes the current requirements' cache (see ``CacheRepository/refresh(force:)``); skipped
-  /// `cancelled` when there are no requirements.
+  /// Refreshes the current requirements' cache (see ``CacheRepository/refresh(force:)``).
+  ///
+  /// - Parameter force: Fetch whatever the cache's age (the gate still applies).
+  /// - Returns: The refresh's outcome; ``RefreshOutcome/skipped(_:)`` with ``RefreshSkipReason/cancelled``
+  ///   when there are no requirements.
   public func refresh(force: Bool = false) async -> RefreshOutcome {
     guard let repository else { return .skipped(.cancelled) }
     return await repository.refresh(force: force)
@@ -96,6 +114,9 @@ public final class CacheRequirementsRepository<Requirements: Hashable & Sendable
   /// The states of the current requirements: nil while there are none; on a change, the new key's
   /// current state first, then its changes (a refresh when it is missing or too old, with
   /// automatic refresh on).
+  ///
+  /// - Returns: The states, nil while there are no requirements; the stream ends when the observing task is
+  ///   cancelled.
   public func states() -> AsyncStream<CacheState<Value>?> {
     let (stream, continuation) = AsyncStream<CacheState<Value>?>.makeStream(
       bufferingPolicy: .bufferingNewest(16))

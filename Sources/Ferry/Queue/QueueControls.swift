@@ -21,10 +21,20 @@ extension TaskQueue {
   /// - A **dead** task takes it and stays dead until ``revive(_:)``.
   /// - A **waiting** task (a retry time ahead) keeps its retry time; a manual task stays manual.
   ///
-  /// Throws ``FerryError/noSuchTask(_:)`` when the task is not queued, and
-  /// ``FerryError/taskRunning(_:)`` while a run of it is under way — in any runner, in this
-  /// process or another — since that run has the old payload and its outcome is about it; update
-  /// it once the run has ended (a failed run leaves it queued).
+  /// A task whose run is under way — in any runner, in this process or another — is refused,
+  /// since that run has the old payload and its outcome is about it; update it once the run has
+  /// ended (a failed run leaves it queued).
+  ///
+  /// - Parameters:
+  ///   - id: The queued task.
+  ///   - payload: The new payload, encoded as JSON as an add's is.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued; ``FerryError/taskRunning(_:)``
+  ///   while a run of it is under way (see above); ``FerryError/payload(taskId:reason:)`` when `payload` does
+  ///   not encode as JSON; ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or
+  ///   suspended; ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func updatePayload(_ id: TaskID, to payload: some Encodable & Sendable) async throws(FerryError) {
     try await engine {
       let bytes = try Self.encode(payload)
@@ -33,8 +43,8 @@ extension TaskQueue {
     }
   }
 
-  /// Cancels every queued task with this tag that has no run under way, in one commit, and
-  /// returns them (``CancelReport/cancelled``). Tasks of the tag whose run is under way — in any
+  /// Cancels every queued task with a tag that has no run under way, in one commit, and
+  /// reports them (``CancelReport/cancelled``). Tasks of the tag whose run is under way — in any
   /// runner, in this process or another — are left alone, and listed in
   /// ``CancelReport/running``: their runs finish and are logged as usual. A repeating task
   /// (``TaskSchedule/every(_:startingAt:)``) is cancelled even while it runs, so the series ends:
@@ -43,6 +53,14 @@ extension TaskQueue {
   ///
   /// The queue has no index by tag: this reads every queued task's row (decoding only those of
   /// the tag), inside the commit.
+  ///
+  /// - Parameter tag: The tag whose tasks are cancelled.
+  /// - Returns: What was cancelled, and the tasks left to their runs (``CancelReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func cancel(tag: String) async throws(FerryError) -> CancelReport {
     try await engine {
@@ -55,6 +73,14 @@ extension TaskQueue {
   /// left alone and listed in ``CancelReport/running``: it finishes and is logged as usual — but
   /// a repeating task is cancelled while it runs, as by ``cancel(tag:)-(String)``, so its series ends.
   /// Observers get ``TaskUpdate/cancelled(_:)`` for each task cancelled.
+  ///
+  /// - Parameter groupId: The group whose tasks are cancelled.
+  /// - Returns: What was cancelled, and the tasks left to their runs (``CancelReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func cancel(group groupId: String) async throws(FerryError) -> CancelReport {
     try await engine {
@@ -68,21 +94,44 @@ extension TaskQueue {
     return report
   }
 
-  /// Makes every dead task with this tag ready again, in one commit, and returns them in id
-  /// order (their attempt counts are kept). After an outage that outlasted a policy's
+  /// Makes every dead task with a tag ready again, in one commit (their attempt counts are
+  /// kept). After an outage that outlasted a policy's
   /// ``RetryPolicy/maxAttempts``, one call brings the whole tag back.
+  ///
+  /// - Parameter tag: The tag whose dead tasks are revived.
+  /// - Returns: The tasks revived, in id order.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func revive(tag: String) async throws(FerryError) -> [TaskID] {
     try await engine { try await revive(.tag(tag)) }
   }
 
-  /// Makes every dead task of a group ready again, in one commit; returns them in id order.
+  /// Makes every dead task of a group ready again, in one commit.
+  ///
+  /// - Parameter groupId: The group whose dead tasks are revived.
+  /// - Returns: The tasks revived, in id order.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func revive(group groupId: String) async throws(FerryError) -> [TaskID] {
     try await engine { try await revive(.group(groupId)) }
   }
 
-  /// Makes every dead task ready again, in one commit; returns them in id order.
+  /// Makes every dead task ready again, in one commit.
+  ///
+  /// - Returns: The tasks revived, in id order.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func reviveAll() async throws(FerryError) -> [TaskID] { try await engine { try await revive(.all) } }
 
@@ -92,15 +141,31 @@ extension TaskQueue {
     return revived
   }
 
-  /// Resolves the recorded error of every blocked task with this tag, in one commit: they (and
+  /// Resolves the recorded error of every blocked task with a tag, in one commit: they (and
   /// their groups) may run again. A task whose error the app recorded while a run of it is under
   /// way is left to that run, and listed in ``BulkChangeReport/running``.
+  ///
+  /// - Parameter tag: The tag whose blocked tasks are resolved.
+  /// - Returns: The tasks whose error was resolved, and those left to their runs (``BulkChangeReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func resolveErrors(tag: String) async throws(FerryError) -> BulkChangeReport {
     try await engine { try await resolve(.tag(tag)) }
   }
 
   /// Resolves the recorded error of every blocked task of a group, in one commit (as ``resolveErrors(tag:)``).
+  ///
+  /// - Parameter groupId: The group whose blocked tasks are resolved.
+  /// - Returns: The tasks whose error was resolved, and those left to their runs (``BulkChangeReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func resolveErrors(group groupId: String) async throws(FerryError) -> BulkChangeReport {
     try await engine {
@@ -109,6 +174,13 @@ extension TaskQueue {
   }
 
   /// Resolves the recorded error of every blocked task, in one commit (as ``resolveErrors(tag:)``).
+  ///
+  /// - Returns: The tasks whose error was resolved, and those left to their runs (``BulkChangeReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func resolveAllErrors() async throws(FerryError) -> BulkChangeReport {
     try await engine { try await resolve(.all) }
@@ -121,8 +193,14 @@ extension TaskQueue {
   }
 
   /// Whether the store's queue is idle now: no run is under way, in any process, and no task
-  /// could be claimed at `date` (the store's clock now when nil; taken to the millisecond, as the
-  /// log keeps times). See ``waitUntilIdle()`` for what counts as work.
+  /// could be claimed at a time. See ``waitUntilIdle()`` for what counts as work.
+  ///
+  /// - Parameter date: The time to decide by: the store's clock now when nil; taken to the millisecond, as
+  ///   the log keeps times.
+  /// - Returns: True when no run is under way and no task could be claimed at `date`.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func isIdle(at date: Date? = nil) throws(FerryError) -> Bool {
     try engine {
       let time = date?.unixMilliseconds ?? clock()
@@ -155,8 +233,10 @@ extension TaskQueue {
   /// the queue changes — this process's changes as they are made, other processes' as the queue's
   /// observation reads them from the log (within a fraction of a second).
   ///
-  /// Throws ``FerryError/cancelled`` when the waiting task is cancelled, and ``FerryError/closed``
-  /// when the queue is closed meanwhile.
+  /// - Throws: ``FerryError/cancelled`` when the waiting task is cancelled; ``FerryError/closed`` when the
+  ///   queue is closed meanwhile; ``FerryError/suspended`` when the store is suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when a look at the queue fails.
   public func waitUntilIdle() async throws(FerryError) {
     try await engine {
       // Subscribed before the first look, so that no change falls between the look and the wait.

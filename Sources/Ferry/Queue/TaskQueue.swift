@@ -174,11 +174,20 @@ public final class TaskQueue: Sendable {
   /// in this process, or logged by another process on the same store (an app extension, say),
   /// which are seen within a fraction of a second. Skips by other processes' runners are not
   /// logged, so they are not seen.
+  ///
+  /// - Returns: A stream of every change, ending when the queue is closed.
   public func updates() -> AsyncStream<TaskUpdate> {
     updateStreams.stream(for: nil) { nil }
   }
 
   /// The changes to one task, starting with its current status (``TaskUpdate/current(_:_:)``).
+  ///
+  /// - Parameter id: The task to follow.
+  /// - Returns: A stream that yields ``TaskUpdate/current(_:_:)`` with the task's status first (nil when it
+  ///   is not queued), then each change to the task; it ends when the queue is closed.
+  /// - Throws: Reading the current status: ``FerryError/closed`` or ``FerryError/suspended`` when the store
+  ///   is closed or suspended; ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the read fails.
   public func updates(for id: TaskID) throws(FerryError) -> AsyncStream<TaskUpdate> {
     try engine {
       try updateStreams.stream(for: id) { .current(id, try task(id)?.status) }
@@ -239,7 +248,15 @@ public final class TaskQueue: Sendable {
 
   /// Interrupts every run whose owner is gone (its process died, or closed the store mid-run):
   /// the task is ready again (one cancelled while that run was under way leaves the queue). A
-  /// live owner's runs are never touched. Returns the tasks interrupted.
+  /// live owner's runs are never touched.
+  ///
+  /// - Returns: The tasks whose runs were interrupted.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)`` when the runs under way cannot be read;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when reading or committing fails.
   @discardableResult
   public func interruptRunsOfDeadOwners() async throws(FerryError) -> [TaskID] {
     try await engine {
@@ -374,7 +391,15 @@ public final class TaskQueue: Sendable {
   }
 
   /// Removes a queued task. A run of it already under way finishes and is logged; the task does
-  /// not come back. Throws ``FerryError/noSuchTask(_:)`` when it is not queued.
+  /// not come back.
+  ///
+  /// - Parameter id: The task to remove.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued; ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func cancel(_ id: TaskID) async throws(FerryError) {
     try await engine {
       try await log.execute { context in try QueueCommand.onTask(id, .cancelled(id), context) }
@@ -383,6 +408,12 @@ public final class TaskQueue: Sendable {
   }
 
   /// Removes every task. Runs under way finish and are logged; their tasks do not come back.
+  ///
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func clear() async throws(FerryError) {
     try await engine {
       _ = try await log.append(TaskEvent.cleared.newEvent)
@@ -391,6 +422,12 @@ public final class TaskQueue: Sendable {
   }
 
   /// Stops automatic running, durably (it stays paused across reopen).
+  ///
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func pause() async throws(FerryError) {
     try await engine {
       if try await log.execute({ context in try QueueCommand.setPaused(true, context) }) { publish(.paused) }
@@ -398,6 +435,12 @@ public final class TaskQueue: Sendable {
   }
 
   /// Starts automatic running again.
+  ///
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func resume() async throws(FerryError) {
     try await engine {
       if try await log.execute({ context in try QueueCommand.setPaused(false, context) }) {
@@ -407,6 +450,11 @@ public final class TaskQueue: Sendable {
   }
 
   /// Whether automatic running is paused.
+  ///
+  /// - Returns: True while ``pause()`` is in effect (it lasts across reopen), until ``resume()``.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func isPaused() throws(FerryError) -> Bool {
     try engine {
       try queueTables { queue in try queue.tables.get("state", key: QueueKey.paused) == [1] }
@@ -414,7 +462,19 @@ public final class TaskQueue: Sendable {
   }
 
   /// Records a user-fixable error on a task: it, and the rest of its group, wait until the error
-  /// is resolved. Returns the error's id.
+  /// is resolved.
+  ///
+  /// - Parameters:
+  ///   - id: The task the error is about.
+  ///   - message: What the user must fix, for display; cut to ``maxMessageLength`` UTF-8 bytes (on a
+  ///     character boundary).
+  /// - Returns: The error's id (``RecordedError/errorId``).
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued; ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func recordError(_ id: TaskID, message: String) async throws(FerryError) -> UInt64 {
     try await engine {
@@ -430,6 +490,14 @@ public final class TaskQueue: Sendable {
   }
 
   /// Resolves the task's recorded error: the task may run again.
+  ///
+  /// - Parameter id: The task whose error is resolved.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued; ``FerryError/invalidArgument(_:)``
+  ///   when it has no unresolved error; ``FerryError/closed`` or ``FerryError/suspended`` when the store is
+  ///   closed or suspended; ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func resolveError(_ id: TaskID) async throws(FerryError) {
     try await engine {
       try await log.execute { context in
@@ -444,6 +512,14 @@ public final class TaskQueue: Sendable {
   }
 
   /// Makes a dead task ready again (its attempt count is kept).
+  ///
+  /// - Parameter id: The dead task.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued; ``FerryError/invalidArgument(_:)``
+  ///   when it is not dead; ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or
+  ///   suspended; ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func revive(_ id: TaskID) async throws(FerryError) {
     try await engine {
       try await log.execute { context in
@@ -467,14 +543,29 @@ public final class TaskQueue: Sendable {
 
   // MARK: Reading the queue
 
-  /// The queued task with this id, or nil.
+  /// The queued task with this id.
+  ///
+  /// - Parameter id: The task's id (``TaskID``).
+  /// - Returns: The task as it is queued now, or nil when it is not queued (never added, or ended).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func task(_ id: TaskID) throws(FerryError) -> PendingTask? {
     try engine {
       try queueTables { queue in try queue.task(id) }
     }
   }
 
-  /// Queued tasks in id order, optionally only those with this tag, group and data id.
+  /// The queued tasks, optionally only those with a tag, group and data id.
+  ///
+  /// - Parameters:
+  ///   - tag: Only tasks of this tag; nil for any.
+  ///   - groupId: Only tasks of this group; nil for any (tasks without a group included).
+  ///   - dataId: Only tasks with this data id; nil for any.
+  /// - Returns: The queued tasks that match, in id order. Tags and ids are compared by their UTF-8 bytes.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func pendingTasks(
     tag: String? = nil, groupId: String? = nil, dataId: String? = nil
   ) throws(FerryError) -> [PendingTask] {
@@ -490,7 +581,13 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// The unresolved error recorded on a task, or nil.
+  /// The unresolved error recorded on a task.
+  ///
+  /// - Parameter id: The task.
+  /// - Returns: The error, or nil when the task has no unresolved error (or is not queued).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func latestError(_ id: TaskID) throws(FerryError) -> RecordedError? {
     try engine {
       try queueTables { queue in
@@ -499,7 +596,12 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// Every unresolved error, by task id.
+  /// Every unresolved error.
+  ///
+  /// - Returns: The unresolved errors, in task-id order.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func errors() throws(FerryError) -> [RecordedError] {
     try engine {
       try queueTables { queue in
@@ -514,8 +616,19 @@ public final class TaskQueue: Sendable {
   }
 
   /// Decodes a queued task's payload as `type` — the latest given to
-  /// ``updatePayload(_:to:)``, else the one it was added with; ``FerryError/payload(taskId:reason:)``
-  /// when it no longer decodes (a changed type, say).
+  /// ``updatePayload(_:to:)``, else the one it was added with. A payload that no longer decodes (a
+  /// changed type, say) throws.
+  ///
+  /// - Parameters:
+  ///   - id: The queued task.
+  ///   - type: The type to decode the payload's JSON as.
+  /// - Returns: The payload, decoded.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the task is not queued;
+  ///   ``FerryError/payload(taskId:reason:)`` when it does not decode as `type`;
+  ///   ``FerryError/malformedEvent(sequence:type:reason:)`` when the event holding it is missing from the
+  ///   log; ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func payload<Payload: Decodable>(of id: TaskID, as type: Payload.Type) throws(FerryError) -> Payload
   {
     try engine {
@@ -534,6 +647,14 @@ public final class TaskQueue: Sendable {
   /// its end, once logged: the handler ran on, and what it returned is part of the story. Works
   /// for finished tasks too, as long as the log holds their events. Reads the log from the task's
   /// add onward.
+  ///
+  /// - Parameter id: The task's id, queued or finished.
+  /// - Returns: The task's entries in log order.
+  /// - Throws: ``FerryError/noSuchTask(_:)`` when the log holds no add of this id (never added, or compacted
+  ///   away); ``FerryError/newerFormat(path:message:)`` for an event written by newer software;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func history(of id: TaskID) throws(FerryError) -> [TaskHistoryEntry] {
     try engine {
       guard let added = try log.event(at: id), added.type == "task.added" else {
@@ -652,13 +773,27 @@ public final class TaskQueue: Sendable {
   /// guard let created = try queue.output(of: edit.createTask) else { return .recordError("no server id") }
   /// let serverId = try created.decode(as: String.self)
   /// ```
+  ///
+  /// - Parameter id: The task.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func output(of id: TaskID) throws(FerryError) -> TaskOutput? {
     try engine {
       try queueTables { queue in try queue.output(of: id).map { TaskOutput(stored: $0.output) } }
     }
   }
 
-  /// The output of the newest succeeded task with this data id (and tag, when given) that left one.
+  /// The output of the newest succeeded task with a data id (and tag, when given) that left one.
+  ///
+  /// - Parameters:
+  ///   - dataId: The data id the task was added with.
+  ///   - tag: Only tasks of this tag; nil for any.
+  /// - Returns: The output, or nil when no succeeded task of this data id (and tag) left one that is still
+  ///   kept.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func output(dataId: String, tag: String? = nil) throws(FerryError) -> TaskOutput? {
     try engine {
       try queueTables { queue in
@@ -672,6 +807,11 @@ public final class TaskQueue: Sendable {
   }
 
   /// The store's identity (``FerryStore/storeId``).
+  ///
+  /// - Throws: ``FerryError/malformedEvent(sequence:type:reason:)`` when the store has no id;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public var storeId: String {
     get throws(FerryError) {
       guard let id = try engine({ try log.storeId() }) else {
@@ -681,11 +821,17 @@ public final class TaskQueue: Sendable {
     }
   }
 
-  /// The first queued task of a group — the one that runs next — or nil when the group has none
-  /// queued. It is always a task ``task(_:)`` returns. A task cancelled (or cleared, or replaced)
+  /// The first queued task of a group — the one that runs next. It is always a task ``task(_:)``
+  /// returns. A task cancelled (or cleared, or replaced)
   /// while a run of it is under way is no longer queued and is never returned, although it holds
   /// its group until that run ends: meanwhile the task returned reads
   /// ``TaskStatus/waitingForGroup(behind:)`` naming the cancelled task.
+  ///
+  /// - Parameter groupId: The group.
+  /// - Returns: The id of the group's first queued task, or nil when the group has none queued.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func head(of groupId: String) throws(FerryError) -> TaskID? {
     try engine {
       try queueTables { queue in try queue.firstQueued(of: groupId) }
@@ -720,8 +866,16 @@ public final class TaskQueue: Sendable {
   /// time has come (oldest retry time first), else the lowest-id ready task after `after` — not
   /// manual, not running, first in its group. Reads the indexes' first keys (one seek per priority
   /// level present), never the whole queue. A task past its deadline may be named: the claim
-  /// expires it instead of running it. `date` (the store's clock now when nil) is taken to the
-  /// millisecond, as the log keeps times.
+  /// expires it instead of running it.
+  ///
+  /// - Parameters:
+  ///   - after: Ready tasks are looked for after this id (0: from the first).
+  ///   - date: The time to decide by: the store's clock now when nil; taken to the millisecond, as the log
+  ///     keeps times.
+  /// - Returns: The task, or nil when none may start at `date`.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws(FerryError) -> PendingTask? {
     try engine {
       try probeNextRunnable(after: after, at: date?.unixMilliseconds).task

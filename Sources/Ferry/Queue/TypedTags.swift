@@ -31,6 +31,14 @@ extension TaskQueue {
   }
 
   /// Cancels the queued tasks of `tag.rawValue` (see ``cancel(tag:)-(String)``).
+  ///
+  /// - Parameter tag: The tag, as the app's tag type.
+  /// - Returns: What was cancelled, and the tasks left to their runs (``CancelReport``).
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   @discardableResult
   public func cancel<Tag: RawRepresentable>(tag: Tag) async throws(FerryError) -> CancelReport
   where Tag.RawValue == String {
@@ -39,7 +47,16 @@ extension TaskQueue {
     }
   }
 
-  /// The queued tasks of `tag.rawValue`, in id order, optionally only those of a group and data id.
+  /// The queued tasks of `tag.rawValue`, optionally only those of a group and data id.
+  ///
+  /// - Parameters:
+  ///   - tag: The tag, as the app's tag type.
+  ///   - groupId: Only tasks of this group; nil for any.
+  ///   - dataId: Only tasks with this data id; nil for any.
+  /// - Returns: The queued tasks that match, in id order.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func pendingTasks<Tag: RawRepresentable>(
     tag: Tag, groupId: String? = nil, dataId: String? = nil
   ) throws(FerryError) -> [PendingTask] where Tag.RawValue == String {
@@ -52,6 +69,13 @@ extension TaskQueue {
 extension TaskRunner {
   /// Registers the handler of `tag.rawValue` (see
   /// ``register(tag:retry:timeLimit:isReadyToRun:handler:)``).
+  ///
+  /// - Parameters:
+  ///   - tag: The tag, as the app's tag type.
+  ///   - retry: The retry policy of its failures; ``Configuration/defaultRetry`` when nil.
+  ///   - timeLimit: The most a run may take; ``Configuration/defaultTimeLimit`` when nil.
+  ///   - isReadyToRun: Asked before each run: `false` skips the task (``SkipReason/notReady``).
+  ///   - handler: Runs one task and returns its outcome.
   public func register<Tag: RawRepresentable>(
     tag: Tag, retry: RetryPolicy? = nil, timeLimit: Duration? = nil,
     isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,

@@ -179,9 +179,18 @@ extension TaskRunner {
   /// }
   /// ```
   ///
-  /// Throws ``FerryError/unknownCollection(_:)`` for a collection not configured and
-  /// ``FerryError/invalidArgument(_:)`` for `.task` (run one task with ``run(_:)``) and for a
-  /// deadline that is no time (NaN seconds); errors of the store (closed, damaged) as a pass does.
+  /// - Parameters:
+  ///   - deadline: When the window ends, on the store's clock.
+  ///   - filter: The tasks to run: ``RunFilter/all``, a group or a collection.
+  /// - Returns: What the window ran, how it ended and when work is due next (``WindowReport``).
+  /// - Throws: ``FerryError/unknownCollection(_:)`` for a collection not in the configuration;
+  ///   ``FerryError/invalidArgument(_:)`` for ``RunFilter/task(_:)`` (run one task with ``run(_:)``) and for
+  ///   a deadline that is no time (NaN seconds); ``FerryError/closed`` or ``FerryError/suspended`` when the
+  ///   store is closed or suspended; ``FerryError/notCurrent(_:)``,
+  ///   ``FerryError/permissionDenied(path:detail:)`` (a store opened read-only),
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when reading the queue or logging a run fails.
   public func run(until deadline: Date, _ filter: RunFilter = .all) async throws(FerryError) -> WindowReport {
     try await engine {
       // NaN saturated to the end of time: a window that never ends.
@@ -193,6 +202,12 @@ extension TaskRunner {
   }
 
   /// A window (``run(until:_:)``) of `budget` from now on the store's clock.
+  ///
+  /// - Parameters:
+  ///   - budget: How long the window lasts from now, on the store's clock.
+  ///   - filter: The tasks to run: ``RunFilter/all``, a group or a collection.
+  /// - Returns: What the window ran, how it ended and when work is due next (``WindowReport``).
+  /// - Throws: As ``run(until:_:)``.
   public func run(for budget: Duration, _ filter: RunFilter = .all) async throws(FerryError) -> WindowReport {
     try await engine {
       try await window(until: queue.clock().addingSaturating(max(0, budget.milliseconds)), filter)
@@ -356,13 +371,18 @@ extension TaskRunner {
 
 extension TaskQueue {
   /// When to schedule the next background window: the earliest time a task will be runnable by
-  /// time alone — now (the clock's time) when a task could be claimed now, else the earliest
-  /// retry time; nil when the queue is paused or holds nothing that time makes runnable (empty,
-  /// or only blocked, dead, manual tasks and tasks behind them). A run under way is not due.
+  /// time alone. A queue of only blocked, dead and manual tasks (and tasks behind them) has none;
+  /// a run under way is not due.
   ///
   /// Reads the queue's indexes — the first key of `ready` and of `waiting` (by time) — never the
   /// whole queue. Tasks whose `isReadyToRun` says no count as due: the queue does not know the
   /// runners' checks (a window's ``WindowReport/nextDue`` leaves out those it skipped).
+  ///
+  /// - Returns: The store's clock now when a task could be claimed now, else the earliest retry time; nil
+  ///   when the queue is paused or holds nothing that time makes runnable.
+  /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public func nextDueDate() throws(FerryError) -> Date? {
     try engine {
       try nextDue(excluding: []).map(Self.date(unixMilliseconds:))

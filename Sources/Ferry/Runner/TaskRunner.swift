@@ -165,6 +165,11 @@ public final class TaskRunner: Sendable {
   var isOnline: Bool { configuration.connectivity?.isOnline ?? true }
 
   /// A runner for `queue`.
+  ///
+  /// - Parameters:
+  ///   - queue: The queue whose tasks it runs (``FerryStore/queue``).
+  ///   - configuration: How it runs: concurrency, default retry policy and time limit, collections,
+  ///     connectivity.
   public init(queue: TaskQueue, configuration: Configuration = Configuration()) {
     self.queue = queue
     self.configuration = configuration
@@ -204,6 +209,16 @@ public final class TaskRunner: Sendable {
   ///   return .succeeded
   /// }
   /// ```
+  ///
+  /// - Parameters:
+  ///   - tag: The tag whose tasks the handler runs.
+  ///   - retry: The retry policy of its failures; ``Configuration/defaultRetry`` when nil.
+  ///   - timeLimit: The most a run may take; ``Configuration/defaultTimeLimit`` when nil.
+  ///   - isReadyToRun: Asked before each run (after ``Configuration/isReadyToRun``): `false` skips the task.
+  ///     Nil: always ready.
+  ///   - handler: Runs one task and returns its outcome (``TaskResult``). A thrown error is a retryable
+  ///     failure, except a ``FerryError/payload(taskId:reason:)`` of the task itself, which fails it for
+  ///     good.
   public func register(
     tag: String, retry: RetryPolicy? = nil, timeLimit: Duration? = nil,
     isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
@@ -223,8 +238,7 @@ public final class TaskRunner: Sendable {
   public static let maxBatchSize = 1000
 
   /// Registers a batched handler of a tag (replacing any earlier handler): each call gets up to
-  /// `batchSize` of the tag's tasks that may start (taken as 1 to ``maxBatchSize``), claimed in
-  /// one commit, and returns an outcome for each by id. Their outcomes are logged in one commit.
+  /// `batchSize` of the tag's tasks that may start, claimed in one commit, and returns an outcome for each by id. Their outcomes are logged in one commit.
   ///
   /// A batch is the tasks a pass would have run one by one, in that order: the first task the
   /// pass may start, then the tasks right behind it **in its group** while they have this tag
@@ -257,6 +271,16 @@ public final class TaskRunner: Sendable {
   ///   return Dictionary(uniqueKeysWithValues: zip(tasks.map(\.id), answers.map { $0.ok ? .succeeded : .failed($0.error) }))
   /// }
   /// ```
+  ///
+  /// - Parameters:
+  ///   - tag: The tag whose tasks the handler runs.
+  ///   - batchSize: The most tasks a call is given; taken as 1 to ``maxBatchSize``.
+  ///   - retry: The retry policy of its failures; ``Configuration/defaultRetry`` when nil.
+  ///   - timeLimit: The most a call may take, for the batch as a whole; ``Configuration/defaultTimeLimit``
+  ///     when nil.
+  ///   - isReadyToRun: Asked of the batch's first task (after ``Configuration/isReadyToRun``): `false` skips
+  ///     it. Nil: always ready.
+  ///   - handler: Runs the batch and returns an outcome for each task, by id.
   public func register(
     tag: String, batchSize: Int, retry: RetryPolicy? = nil, timeLimit: Duration? = nil,
     isReadyToRun: (@Sendable (PendingTask) async -> Bool)? = nil,
@@ -300,12 +324,21 @@ public final class TaskRunner: Sendable {
   ///
   /// A handler may call it, from its own task or from a task it starts (`Task {}`). Asked from
   /// the handler's own task for the pass that called it (or, by any runner, for its own task or
-  /// a task of its batch) it throws ``FerryError/invalidArgument(_:)``: it would wait for itself.
+  /// a task of its batch) it is refused: it would wait for itself.
   /// From a task the handler starts it runs like any request, once the handler has returned — as
   /// long as the handler does not await that task.
   ///
-  /// Throws ``FerryError/unknownCollection(_:)`` and ``FerryError/noSuchTask(_:)`` for a filter
-  /// naming nothing.
+  /// - Parameter filter: The tasks to run: ``RunFilter/all`` (not manual ones), a group, a collection, or one
+  ///   task.
+  /// - Returns: What happened to each task the pass touched.
+  /// - Throws: ``FerryError/unknownCollection(_:)`` for a collection not in the configuration;
+  ///   ``FerryError/noSuchTask(_:)`` for a `.task` that is not queued; ``FerryError/invalidArgument(_:)``
+  ///   when the handler's own task asks for what would wait for itself (see above); ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
+  ///   ``FerryError/permissionDenied(path:detail:)`` (a store opened read-only),
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when reading the queue or logging a run fails.
   public func run(_ filter: RunFilter = .all) async throws(FerryError) -> PassReport {
     try await engine {
       if case .collection(let name) = filter, configuration.collections[name] == nil {

@@ -31,10 +31,18 @@ extension FerryStore {
   ///   its newest paging event; forget events older than `retention` go;
   /// - `queue.cleared` events older than `retention` go, and all but the newest pause or resume.
   ///
-  /// A retention of zero removes every finished task's events at once.
-  ///
-  /// `progress` is called with the events read so far and the head, every 10,000 events (on the
-  /// writer's thread), for a progress bar.
+  /// - Parameters:
+  ///   - retention: How long the events of finished tasks are kept; zero removes them all at once. Not
+  ///     negative.
+  ///   - progress: Called with the events read so far and the head, every 10,000 events (on the writer's
+  ///     thread), for a progress bar.
+  /// - Returns: What was removed and kept (FerryLog's `CompactionReport`).
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a negative `retention`; ``FerryError/closed`` or
+  ///   ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
+  ///   ``FerryError/diskFull(path:)``, ``FerryError/quotaExceeded(path:)``,
+  ///   ``FerryError/ioError(path:detail:)``, ``FerryError/damaged(path:message:)`` or
+  ///   ``FerryError/storage(_:)`` when the commit fails.
   public func compact(
     retention: Duration, progress: @escaping @Sendable (_ read: UInt64, _ head: UInt64) -> Void = { _, _ in }
   ) async throws(FerryError) -> CompactionReport {

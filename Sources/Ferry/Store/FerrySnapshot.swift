@@ -66,6 +66,16 @@ extension FerryStore {
 
   /// Opens a store read-only: nothing is written (no crash recovery either), and it works while
   /// another process writes. The queue and ledger refuse changes.
+  ///
+  /// - Parameter path: The store's directory.
+  /// - Returns: The store; its queue and ledger refuse changes with
+  ///   ``FerryError/permissionDenied(path:detail:)``.
+  /// - Throws: ``FerryError/noSuchStore(path:)`` when there is no store (none is created);
+  ///   ``FerryError/needsRecovery(path:)`` when commits only the write-ahead segment holds need a read-write
+  ///   open first; ``FerryError/notAStore(path:reason:)``, ``FerryError/alreadyOpen(path:)``,
+  ///   ``FerryError/permissionDenied(path:detail:)``, ``FerryError/newerFormat(path:message:)``,
+  ///   ``FerryError/unsupportedLMDB(found:supported:)``, ``FerryError/damaged(path:message:)``,
+  ///   ``FerryError/ioError(path:detail:)`` or ``FerryError/storage(_:)`` when it cannot be opened.
   public static func openReadOnly(at path: String) throws(FerryError) -> FerryStore {
     try engine {
       var logConfiguration = EventLog.Configuration(

@@ -139,6 +139,21 @@ public final class FerryStore: Sendable {
   /// Opens (or creates) the store at `path`. Runs that a crash cut short — whose owner process is
   /// gone — are logged as interrupted and are ready again (see ``TaskQueue/interruptedAtOpen``);
   /// runs of a process that is alive are never touched.
+  ///
+  /// - Parameters:
+  ///   - path: The store's directory; a store is created in it when it is missing or empty, unless
+  ///     ``Configuration/createIfMissing`` is off.
+  ///   - configuration: How to open it: the clock, logging, metrics, automatic compaction.
+  /// - Returns: The open store; ``close()`` it when done.
+  /// - Throws: ``FerryError/invalidArgument(_:)`` for a configuration it cannot use (a
+  ///   ``Configuration/rebuildChunkSize`` under 1, a ``Configuration/startDate`` that is no time);
+  ///   ``FerryError/noSuchStore(path:)`` when there is no store and ``Configuration/createIfMissing`` is off;
+  ///   ``FerryError/notAStore(path:reason:)``, ``FerryError/alreadyOpen(path:)``,
+  ///   ``FerryError/permissionDenied(path:detail:)``, ``FerryError/newerFormat(path:message:)``,
+  ///   ``FerryError/unsupportedLMDB(found:supported:)`` or ``FerryError/damaged(path:message:)`` when the
+  ///   directory cannot be opened as a store of this Ferry; ``FerryError/diskFull(path:)``,
+  ///   ``FerryError/quotaExceeded(path:)``, ``FerryError/ioError(path:detail:)`` or
+  ///   ``FerryError/storage(_:)`` when creating it, or interrupting the runs a crash cut short, fails.
   public static func open(
     at path: String, configuration: Configuration = Configuration()
   ) async throws(FerryError) -> FerryStore {
@@ -202,6 +217,11 @@ public final class FerryStore: Sendable {
   /// `ferry compact --copy` and `ferry salvage` (the same store, repaired); a store created anew
   /// has another, and so does one `ferry import` builds (a new store with the old one's events:
   /// each task's ``RunningTask/idempotencyKey``, an event id, comes along unchanged).
+  ///
+  /// - Throws: ``FerryError/malformedEvent(sequence:type:reason:)`` when the store has no id;
+  ///   ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
+  ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
+  ///   when the read fails.
   public var storeId: String { get throws(FerryError) { try queue.storeId } }
 
   /// Closes the store (both sides). Synchronous: it returns once every write already handed to

@@ -137,11 +137,17 @@ extension FerryStore {
   /// automatically start again — unless the app stopped that runner (``TaskRunner/stop()``) while
   /// suspended. Automatic running the app started while suspended runs a pass at once.
   ///
-  /// When the store cannot be opened (it was removed or damaged meanwhile) it stays suspended
-  /// and the open's error is thrown; calling it again tries again. When only the interruption of
-  /// dead owners' runs fails, the store is resumed all the same and that error is thrown (the
-  /// runners' next passes interrupt those runs). Resuming a store that is not suspended does
-  /// nothing.
+  /// Resuming a store that is not suspended does nothing.
+  ///
+  /// - Throws: When the store cannot be opened again (removed or damaged meanwhile), the open's error —
+  ///   ``FerryError/noSuchStore(path:)``, ``FerryError/notAStore(path:reason:)``,
+  ///   ``FerryError/permissionDenied(path:detail:)``, ``FerryError/newerFormat(path:message:)``,
+  ///   ``FerryError/damaged(path:message:)``, ``FerryError/ioError(path:detail:)`` or
+  ///   ``FerryError/storage(_:)`` — and the store stays suspended: calling again tries again. When only the
+  ///   interruption of dead owners' runs fails, that write's error (``FerryError/diskFull(path:)``,
+  ///   ``FerryError/quotaExceeded(path:)``, ``FerryError/ioError(path:detail:)``,
+  ///   ``FerryError/storage(_:)``), the store resumed all the same (the runners' next passes interrupt those
+  ///   runs).
   public func resume() async throws(FerryError) {
     try await engine {
       try await suspension.serialized {
