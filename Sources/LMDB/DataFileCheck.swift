@@ -11,7 +11,7 @@ import CFerryLMDB
 /// its end is touched) or silently misread (a meta page damaged into looking newest) is refused
 /// with a reason instead.
 ///
-/// Meta page 0 starts at byte 0, meta page 1 one page in (``PageLayout`` names the fields).
+/// Meta page 0 starts at byte 0, meta page 1 one page in (`PageLayout` names the fields).
 /// Transaction t writes its meta into page t & 1, so in a healthy file the two transaction ids
 /// differ by one and each matches its page's parity (a new file has 0 in both; a compacted copy
 /// has 0 and 1).
