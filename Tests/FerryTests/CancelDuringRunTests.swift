@@ -134,10 +134,10 @@ import Testing
         sent.note(value)
         return .succeeded
       }
-      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
       async let firstRun = run.run(.task(old))
       try await waitUntil { started.all.contains("\(old)") }
-      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try queue.pendingTasks().map(\.id) == [new])
       gate.open()
       _ = try await firstRun
@@ -251,12 +251,12 @@ import Testing
       }
       return .succeeded
     }
-    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
     async let first = run.run(.task(old))
     try await waitUntil { started.all.contains("\(old)") }
     switch how {
     case "replace":
-      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try await run.run(.task(new)).outcome(of: new) == .succeeded)
     case "cancel": try await store.queue.cancel(old)
     default: try await store.queue.clear()
@@ -302,7 +302,7 @@ import Testing
       }
       let auto = runner(queue)
       auto.register(tag: "t") { _ in .succeeded }
-      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", manual: true)
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", options: [.manual])
       let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       auto.startAutomaticRunning()
       defer { auto.stop() }

@@ -39,7 +39,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       let pending = try await store.queue.add(tag: "stuck", payload: ["n": 1], groupId: "g")
       let behind = try await store.queue.add(tag: "done", payload: ["n": 2], groupId: "g")
       let finished = try await store.queue.add(tag: "done", payload: ["n": 3])
-      let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], manual: true)
+      let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], options: [.manual])
       try await store.queue.cancel(cancelled)
       _ = try await runner.run()
       for i in 0..<3 { try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: i == 0)) }

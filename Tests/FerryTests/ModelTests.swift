@@ -287,9 +287,7 @@ enum Command: CustomStringConvertible {
             let at = deadline.map { model.now + $0 }
             try await store.queue.add(
               tag: "t\(tag)", payload: ["step": step], dataId: data, groupId: group.map { "g\($0)" },
-              manual: manual,
-              unique: policy, priority: TaskPriority(rawValue: priority),
-              deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+              options: TaskOptions(manual: manual, unique: policy, priority: TaskPriority(rawValue: priority), deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) }))
             model.add(
               tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy,
               payload: step, priority: priority, deadline: at)

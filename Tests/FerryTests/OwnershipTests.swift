@@ -360,9 +360,9 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     runner.register(tag: "sync") { _ in .succeeded }
     let updates = queue.updates()
     for round in 0..<150 {
-      let first = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", unique: .keep)
+      let first = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       async let ran = runner.run()
-      let kept = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", unique: .keep)
+      let kept = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       _ = try await ran
       if kept != first {
         // A new task: its add is in the log, and it is queued (or ran) as a task of its own.
@@ -443,8 +443,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let old = try await queue.add(tag: "save", payload: ["v": 1], dataId: "note-1", unique: .replace)
-    let new = try await queue.add(tag: "save", payload: ["v": 2], dataId: "note-1", unique: .replace)
+    let old = try await queue.add(tag: "save", payload: ["v": 1], dataId: "note-1", options: [.unique(.replace)])
+    let new = try await queue.add(tag: "save", payload: ["v": 2], dataId: "note-1", options: [.unique(.replace)])
     #expect(try queue.task(old) == nil)
     #expect(try queue.history(of: old).map(\.event) == [.added, .replaced(by: new)])
     #expect(try queue.history(of: new).map(\.event) == [.added])

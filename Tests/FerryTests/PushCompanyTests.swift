@@ -51,7 +51,7 @@ import Testing
   /// pass under way, if any, is past the group's next task). Returns (head, next).
   func heldGroup(_ queue: TaskQueue, tag: String = "t", headTag: String = "t") async throws -> (TaskID, TaskID) {
     let updates = queue.updates()
-    let head = try await queue.add(tag: headTag, payload: ["n": 0], groupId: "g", manual: true)
+    let head = try await queue.add(tag: headTag, payload: ["n": 0], groupId: "g", options: [.manual])
     let next = try await queue.add(tag: tag, payload: ["n": 1], groupId: "g")
     let marker = try await queue.add(tag: tag, payload: ["n": 2])
     for await update in updates where update == .succeeded(marker) { break }
@@ -94,7 +94,7 @@ import Testing
       window.register(tag: "later", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
         .failed("offline", retryable: true)
       }
-      let head = try await queue.add(tag: "t", payload: ["n": 0], groupId: "g", manual: true)
+      let head = try await queue.add(tag: "t", payload: ["n": 0], groupId: "g", options: [.manual])
       let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       let later = try await queue.add(tag: "later", payload: ["n": 2])
       // The window's first pass fails `later` (a retry in 60 s of the store's clock, which this
@@ -218,7 +218,7 @@ import Testing
       let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
       let dataId = "d\(i % 3)"
       let before = try store.log.head()
-      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, unique: policy), policy, dataId, before))
+      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, options: [.unique(policy)]), policy, dataId, before))
     }
     #expect(try await adder.waitForLine(startingWith: "done") == "done")
     #expect(try await adder.wait() == 0)

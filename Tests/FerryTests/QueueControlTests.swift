@@ -295,7 +295,7 @@ import Testing
       try await queue.waitUntilIdle()  // empty
       let blocked = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       _ = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")  // behind the blocked head
-      _ = try await queue.add(tag: "t", payload: ["n": 3], manual: true)
+      _ = try await queue.add(tag: "t", payload: ["n": 3], options: [.manual])
       try await queue.recordError(blocked, message: "fix it")
       let retrying = try await queue.add(tag: "t", payload: ["n": 4])
       let run = runner(queue)

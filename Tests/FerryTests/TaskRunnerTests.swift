@@ -167,7 +167,7 @@ func runner(
     defer { queue.close() }
     let run = runner(queue)
     run.register(tag: "t") { _ in .succeeded }
-    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), manual: true)
+    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), options: [.manual])
     let head = try await queue.add(tag: "t", payload: Item(name: "h"), groupId: "g")
     let second = try await queue.add(tag: "t", payload: Item(name: "s"), groupId: "g")
     var report = try await run.run(.task(second))

@@ -43,13 +43,13 @@ enum LongLived {
     for task in try queue.pendingTasks() where task.status == .dead { try await queue.cancel(task.id) }
     // Groups and data ids come and go (a conversation, a photo): each is new.
     _ = try await queue.add(tag: "ok", payload: ["i": i], groupId: "g\(i)")
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", unique: .keep)
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i % 4)", unique: .replace)
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i)", unique: .replace)
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", options: [.unique(.keep)])
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i % 4)", options: [.unique(.replace)])
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i)", options: [.unique(.replace)])
     _ = try await queue.add(tag: "flaky", payload: ["i": i])
     _ = try await queue.add(tag: "stuck", payload: ["i": i], groupId: i % 2 == 0 ? "s" : "s\(i)")
     _ = try await queue.add(tag: "dead", payload: ["i": i])
-    if i % 5 == 0 { _ = try await queue.add(tag: "ok", payload: ["i": i], manual: true) }
+    if i % 5 == 0 { _ = try await queue.add(tag: "ok", payload: ["i": i], options: [.manual]) }
     _ = try await runner.run()
     clock.advance(by: .seconds(2))
     _ = try await runner.run()

@@ -84,8 +84,8 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     let store = try await FerryStore.open(at: path)
     let behind = try await store.queue.add(tag: "job", payload: ["n": 1], groupId: "list")
     let loose = try await store.queue.add(tag: "job", payload: ["n": 2])
-    let doomed = try await store.queue.add(tag: "die", payload: ["n": 3], manual: true)
-    let blocked = try await store.queue.add(tag: "err", payload: ["n": 4], manual: true)
+    let doomed = try await store.queue.add(tag: "die", payload: ["n": 3], options: [.manual])
+    let blocked = try await store.queue.add(tag: "err", payload: ["n": 4], options: [.manual])
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
     runner.register(tag: "err") { _ in .recordError("fix it") }
@@ -209,8 +209,8 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     let store = try await FerryStore.open(at: path)
     var dead: [UInt64] = []
     var blocked: [UInt64] = []
-    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], manual: true)) }
-    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], manual: true)) }
+    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], options: [.manual])) }
+    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], options: [.manual])) }
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
     runner.register(tag: "err") { _ in .recordError("fix it") }

@@ -93,7 +93,7 @@ func buildTaskStore(at path: String, tasks: Int = 700) async throws {
           let tag = tags[i % tags.count]
           _ = try await store.queue.add(
             tag: tag, payload: ["n": i], dataId: "d-\(i)", groupId: i % 3 == 0 ? "g\(i % 7)" : nil,
-            manual: tag == "manual")
+            options: TaskOptions(manual: tag == "manual"))
         }
       }
     }
