@@ -194,16 +194,17 @@ import Testing
       let sequence = event.sequence
       switch decoded {
       case .added(let tag, _, let dataId, let groupId, _, let unique, _, _, _):
-        added.insert(sequence)
+        let id = TaskID(rawValue: sequence)
+        added.insert(id)
         if let dataId {
           let twin = tag + "/" + dataId
           if unique == .replace {
             for id in queued where twinOf[id] == twin { end(id, sequence, "replaced") }
           }
-          twinOf[sequence] = twin
+          twinOf[id] = twin
         }
-        if let groupId { groupOf[sequence] = groupId }
-        queued.insert(sequence)
+        if let groupId { groupOf[id] = groupId }
+        queued.insert(id)
       case .runStarted(let id, _, _, _, _):
         if let (at, why) = ended[id] { violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)") }
         if open.contains(id) { violations.append("task \(id) started at \(sequence) while a run of it was under way") }
@@ -260,7 +261,7 @@ import Testing
     let child = try Child("ferry-test-worker", ["run-gated", path, gate, "g"])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
-    let head = try #require(UInt64(line.split(separator: " ")[1]))
+    let head = try #require(TaskID(line.split(separator: " ")[1]))
     let next = try await store.queue.add(tag: "t", payload: ["n": 2], groupId: "g")
     try await store.queue.cancel(head)
     let headBefore = try store.log.head()

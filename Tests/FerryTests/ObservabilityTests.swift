@@ -366,7 +366,7 @@ func countsInTheLog(_ log: EventLog) throws -> [String: Int64] {
     guard TaskEvent.typeSet.contains(logged.type) else { return }
     switch try TaskEvent(logged) {
     case .added(let tag, _, _, _, _, _, _, _, _):
-      tags[logged.sequence] = tag
+      tags[TaskID(rawValue: logged.sequence)] = tag
       count("ferry_tasks_added_total", tag)
     case .runStarted(let id, _, _, _, _): count("ferry_runs_started_total", tags[id])
     case .runSucceeded(let id, _): count("ferry_runs_succeeded_total", tags[id])

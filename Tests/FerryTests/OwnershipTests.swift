@@ -51,8 +51,8 @@ final class Child: Sendable {
 
   var output: [String] { lines.withLock { $0 } }
   /// The task ids of its "ack ID …" lines (the workers' acknowledged adds), in order.
-  var acknowledgedIds: [UInt64] {
-    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { UInt64($0) } }
+  var acknowledgedIds: [TaskID] {
+    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { TaskID($0) } }
   }
   var pid: Int32 { process.processIdentifier }
 
@@ -77,7 +77,7 @@ final class Child: Sendable {
   static func hangingRun(in path: String) async throws -> (Child, TaskID) {
     let child = try Child("ferry-test-worker", ["run-and-hang", path])
     let line = try await child.waitForLine(startingWith: "running ")
-    guard let id = UInt64(line.dropFirst("running ".count)) else {
+    guard let id = TaskID(line.dropFirst("running ".count)) else {
       child.kill()
       throw FerryError.invalidArgument("the worker said '\(line)'")
     }
@@ -126,7 +126,7 @@ struct RunLedger {
       guard TaskEvent.typeSet.contains(event.type) else { return }
       switch try TaskEvent(event) {
       case .added:
-        tasks[event.sequence] = Runs()
+        tasks[TaskID(rawValue: event.sequence)] = Runs()
       case .runStarted(let id, _, let owner, _, _):
         if let other = open[id] {
           violations.append("task \(id) claimed at \(event.sequence) while \(other)'s run was under way")

@@ -273,13 +273,13 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
     for add in repetitions {
       #expect(ledger.tasks[add.id]?.starts.isEmpty ?? true, "a repetition an hour away did not start")
       #expect((add.startAt ?? 0) >= before + 3_600_000)
-      let previous = try #require(try queue.log.event(at: add.id - 1))
+      let previous = try #require(try queue.log.event(at: add.id.rawValue - 1))
       guard case .runSucceeded(let origin, _) = try TaskEvent(previous) else {
         Issue.record("repetition \(add.id) is not logged right after a success: \(previous.type)")
         continue
       }
       origins.append(origin)
-      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id) { try queue.log.event(at: $0) }.bytes
+      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id.rawValue) { try queue.log.event(at: $0) }.bytes
       }
       #expect(try read(add.id) == read(origin), "the repetition carries its origin's payload")
     }

@@ -14,7 +14,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
     guard event.type == "task.added",
       case .added(_, _, _, _, _, _, _, _, let schedule) = try TaskEvent(event), let interval = schedule.interval
     else { return }
-    adds.append((event.sequence, schedule.startAt, interval))
+    adds.append((TaskID(rawValue: event.sequence), schedule.startAt, interval))
   }
   return adds
 }

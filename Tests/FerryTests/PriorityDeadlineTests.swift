@@ -356,7 +356,7 @@ import Testing
       let event = try #require(try store.log.event(at: id))
       #expect(event.storedSchemaVersion == 1)
       #expect(event.schemaVersion == TaskEvent.schemaVersions["task.added"])
-      let task = try #require(try store.queue.task(id))
+      let task = try #require(try store.queue.task(TaskID(rawValue: id)))
       #expect(task.priority == .normal)
       #expect(task.deadline == nil)
       #expect(task.groupId == "notes")

@@ -233,7 +233,7 @@ import Testing
     var endedAt: [TaskID: UInt64] = [:]
     for (record, event) in events {
       switch event {
-      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[record.sequence] = (dataId, unique)
+      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[TaskID(rawValue: record.sequence)] = (dataId, unique)
       case .runStarted(let id, _, _, _, _): starts[id, default: 0] += 1
       case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break
@@ -244,13 +244,13 @@ import Testing
     #expect(theirs.count == 150)
     var acked = mine.map { ($0.0, $0.1, $0.2) }
     for fields in theirs {
-      acked.append((UInt64(fields[1]) ?? 0, fields[2] == "keep" ? .keep : .replace, String(fields[3])))
+      acked.append((TaskID(fields[1]) ?? 0, fields[2] == "keep" ? .keep : .replace, String(fields[3])))
     }
     for (id, policy, dataId) in acked {
       #expect(adds[id]?.0 == dataId, "ack \(id) \(policy) \(dataId) is not an add of that data id")
     }
     // A kept id was still queued when its add was asked for (it had not succeeded before then).
-    for (id, policy, _, before) in mine where policy == .keep && id <= before {
+    for (id, policy, _, before) in mine where policy == .keep && id.rawValue <= before {
       if let end = endedAt[id] { #expect(end > before, "keep returned \(id), which had succeeded at \(end)") }
     }
     for id in adds.keys.sorted() {
@@ -283,7 +283,7 @@ import Testing
     let child = try Child("ferry-test-worker", ["run-gated", path, gate])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.split(separator: " ")[1]))
+    let id = try #require(TaskID(line.split(separator: " ")[1]))
     let stream = try queue.updates(for: id)
     let running = await #expect(throws: FerryError.self) { try await queue.updatePayload(id, to: ["n": 2]) }
     #expect(running.map { "\($0)" } == "\(FerryError.taskRunning(id))")

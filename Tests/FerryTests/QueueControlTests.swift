@@ -123,9 +123,9 @@ import Testing
       try await queue.updatePayload(id, to: Item(name: "new"))
       #expect(try queue.payload(of: id, as: Item.self) == Item(name: "new"))
       let missing = await #expect(throws: FerryError.self) {
-        try await queue.updatePayload(id + 100, to: Item(name: "nobody"))
+        try await queue.updatePayload(TaskID(rawValue: id.rawValue + 100), to: Item(name: "nobody"))
       }
-      #expect(missing.map { "\($0)" } == "\(FerryError.noSuchTask(id + 100))")
+      #expect(missing.map { "\($0)" } == "\(FerryError.noSuchTask(TaskID(rawValue: id.rawValue + 100)))")
     }
 
     // Another process's runner has the task: refused here, by the claim in the log.

@@ -135,7 +135,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
     let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
     #expect(try queue.pendingTasks().map(\.id) == [next])
-    #expect(try queue.log.event(at: next - 1).map { try TaskEvent($0) } == .cancelled(running))
+    #expect(try queue.log.event(at: next.rawValue - 1).map { try TaskEvent($0) } == .cancelled(running))
     #expect(try queue.history(of: running).last?.event == .replaced(by: next))
     let earlier = try await queue.add(tag: "save", payload: Item(name: "v3"), dataId: "old")
     _ = try await queue.record([.runStarted(earlier, attempt: 1, owner: "", runner: 0)])
@@ -143,7 +143,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
       tag: "save", payload: Array(#"{"name":"v4"}"#.utf8), dataId: "old", groupId: nil, manual: false,
       unique: .replace, priority: 0, deadline: nil)
     let later = try #require(try await queue.record([add]).first)
-    #expect(try queue.pendingTasks().map(\.id) == [next, earlier, later])
+    #expect(try queue.pendingTasks().map(\.id) == [next, earlier, TaskID(rawValue: later)])
     #expect(try queue.history(of: earlier).last?.event == .runStarted(attempt: 1))
     try expectConsistent(queue)
   }
@@ -299,7 +299,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
           .added(tag: "t", payload: payload, dataId: nil, groupId: group, manual: false, unique: .append))
       }
       let ids = try await queue.record(events)
-      if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { ids[$0] } }
+      if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { TaskID(rawValue: ids[$0]) } }
     }
     _ = try await queue.record(blockedHeads.map { .errorRecorded($0, message: "blocked", endsRun: false) })
     #expect(try queue.pendingTasks().count == 100_000)

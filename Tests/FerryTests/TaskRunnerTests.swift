@@ -471,7 +471,7 @@ func runner(
     kill(process.processIdentifier, SIGKILL)
     process.waitUntilExit()
     let id = try #require(
-      output.split(separator: " ").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+      output.split(separator: " ").last.flatMap { TaskID($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     )
 
     let queue = try await fixture.open()

@@ -143,9 +143,9 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
       try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
     }
     #expect(logged.count == 2)
-    #expect(logged.last?["replaces"] as? Int == Int(first))
+    #expect(logged.last?["replaces"] as? Int == Int(first.rawValue))
     #expect((logged.last?["payloadJSON"] as? [String: Any])?["item"] as? String == "oat milk")
-    #expect(try ferry(["log", demo.path, "--task", String(other)]).stdout.split(separator: "\n").count == 1)
+    #expect(try ferry(["log", demo.path, "--task", other.description]).stdout.split(separator: "\n").count == 1)
   }
 }
 

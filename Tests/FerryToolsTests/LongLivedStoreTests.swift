@@ -62,7 +62,7 @@ enum LongLived {
     if i >= 3 { try await store.ledger.forget("once\(i - 3)") }
     // Manual tasks are cancelled a while later (they would stay for ever otherwise).
     let head = try store.log.head()
-    for task in try queue.pendingTasks() where task.manual && task.id + 100 < head {
+    for task in try queue.pendingTasks() where task.manual && task.id.rawValue + 100 < head {
       try await queue.cancel(task.id)
     }
     clock.advance(by: .seconds(600))

@@ -31,7 +31,7 @@ struct Original {
   let lines: [Substring]
   let head: UInt64
   let records: [UInt64: [UInt8]]
-  let queue: [UInt64: InspectReport.Task]
+  let queue: [TaskID: InspectReport.Task]
   let compactedThrough: UInt64?
 
   init(_ path: String) throws {

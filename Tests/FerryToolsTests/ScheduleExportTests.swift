@@ -12,7 +12,7 @@ import Testing
     let source = place.parent + "/source"
     let start = Date().addingTimeInterval(3 * 3600)
     let startMs = Int64((start.timeIntervalSince1970 * 1000).rounded(.up))
-    let (reminder, sync): (UInt64, UInt64)
+    let (reminder, sync): (TaskID, TaskID)
     do {
       let store = try await FerryStore.open(at: source)
       defer { store.close() }
