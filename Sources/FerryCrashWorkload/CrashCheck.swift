@@ -238,7 +238,8 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
       guard let id = summary.taskId else { return }
       // A success that removed its task (not the late result of a run whose task had already left)
       // must come in id order within its group: only a group's head runs.
-      let removedByThis = finished.insert(id).inserted && event.sequence > lastClear && id.rawValue > lastClear
+      let removedByThis =
+        finished.insert(id).inserted && event.sequence > lastClear && id.rawValue > lastClear
       if removedByThis, summary.kind == .task("runSucceeded"), let group = added[id] ?? nil {
         if let previous = lastSucceededInGroup[group], previous > id {
           violations.append("group \(group): task \(id) succeeded after task \(previous)")
@@ -254,7 +255,9 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
     if !seen.insert(task.id).inserted { violations.append("task \(task.id) is pending twice") }
     if added[task.id] == nil { violations.append("pending task \(task.id) was never added") }
     if finished.contains(task.id) { violations.append("task \(task.id) is pending after it finished") }
-    if task.id.rawValue < lastClear { violations.append("task \(task.id) is pending after the queue was cleared") }
+    if task.id.rawValue < lastClear {
+      violations.append("task \(task.id) is pending after the queue was cleared")
+    }
   }
   return violations
 }

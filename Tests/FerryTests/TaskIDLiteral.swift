@@ -1,9 +1,11 @@
-@_spi(Engine) @testable import Ferry
 import FerryLog
 
-// Tests name ids by number (`#expect(id == 3)`). Only here, never in Ferry: an app's literal id
+@_spi(Engine) @testable import Ferry
+
+// Tests name ids by number (`#expect(id == 3)`). Only in test targets, never in Ferry: an app's literal id
 // would compile anywhere an id goes and name whatever task the log gave that number.
 extension TaskID: ExpressibleByIntegerLiteral {
+  /// The id whose add event has sequence number `value`.
   public init(integerLiteral value: UInt64) { self.init(rawValue: value) }
 }
 

@@ -297,7 +297,8 @@ package enum TaskEvent: Equatable, Sendable {
           priority: priority, deadline: deadline, schedule: AddSchedule(startAt: startAt, interval: interval))
       case "task.runStarted":
         decoded = .runStarted(
-          TaskID(rawValue: try reader.read(UInt64.self, "taskId")), attempt: try reader.read(UInt32.self, "attempt"),
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")),
+          attempt: try reader.read(UInt32.self, "attempt"),
           owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"),
           batch: try reader.readOptional(UInt64.self, "batch").map(TaskID.init(rawValue:)))
       case "task.runSucceeded":
@@ -320,12 +321,14 @@ package enum TaskEvent: Equatable, Sendable {
           TaskID(rawValue: try reader.read(UInt64.self, "taskId")), message: try reader.readString("message"),
           retryable: try reader.readBool("retryable"),
           nextEligibleAt: try reader.readOptional(Int64.self, "nextEligibleAt"))
-      case "task.runInterrupted": decoded = .runInterrupted(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
+      case "task.runInterrupted":
+        decoded = .runInterrupted(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.errorRecorded":
         decoded = .errorRecorded(
           TaskID(rawValue: try reader.read(UInt64.self, "taskId")), message: try reader.readString("message"),
           endsRun: try reader.readBool("endsRun"))
-      case "task.errorResolved": decoded = .errorResolved(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
+      case "task.errorResolved":
+        decoded = .errorResolved(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.cancelled": decoded = .cancelled(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.expired": decoded = .expired(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.revived": decoded = .revived(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))

@@ -24,13 +24,17 @@ public struct TaskID: RawRepresentable, Hashable, Comparable, Sendable, Codable,
   /// The bare number.
   public var description: String { String(rawValue) }
 
+  /// Whether `lhs` was added before `rhs`.
   public static func < (lhs: TaskID, rhs: TaskID) -> Bool { lhs.rawValue < rhs.rawValue }
 
   // A bare number, not `{"rawValue": 42}`: JSON written before ids had a type reads the same.
+
+  /// Reads an id encoded as its bare number.
   public init(from decoder: any Decoder) throws {
     self.init(rawValue: try decoder.singleValueContainer().decode(UInt64.self))
   }
 
+  /// Encodes the id as its bare number.
   public func encode(to encoder: any Encoder) throws {
     var container = encoder.singleValueContainer()
     try container.encode(rawValue)

@@ -29,6 +29,9 @@ public struct TaskOptions: Sendable, Equatable, ExpressibleByArrayLiteral {
   /// When the first run may start, and whether the task repeats.
   public var schedule: TaskSchedule
 
+  /// The default options, the same as `[]`.
+  public init() { self.init(manual: false) }
+
   /// Options spelled out; each defaults to what `[]` means.
   public init(
     manual: Bool = false, unique: UniquePolicy = .append, priority: TaskPriority = .normal,
@@ -43,10 +46,11 @@ public struct TaskOptions: Sendable, Equatable, ExpressibleByArrayLiteral {
 
   /// The options these elements set, applied in order (the last of two that set the same wins).
   public init(_ elements: some Sequence<TaskOption>) {
-    self.init(manual: false)
+    self.init()
     for element in elements { element.apply(to: &self) }
   }
 
+  /// The options these elements set, applied in order (the last of two that set the same wins).
   public init(arrayLiteral elements: TaskOption...) {
     self.init(elements)
   }

@@ -584,7 +584,8 @@ public final class TaskQueue: Sendable {
           entries.append(
             isReplace(decoded)
               ? TaskHistoryEntry(
-                sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: TaskID(rawValue: event.sequence)))
+                sequence: event.sequence, timestampMs: event.timestamp,
+                event: .replaced(by: TaskID(rawValue: event.sequence)))
               : cancel)
           // The event that ended the wait may be the run's outcome itself.
         }
@@ -734,12 +735,15 @@ public final class TaskQueue: Sendable {
   }
 
   /// ``nextRunnable(after:at:)`` with the count of index entries and rows it read.
-  func probeNextRunnable(after: TaskID? = nil, at now: Int64? = nil) throws -> (task: PendingTask?, touched: Int)
-  {
+  func probeNextRunnable(
+    after: TaskID? = nil, at now: Int64? = nil
+  ) throws -> (task: PendingTask?, touched: Int) {
     let time = now ?? clock()
     return try queueTables { queue in
       var queue = queue
-      guard let id = try queue.nextRunnable(after: after ?? .zero, now: time) else { return (nil, queue.touched) }
+      guard let id = try queue.nextRunnable(after: after ?? .zero, now: time) else {
+        return (nil, queue.touched)
+      }
       return (try queue.row(id)?.task(id: id), queue.touched + 1)
     }
   }

@@ -269,7 +269,9 @@ enum ClaimSearch {
         return step
       }
       var first: (key: [UInt8], id: TaskID)?
-      if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? .zero { first = ([], firstReady) }
+      if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? .zero {
+        first = ([], firstReady)
+      }
       let ready = try walk(
         first: first,
         { size in
