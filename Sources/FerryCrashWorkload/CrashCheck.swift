@@ -180,8 +180,8 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
     guard let decoded = try? TaskEvent(event) else { return }
     switch decoded {
     case .added(_, _, _, let groupId, _, _, _, _, _):
-      present.insert(event.sequence)
-      if let groupId { groupOf[event.sequence] = groupId }
+      present.insert(TaskID(rawValue: event.sequence))
+      if let groupId { groupOf[TaskID(rawValue: event.sequence)] = groupId }
     case .runStarted(let id, _, let owner, _, _) where present.contains(id):
       if let other = open[id] {
         violations.append(
@@ -233,17 +233,18 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
   try log.forEachEvent(chunkSize: 5000) { event in
     let summary = EventSummary(event)
     switch summary.kind {
-    case .task("added"): added[event.sequence] = summary.groupId
+    case .task("added"): added[TaskID(rawValue: event.sequence)] = summary.groupId
     case .task("runSucceeded"), .task("cancelled"), .task("expired"):
       guard let id = summary.taskId else { return }
       // A success that removed its task (not the late result of a run whose task had already left)
       // must come in id order within its group: only a group's head runs.
-      let removedByThis = finished.insert(id).inserted && event.sequence > lastClear && id > lastClear
+      let removedByThis =
+        finished.insert(id).inserted && event.sequence > lastClear && id.rawValue > lastClear
       if removedByThis, summary.kind == .task("runSucceeded"), let group = added[id] ?? nil {
         if let previous = lastSucceededInGroup[group], previous > id {
           violations.append("group \(group): task \(id) succeeded after task \(previous)")
         }
-        lastSucceededInGroup[group] = max(lastSucceededInGroup[group] ?? 0, id)
+        lastSucceededInGroup[group] = max(lastSucceededInGroup[group] ?? id, id)
       }
     case .task("cleared"): lastClear = event.sequence
     default: break
@@ -254,7 +255,9 @@ private func taskInvariants(_ log: EventLog, pending: [PendingTask]) throws -> [
     if !seen.insert(task.id).inserted { violations.append("task \(task.id) is pending twice") }
     if added[task.id] == nil { violations.append("pending task \(task.id) was never added") }
     if finished.contains(task.id) { violations.append("task \(task.id) is pending after it finished") }
-    if task.id < lastClear { violations.append("task \(task.id) is pending after the queue was cleared") }
+    if task.id.rawValue < lastClear {
+      violations.append("task \(task.id) is pending after the queue was cleared")
+    }
   }
   return violations
 }

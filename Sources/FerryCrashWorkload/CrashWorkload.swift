@@ -47,7 +47,8 @@ public func runCrashWorkload(
       try await store.queue.add(
         tag: pick(["a", "b", "c"]), payload: ["n": done],
         dataId: unique == .append ? nil : pick(["d1", "d2", "d3"]),
-        groupId: pick([nil, "g1", "g2", "g3", "g4"]), manual: roll() < 0.05, unique: unique)
+        groupId: pick([nil, "g1", "g2", "g3", "g4"]),
+        options: TaskOptions(manual: roll() < 0.05, unique: unique))
     } else if choice < 0.62 {
       _ = try await runner.run()
     } else if choice < 0.72 {

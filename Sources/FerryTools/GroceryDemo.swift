@@ -155,7 +155,8 @@ private func tellStory(path: String, seed: UInt64, output: Output) async throws 
   while try store.queue.pendingTasks().contains(where: { !$0.manual }), advanceToNextRetry() {
     try await pass("retry time reached")
   }
-  let shareId = try await store.queue.add(tag: "share-list", payload: GroceryItem(name: "Sam"), manual: true)
+  let shareId = try await store.queue.add(
+    tag: "share-list", payload: GroceryItem(name: "Sam"), options: [.manual])
   say("\(stamp()) a manual task to share the list (task \(shareId)) waits until the user taps Share")
   say("    the server now has: \(server.state.withLock { $0.items }.joined(separator: ", "))")
 

@@ -7,7 +7,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
   /// One queued task.
   package struct Task: Codable, Sendable, Equatable {
     /// The task id.
-    package var id: UInt64
+    package var id: TaskID
     /// The tag.
     package var tag: String
     /// The group, if any.
@@ -25,7 +25,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
     /// When a waiting task may run again, or a scheduled one first (Unix ms).
     package var eligibleAt: Int64?
     /// For a task waiting for its group: the group's head it waits behind.
-    package var behind: UInt64?
+    package var behind: TaskID?
     /// Runs started.
     package var attempts: UInt32
     /// When it was added (Unix ms).
@@ -49,7 +49,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
       case "waiting": return .waiting(until: Date(unixMilliseconds: eligibleAt ?? 0))
       case "blocked": return .blockedByError
       case "dead": return .dead
-      case "waitingForGroup": return .waitingForGroup(behind: behind ?? 0)
+      case "waitingForGroup": return .waitingForGroup(behind: behind ?? TaskID(rawValue: 0))
       case "scheduled": return .scheduled(at: Date(unixMilliseconds: eligibleAt ?? 0))
       default: return nil
       }
@@ -64,12 +64,12 @@ package struct InspectReport: Codable, Sendable, Equatable {
     /// The group, if any.
     package var group: String
     /// Its task ids, head first.
-    package var tasks: [UInt64]
+    package var tasks: [TaskID]
   }
   /// One unresolved error.
   package struct Error: Codable, Sendable, Equatable {
     /// The task it blocks.
-    package var taskId: UInt64
+    package var taskId: TaskID
     /// The error id.
     package var errorId: UInt64
     /// The message.
@@ -130,7 +130,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
   package var totals: Totals
   /// Tasks cancelled while a run of them is under way (not pending; each holds its group until
   /// its run ends). Absent when there are none.
-  package var cancelledRunning: [UInt64]?
+  package var cancelledRunning: [TaskID]?
 
   /// The report of a snapshot, with cache ages measured at `now` against `maxAgeMs`.
   package init(_ snapshot: FerrySnapshot, now: Int64, maxAgeMs: Int64) {
@@ -147,7 +147,7 @@ package struct InspectReport: Codable, Sendable, Equatable {
       if task.manual { totals.manual += 1 }
       let status: String
       var eligibleAt: Int64?
-      var behind: UInt64?
+      var behind: TaskID?
       switch task.status {
       case .ready:
         status = "ready"

@@ -11,7 +11,7 @@ package struct LogFilter: Sendable {
   /// Only this event type.
   package var type: String?
   /// Only events about this task.
-  package var task: UInt64?
+  package var task: TaskID?
   /// Only events about this cache key.
   package var key: String?
   /// Only events appended at or after this time (Unix ms; `--since`).
@@ -37,11 +37,11 @@ struct LogLine: Codable {
   var timestamp: Int64
   var time: String
   var id: String
-  var taskId: UInt64?
+  var taskId: TaskID?
   var key: String?
   var text: String
   var payloadJSON: JSONValue?
-  var replaces: UInt64?
+  var replaces: TaskID?
 }
 
 /// `ferry log`: the events, decoded. With `follow`, waits for new events (polling, since the
@@ -505,22 +505,22 @@ package func importedJSON(count: Int, store: String) -> String {
 /// (same tag and data id, while N was queued and had no run under way), which logs no event of N's
 /// own.
 struct ReplacementTracker {
-  let task: UInt64?
+  let task: TaskID?
   private var identity: (tag: String, dataId: String)?
   private var running = false
 
-  init(task: UInt64?) { self.task = task }
+  init(task: TaskID?) { self.task = task }
 
   /// The task `event` replaces, when it is the one followed.
-  mutating func replaced(by event: LoggedEvent) -> UInt64? {
+  mutating func replaced(by event: LoggedEvent) -> TaskID? {
     guard let task, event.type.hasPrefix("task.") || event.type.hasPrefix("queue."),
       let decoded = try? TaskEvent(event)
     else { return nil }
     switch decoded {
     case .added(let tag, _, let dataId, _, _, let unique, _, _, _):
-      if event.sequence == task, let dataId { identity = (tag, dataId) }
+      if event.sequence == task.rawValue, let dataId { identity = (tag, dataId) }
       // By bytes, as the queue's unique index compares them (see TaskQueue.history(of:)).
-      if event.sequence != task, unique == .replace, !running, let identity,
+      if event.sequence != task.rawValue, unique == .replace, !running, let identity,
         identity.tag.utf8.elementsEqual(tag.utf8), let dataId, identity.dataId.utf8.elementsEqual(dataId.utf8)
       {
         self.identity = nil

@@ -8,9 +8,9 @@ package struct OperatorReport: Codable, Sendable, Equatable {
   /// The command: cancel, revive, resolve, forget, pause or resume.
   package var command: String
   /// Tasks changed (cancelled, revived, or their error resolved), in id order.
-  package var changed: [UInt64] = []
+  package var changed: [TaskID] = []
   /// Tasks left alone because a run of them is under way (exit status 10).
-  package var running: [UInt64] = []
+  package var running: [TaskID] = []
   /// Tasks left alone because they are not queued or not in the state the command needs (exit
   /// status 11), each with the reason.
   package var refused: [Refusal] = []
@@ -29,7 +29,7 @@ package struct OperatorReport: Codable, Sendable, Equatable {
   /// One task the command left alone, and why.
   package struct Refusal: Codable, Sendable, Equatable {
     /// The task id.
-    package var id: UInt64
+    package var id: TaskID
     /// Why, in one line.
     package var reason: String
   }
@@ -46,17 +46,17 @@ package struct OperatorReport: Codable, Sendable, Equatable {
 /// What an operator command does to the queue or the cache.
 package enum OperatorAction: Sendable, Equatable {
   /// Cancel these tasks (each only if no run of it is under way).
-  case cancel([UInt64])
+  case cancel([TaskID])
   /// Cancel every task of a tag that has no run under way.
   case cancelTag(String)
   /// Cancel every task of a group that has no run under way.
   case cancelGroup(String)
   /// Make a dead task ready again.
-  case revive(UInt64)
+  case revive(TaskID)
   /// Make every dead task of a tag, of a group, or of the whole queue (both nil) ready again.
   case reviveMany(tag: String?, group: String?)
   /// Resolve a task's recorded error.
-  case resolve(UInt64)
+  case resolve(TaskID)
   /// Resolve the errors of every blocked task of a tag, of a group, or of the whole queue.
   case resolveMany(tag: String?, group: String?)
   /// Forget everything about a cache key.
@@ -226,7 +226,7 @@ private func describe(_ report: OperatorReport) -> [String] {
   return lines
 }
 
-private func ids(_ ids: [UInt64]) -> String { ids.map(String.init).joined(separator: ", ") }
+private func ids(_ ids: [TaskID]) -> String { ids.map(\.description).joined(separator: ", ") }
 
 /// "1 task", "2 tasks".
 func plural(_ count: Int, _ noun: String) -> String { "\(count) \(noun)\(count == 1 ? "" : "s")" }

@@ -56,7 +56,7 @@ import Testing
       let queue = store.queue
       let first = try await queue.add(tag: "t", payload: Item(name: "a"), dataId: Self.composed)
       let second = try await queue.add(
-        tag: "t", payload: Item(name: "b"), dataId: Self.decomposed, unique: .replace)
+        tag: "t", payload: Item(name: "b"), dataId: Self.decomposed, options: [.unique(.replace)])
       #expect(try queue.task(first) != nil)  // the queue kept it: the bytes differ
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "t") { _ in .succeeded }
@@ -171,14 +171,14 @@ extension AbuseTests {
     try await withStore { store, _, _ in
       let runner = TaskRunner(queue: store.queue)
       let seen = Seen()
-      let manual = try await store.queue.add(tag: "other", payload: Item(name: "m"), manual: true)
+      let manual = try await store.queue.add(tag: "other", payload: Item(name: "m"), options: [.manual])
       runner.register(tag: "other") { _ in .succeeded }
       runner.register(tag: "first") { _ in
         seen.put("other", await endsWithin(10) { try await runner.run(.task(manual)) })
         seen.put("pass", await endsWithin(10) { try await runner.run() })
         return .succeeded
       }
-      let first = try await store.queue.add(tag: "first", payload: Item(name: "f"), manual: true)
+      let first = try await store.queue.add(tag: "first", payload: Item(name: "f"), options: [.manual])
       let later = try await store.queue.add(tag: "other", payload: Item(name: "l"))
       let report = try #require(try await endsWithin(60) { try await runner.run(.task(first)) }?.get())
       #expect(report.entries.map(\.outcome) == [.succeeded])
@@ -206,7 +206,7 @@ extension AbuseTests {
         return .succeeded
       }
       wide.register(tag: "t") { _ in .succeeded }
-      let slow = try await store.queue.add(tag: "slow", payload: Item(name: "s"), manual: true)
+      let slow = try await store.queue.add(tag: "slow", payload: Item(name: "s"), options: [.manual])
       let single = Task { try await other.run(.task(slow)) }
       await entered.wait()
       for i in 0..<3 { try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), groupId: "g\(i)") }
@@ -230,7 +230,7 @@ extension AbuseTests {
       for i in 0..<200 {
         group.addTask {
           do {
-            let id = try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), dataId: "d\(i % 7)", unique: i % 3 == 0 ? .replace : .append)
+            let id = try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), dataId: "d\(i % 7)", options: [.unique(i % 3 == 0 ? .replace : .append)])
             acknowledged.withLock { $0.append(id) }
           } catch {
             errors.withLock { $0.append("\(type(of: error)): \(error)") }
@@ -287,13 +287,13 @@ extension AbuseTests {
         sizes.withLock { $0.append(item.name.utf8.count) }
         return .succeeded
       }
-      let low = try await queue.add(tag: "t", payload: Item(name: "low"), priority: TaskPriority(rawValue: .min))
-      let high = try await queue.add(tag: "t", payload: Item(name: "high"), priority: TaskPriority(rawValue: .max), deadline: .distantFuture)
-      let past = try await queue.add(tag: "t", payload: Item(name: "past"), deadline: .distantPast)
+      let low = try await queue.add(tag: "t", payload: Item(name: "low"), options: [.priority(TaskPriority(rawValue: .min))])
+      let high = try await queue.add(tag: "t", payload: Item(name: "high"), options: [.priority(TaskPriority(rawValue: .max)), .deadline(.distantFuture)])
+      let past = try await queue.add(tag: "t", payload: Item(name: "past"), options: [.deadline(.distantPast)])
       let big = try await queue.add(tag: "t", payload: Item(name: String(repeating: "x", count: 12 << 20)))
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "nan"), deadline: Date(timeIntervalSince1970: .nan)) }
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "inf"), deadline: Date(timeIntervalSince1970: .infinity)) }
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "-inf"), deadline: Date(timeIntervalSince1970: -.infinity)) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "nan"), options: [.deadline(Date(timeIntervalSince1970: .nan))]) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "inf"), options: [.deadline(Date(timeIntervalSince1970: .infinity))]) }
+      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "-inf"), options: [.deadline(Date(timeIntervalSince1970: -.infinity))]) }
       await #expect(throws: FerryError.self) { try await runner.run(until: Date(timeIntervalSince1970: .nan)) }
       await #expect(throws: FerryError.self) { try await queue.add(tag: "", payload: Item(name: "empty")) }
       await #expect(throws: FerryError.self) { try await queue.add(tag: String(repeating: "é", count: 101), payload: Item(name: "long")) }

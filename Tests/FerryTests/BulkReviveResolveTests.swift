@@ -30,7 +30,7 @@ import Testing
         let id = try await queue.add(tag: tag, payload: Item(name: "\(n)"))
         dead[tag, default: []].append(id)
       }
-      let alive = try await queue.add(tag: "upload", payload: Item(name: "later"), manual: true)
+      let alive = try await queue.add(tag: "upload", payload: Item(name: "later"), options: [.manual])
       let run = runner(queue)
       run.register(tag: "upload") { _ in .failed("offline for good", retryable: false) }
       run.register(tag: "edit") { _ in .failed("offline for good", retryable: false) }

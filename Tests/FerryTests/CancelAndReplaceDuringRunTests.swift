@@ -33,7 +33,7 @@ import Testing
         default: return .recordError("fix me")
         }
       }
-      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", manual: true)
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", options: [.manual])
       async let headReport = oneOff.run(.task(head))
       try await waitUntil { started.all.contains("\(head)") }
       let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
@@ -102,7 +102,7 @@ import Testing
         if roll < 15 {
           let id = try await queue.add(
             tag: "job", payload: ["kind": kind], dataId: "d\(Int.random(in: 0..<3))", groupId: group,
-            unique: .replace)
+            options: [.unique(.replace)])
           acknowledged.append(id)
           actions["replace", default: 0] += 1
         } else {
@@ -194,16 +194,17 @@ import Testing
       let sequence = event.sequence
       switch decoded {
       case .added(let tag, _, let dataId, let groupId, _, let unique, _, _, _):
-        added.insert(sequence)
+        let id = TaskID(rawValue: sequence)
+        added.insert(id)
         if let dataId {
           let twin = tag + "/" + dataId
           if unique == .replace {
             for id in queued where twinOf[id] == twin { end(id, sequence, "replaced") }
           }
-          twinOf[sequence] = twin
+          twinOf[id] = twin
         }
-        if let groupId { groupOf[sequence] = groupId }
-        queued.insert(sequence)
+        if let groupId { groupOf[id] = groupId }
+        queued.insert(id)
       case .runStarted(let id, _, _, _, _):
         if let (at, why) = ended[id] { violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)") }
         if open.contains(id) { violations.append("task \(id) started at \(sequence) while a run of it was under way") }
@@ -260,7 +261,7 @@ import Testing
     let child = try Child("ferry-test-worker", ["run-gated", path, gate, "g"])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
-    let head = try #require(UInt64(line.split(separator: " ")[1]))
+    let head = try #require(TaskID(line.split(separator: " ")[1]))
     let next = try await store.queue.add(tag: "t", payload: ["n": 2], groupId: "g")
     try await store.queue.cancel(head)
     let headBefore = try store.log.head()
@@ -333,18 +334,18 @@ import Testing
         sent.note(value)
         return .succeeded
       }
-      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", groupId: "g", unique: .replace)
+      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", groupId: "g", options: [.unique(.replace)])
       async let firstRun = run.run(.task(old))
       // Whatever throws below, the handler ends (or the implicit await of the run would hang).
       defer { gate.open() }
       try await waitUntil { started.all.contains("\(old)") }
       _ = try await queue.recordError(old, message: "app says no")
       #expect(try queue.task(old)?.status == .blockedByError)
-      let first = try await queue.add(tag: "t", payload: ["v": "first"], dataId: "d", groupId: "g", unique: .replace)
-      let second = try await queue.add(tag: "t", payload: ["v": "second"], dataId: "d", groupId: "g", unique: .replace)
+      let first = try await queue.add(tag: "t", payload: ["v": "first"], dataId: "d", groupId: "g", options: [.unique(.replace)])
+      let second = try await queue.add(tag: "t", payload: ["v": "second"], dataId: "d", groupId: "g", options: [.unique(.replace)])
       #expect(try queue.pendingTasks().map(\.id) == [second])
       #expect(try queue.task(second)?.status == .waitingForGroup(behind: old))
-      let kept = try await queue.add(tag: "t", payload: ["v": "kept"], dataId: "d", groupId: "g", unique: .keep)
+      let kept = try await queue.add(tag: "t", payload: ["v": "kept"], dataId: "d", groupId: "g", options: [.unique(.keep)])
       #expect(kept == second)
       for attempt in [
         { try await queue.cancel(old) }, { try await queue.resolveError(old) }, { try await queue.revive(old) },
@@ -381,9 +382,9 @@ import Testing
   @Test func aCancelFollowedByAReplaceAddOfTheSameDataIsStillACancelInHistory() async throws {
     try await withStore { store, _, _ in
       let queue = store.queue
-      let id = try await queue.add(tag: "t", payload: ["v": "a"], dataId: "d", unique: .replace)
+      let id = try await queue.add(tag: "t", payload: ["v": "a"], dataId: "d", options: [.unique(.replace)])
       try await queue.cancel(id)
-      let again = try await queue.add(tag: "t", payload: ["v": "b"], dataId: "d", unique: .replace)
+      let again = try await queue.add(tag: "t", payload: ["v": "b"], dataId: "d", options: [.unique(.replace)])
       let last = try queue.history(of: id).last?.event
       #expect(last == .cancelled, "history says \(String(describing: last)), the add was \(again)")
     }

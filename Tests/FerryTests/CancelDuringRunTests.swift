@@ -134,10 +134,10 @@ import Testing
         sent.note(value)
         return .succeeded
       }
-      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
       async let firstRun = run.run(.task(old))
       try await waitUntil { started.all.contains("\(old)") }
-      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try queue.pendingTasks().map(\.id) == [new])
       gate.open()
       _ = try await firstRun
@@ -175,7 +175,7 @@ import Testing
     let child = try Child("ferry-test-worker", ["run-gated", path, gate, "g"])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
-    let head = try #require(UInt64(line.split(separator: " ")[1]))
+    let head = try #require(TaskID(line.split(separator: " ")[1]))
     let next = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")
     try await queue.cancel(head)
     // A third process reads the store read-only (`ferry inspect --json`): the head is gone, the
@@ -184,11 +184,11 @@ import Testing
     #expect(inspect.status == 0, "\(inspect.stderr)")
     let tasks = try #require(
       (try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])?["tasks"] as? [[String: Any]])
-    #expect(tasks.compactMap { $0["id"] as? Int }.map(UInt64.init) == [next], "\(inspect.stdout)")
+    #expect(tasks.compactMap { $0["id"] as? Int }.map { TaskID(rawValue: UInt64($0)) } == [next], "\(inspect.stdout)")
     #expect(tasks.first?["status"] as? String == "waitingForGroup")
-    #expect((tasks.first?["behind"] as? Int).map(UInt64.init) == head)
+    #expect((tasks.first?["behind"] as? Int).map { TaskID(rawValue: UInt64($0)) } == head)
     let report = try #require(try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])
-    #expect((report["cancelledRunning"] as? [Int])?.map(UInt64.init) == [head])
+    #expect((report["cancelledRunning"] as? [Int])?.map { TaskID(rawValue: UInt64($0)) } == [head])
     let human = try OperatorCompanyTests.ferry(["inspect", path])
     #expect(human.stdout.contains("cancelled while running (not pending; each holds its group until its run ends): \(head)"))
     #expect(human.stdout.contains("after task \(head)"))
@@ -251,12 +251,12 @@ import Testing
       }
       return .succeeded
     }
-    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", unique: .replace)
+    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
     async let first = run.run(.task(old))
     try await waitUntil { started.all.contains("\(old)") }
     switch how {
     case "replace":
-      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", unique: .replace)
+      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try await run.run(.task(new)).outcome(of: new) == .succeeded)
     case "cancel": try await store.queue.cancel(old)
     default: try await store.queue.clear()
@@ -302,7 +302,7 @@ import Testing
       }
       let auto = runner(queue)
       auto.register(tag: "t") { _ in .succeeded }
-      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", manual: true)
+      let head = try await queue.add(tag: "slow", payload: ["n": 0], groupId: "g", options: [.manual])
       let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       auto.startAutomaticRunning()
       defer { auto.stop() }

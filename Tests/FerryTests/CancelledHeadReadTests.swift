@@ -54,10 +54,10 @@ import Testing
         await gate.wait()
         return .succeeded
       }
-      let old = try await queue.add(tag: "slow", payload: Item(name: "a"), dataId: "d", unique: .replace)
+      let old = try await queue.add(tag: "slow", payload: Item(name: "a"), dataId: "d", options: [.unique(.replace)])
       async let report = run.run(.task(old))
       try await waitUntil { started.all.contains("\(old)") }
-      let new = try await queue.add(tag: "slow", payload: Item(name: "b"), dataId: "d", unique: .replace)
+      let new = try await queue.add(tag: "slow", payload: Item(name: "b"), dataId: "d", options: [.unique(.replace)])
       gate.open()
       _ = try await report
       #expect(try queue.history(of: old).map(\.event) == [

@@ -61,19 +61,19 @@ import Testing
 
 extension CompactCopyFlushTests {
   /// 120 tasks, the even ones succeeded (their events are what compaction removes); the pending ids.
-  static func storeWithFinishedAndPendingTasks(_ fixture: QueueFixture) async throws -> Set<UInt64> {
+  static func storeWithFinishedAndPendingTasks(_ fixture: QueueFixture) async throws -> Set<TaskID> {
     let store = try await fixture.openStore()
     defer { store.close() }
-    var ids: [UInt64] = []
+    var ids: [TaskID] = []
     for n in 0..<120 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
     let runner = TaskRunner(queue: store.queue)
-    runner.register(tag: "t") { task in task.id % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
+    runner.register(tag: "t") { task in task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
     _ = try await runner.run()
-    return Set(ids.filter { $0 % 2 == 1 })
+    return Set(ids.filter { $0.rawValue % 2 == 1 })
   }
 
   /// The store opens with exactly the pending tasks and verifies.
-  static func expectWhole(_ fixture: QueueFixture, kept: Set<UInt64>) async throws {
+  static func expectWhole(_ fixture: QueueFixture, kept: Set<TaskID>) async throws {
     let store = try await fixture.openStore()
     defer { store.close() }
     #expect(Set(try store.queue.pendingTasks().map(\.id)) == kept)

@@ -119,15 +119,15 @@ extension CompactCopyKillTests {
   {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var kept: Set<UInt64> = []
+    var kept: Set<TaskID> = []
     do {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
-      var ids: [UInt64] = []
+      var ids: [TaskID] = []
       for n in 0..<120 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "t") { task in task.id % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
+      runner.register(tag: "t") { task in task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
       _ = try await runner.run()
-      kept = Set(ids.filter { $0 % 2 == 1 })
+      kept = Set(ids.filter { $0.rawValue % 2 == 1 })
       store.close()
     }
     let goOn = fixture.path + ".go-on"
@@ -163,10 +163,10 @@ extension CompactCopyKillTests {
 
 extension CompactCopyKillTests {
   /// A store of `count` tasks, closed; their ids.
-  static func tasks(_ count: Int, in fixture: QueueFixture) async throws -> Set<UInt64> {
+  static func tasks(_ count: Int, in fixture: QueueFixture) async throws -> Set<TaskID> {
     let store = try await fixture.openStore()
     defer { store.close() }
-    var ids: Set<UInt64> = []
+    var ids: Set<TaskID> = []
     for n in 0..<count { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
     return ids
   }

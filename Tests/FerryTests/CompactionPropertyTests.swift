@@ -178,8 +178,7 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     let data: String? = policy == .append ? nil : "d\(dataId)"
     await both {
       try await $0.queue.add(
-        tag: "t\(tag)", payload: ["step": index], dataId: data, groupId: group.map { "g\($0)" }, manual: manual,
-        unique: policy)
+        tag: "t\(tag)", payload: ["step": index], dataId: data, groupId: group.map { "g\($0)" }, options: TaskOptions(manual: manual, unique: policy))
     }
   case .pass(let salt):
     pair.salt.value.withLock { $0 = salt }
@@ -418,7 +417,7 @@ func check(_ steps: [HistoryStep]) async {
     var store = try await fixture.openStore()
     let replaced = try await store.queue.add(tag: "t", payload: ["n": 1], dataId: "d")
     clock.advance(by: .seconds(-4))  // the next events come from a process whose clock is behind
-    let replacing = try await store.queue.add(tag: "t", payload: ["n": 2], dataId: "d", unique: .replace)
+    let replacing = try await store.queue.add(tag: "t", payload: ["n": 2], dataId: "d", options: [.unique(.replace)])
     try await store.queue.cancel(replacing)
     #expect(try store.queue.pendingTasks().isEmpty)
     clock.advance(by: .seconds(5))

@@ -22,8 +22,8 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       })
     var outcomes: [NewEvent] = []
     for id in adds {
-      outcomes.append(TaskEvent.runStarted(id, attempt: 1, owner: "", runner: 0).newEvent)
-      outcomes.append(TaskEvent.runSucceeded(id).newEvent)
+      outcomes.append(TaskEvent.runStarted(TaskID(rawValue: id), attempt: 1, owner: "", runner: 0).newEvent)
+      outcomes.append(TaskEvent.runSucceeded(TaskID(rawValue: id)).newEvent)
     }
     _ = try await store.log.append(outcomes)
     left -= batch
@@ -39,7 +39,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       let pending = try await store.queue.add(tag: "stuck", payload: ["n": 1], groupId: "g")
       let behind = try await store.queue.add(tag: "done", payload: ["n": 2], groupId: "g")
       let finished = try await store.queue.add(tag: "done", payload: ["n": 3])
-      let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], manual: true)
+      let cancelled = try await store.queue.add(tag: "done", payload: ["n": 4], options: [.manual])
       try await store.queue.cancel(cancelled)
       _ = try await runner.run()
       for i in 0..<3 { try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: i == 0)) }
@@ -130,7 +130,7 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       try store.log.forEachEvent { _ in left += 1 }
       #expect(left == 0)
       // Everything was compacted away, yet a sequence number is never given out twice.
-      #expect(try await store.queue.add(tag: "t", payload: ["n": 1]) == UInt64(rounds * 30_000 + 1))
+      #expect(try await store.queue.add(tag: "t", payload: ["n": 1]) == TaskID(rawValue: UInt64(rounds * 30_000 + 1)))
       print(
         "compaction: \(rounds * 10_000) tasks (\(rounds * 30_000) events) logged and compacted every 10000 tasks: at most \(largestLog) events and \(largestFile / 1_048_576) MiB on disk at any time"
       )

@@ -179,7 +179,7 @@ enum Work: String, Sendable {
   @Test func tasksHistoriesAndCacheRecordsReadAsPhrases() async throws {
     try await withStore { store, clock, _ in
       let queue = store.queue
-      let id = try await queue.add(tag: "upload", payload: ["n": 1], groupId: "album", priority: .high)
+      let id = try await queue.add(tag: "upload", payload: ["n": 1], groupId: "album", options: [.priority(.high)])
       let run = runner(queue)
       run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
       _ = try await run.run()

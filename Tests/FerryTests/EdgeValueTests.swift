@@ -33,7 +33,7 @@ import Testing
   @Test func nextRunnableAfterTheSecondLargestTaskIdFindsNothing() async throws {
     try await withStore { store, _, _ in
       try await store.queue.add(tag: "t", payload: Item(name: "a"))
-      #expect(try store.queue.nextRunnable(after: TaskID.max - 1) == nil)
+      #expect(try store.queue.nextRunnable(after: TaskID(rawValue: .max - 1)) == nil)
     }
   }
 

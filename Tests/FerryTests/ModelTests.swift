@@ -92,7 +92,7 @@ struct Model {
       guard task.status == .ready, let group = task.group, let head = head(of: group), head != task.id
       else { return task }
       var shown = task
-      shown.status = .waitingForGroup(behind: head)
+      shown.status = .waitingForGroup(behind: TaskID(rawValue: head))
       return shown
     }
   }
@@ -287,9 +287,7 @@ enum Command: CustomStringConvertible {
             let at = deadline.map { model.now + $0 }
             try await store.queue.add(
               tag: "t\(tag)", payload: ["step": step], dataId: data, groupId: group.map { "g\($0)" },
-              manual: manual,
-              unique: policy, priority: TaskPriority(rawValue: priority),
-              deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) })
+              options: TaskOptions(manual: manual, unique: policy, priority: TaskPriority(rawValue: priority), deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) }))
             model.add(
               tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy,
               payload: step, priority: priority, deadline: at)
@@ -312,7 +310,7 @@ enum Command: CustomStringConvertible {
             let blocked = model.tasks.filter { $0.status == .blockedByError }
             if !blocked.isEmpty {
               let id = blocked[k % blocked.count].id
-              try await store.queue.resolveError(id)
+              try await store.queue.resolveError(TaskID(rawValue: id))
               _ = model.log()
               if let i = model.tasks.firstIndex(where: { $0.id == id }) { model.tasks[i].status = .ready }
               model.errors[id] = nil
@@ -320,30 +318,30 @@ enum Command: CustomStringConvertible {
           case .cancel(let k):
             if !model.tasks.isEmpty {
               let id = model.tasks[k % model.tasks.count].id
-              try await store.queue.cancel(id)
+              try await store.queue.cancel(TaskID(rawValue: id))
               _ = model.log()
               model.remove([id])
             }
           case .updatePayload(let k):
             if !model.tasks.isEmpty {
               let index = k % model.tasks.count
-              try await store.queue.updatePayload(model.tasks[index].id, to: ["step": step])
+              try await store.queue.updatePayload(TaskID(rawValue: model.tasks[index].id), to: ["step": step])
               _ = model.log()
               model.tasks[index].payload = step
             }
           case .cancelTag(let tag):
             let report = try await store.queue.cancel(tag: "t\(tag)")
             let expected = model.cancel { $0.tag == "t\(tag)" }
-            #expect(report == CancelReport(cancelled: expected, running: []), "cancel by tag in \(commands)")
+            #expect(report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []), "cancel by tag in \(commands)")
           case .cancelGroup(let group):
             let report = try await store.queue.cancel(group: "g\(group)")
             let expected = model.cancel { $0.group == "g\(group)" }
-            #expect(report == CancelReport(cancelled: expected, running: []), "cancel by group in \(commands)")
+            #expect(report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []), "cancel by group in \(commands)")
           case .revive(let k):
             let dead = model.tasks.filter { $0.status == .dead }
             if !dead.isEmpty {
               let id = dead[k % dead.count].id
-              try await store.queue.revive(id)
+              try await store.queue.revive(TaskID(rawValue: id))
               _ = model.log()
               if let i = model.tasks.firstIndex(where: { $0.id == id }) { model.tasks[i].status = .ready }
             }
@@ -396,11 +394,11 @@ extension Model {
       var status = $0.status
       if case .waitingForGroup = status { status = .ready }  // derived when read; stored as ready
       return Model.Task(
-        id: $0.id, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: status,
-        attempts: $0.attempts, payload: payloads[$0.id] ?? -1, priority: $0.priority.rawValue,
+        id: $0.id.rawValue, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: status,
+        attempts: $0.attempts, payload: payloads[$0.id.rawValue] ?? -1, priority: $0.priority.rawValue,
         deadline: milliseconds($0.deadline))
     }
-    errors = Dictionary(uniqueKeysWithValues: snapshot.errors.map { ($0.taskId, ($0.errorId, $0.message)) })
+    errors = Dictionary(uniqueKeysWithValues: snapshot.errors.map { ($0.taskId.rawValue, ($0.errorId, $0.message)) })
     nextSequence = snapshot.head + 1
   }
 }
@@ -412,9 +410,9 @@ func milliseconds(_ date: Date?) -> Int64? { date.map { Int64(($0.timeIntervalSi
 /// exactly once, by one outcome, both reports together name each run once, and a task expires at
 /// most once, never during a run of it.
 func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [PassReport], _ commands: [Command]) throws {
-  var open: [UInt64: String] = [:]
-  var runs: [UInt64: Int] = [:]
-  var expired: Set<UInt64> = []
+  var open: [TaskID: String] = [:]
+  var runs: [TaskID: Int] = [:]
+  var expired: Set<TaskID> = []
   try log.forEachEvent(from: before + 1) { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
     switch try TaskEvent(event) {
@@ -455,7 +453,7 @@ func makeRunner(
   for tag in ["t0", "t1", "t2"] {
     runner.register(tag: tag) { task in
       let payload = try task.payload(as: [String: Int].self)["step"] ?? -1
-      switch Model.outcome(id: task.id, attempt: task.attempt, salt: salt(), payload: payload) {
+      switch Model.outcome(id: task.id.rawValue, attempt: task.attempt, salt: salt(), payload: payload) {
       case 0, 1: return .succeeded
       case 2: return .failed("flaky")
       case 3: return .recordError("fix \(task.id)")
@@ -471,7 +469,7 @@ func expectSame(_ store: FerryStore, _ model: Model, after step: Int, _ commands
   let actual = try snapshot.tasks.map { task in
     let payload = try store.queue.payload(of: task.id, as: [String: Int].self)["step"] ?? -1
     return Model.Task(
-      id: task.id, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
+      id: task.id.rawValue, tag: task.tag, group: task.groupId, dataId: task.dataId, manual: task.manual,
       status: task.status, attempts: task.attempts, payload: payload, priority: task.priority.rawValue,
       deadline: milliseconds(task.deadline))
   }

@@ -66,7 +66,7 @@ struct CapturingLogHandler: LogHandler {
       let secret = "payload-secret-7f3a"
       let flaky = try await queue.add(tag: "upload", payload: Item(name: secret), groupId: "album")
       let rejected = try await queue.add(tag: "reject", payload: Item(name: secret))
-      let cancelled = try await queue.add(tag: "upload", payload: Item(name: secret), manual: true)
+      let cancelled = try await queue.add(tag: "upload", payload: Item(name: secret), options: [.manual])
       try await queue.cancel(cancelled)
       let run = runner(queue)
       run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { task in
@@ -245,7 +245,7 @@ struct CapturingLogHandler: LogHandler {
       }
       let cancelled = ids[5]
       try await queue.cancel(cancelled)
-      let blocked = try await queue.add(tag: "a", payload: Item(name: "blocked"), manual: true)
+      let blocked = try await queue.add(tag: "a", payload: Item(name: "blocked"), options: [.manual])
       try await queue.recordError(blocked, message: "by the app")
       let handler: @Sendable (RunningTask) async throws -> TaskResult = { task in
         let n = Int(try task.payload(as: Item.self).name) ?? 0
@@ -366,7 +366,7 @@ func countsInTheLog(_ log: EventLog) throws -> [String: Int64] {
     guard TaskEvent.typeSet.contains(logged.type) else { return }
     switch try TaskEvent(logged) {
     case .added(let tag, _, _, _, _, _, _, _, _):
-      tags[logged.sequence] = tag
+      tags[TaskID(rawValue: logged.sequence)] = tag
       count("ferry_tasks_added_total", tag)
     case .runStarted(let id, _, _, _, _): count("ferry_runs_started_total", tags[id])
     case .runSucceeded(let id, _): count("ferry_runs_succeeded_total", tags[id])

@@ -30,7 +30,7 @@ import Testing
     let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
     defer { hanging.kill() }
     let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
+    let id = try #require(TaskID(line.dropFirst("running ".count)))
     let exportPath = fixture.path + ".jsonl"
     defer { try? FileManager.default.removeItem(atPath: exportPath) }
     _ = FileManager.default.createFile(atPath: exportPath, contents: nil)
@@ -69,7 +69,7 @@ import Testing
       hanging.kill()
     }
     let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
+    let id = try #require(TaskID(line.dropFirst("running ".count)))
     kill(hanging.pid, SIGSTOP)
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }

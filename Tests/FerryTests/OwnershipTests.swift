@@ -51,8 +51,8 @@ final class Child: Sendable {
 
   var output: [String] { lines.withLock { $0 } }
   /// The task ids of its "ack ID …" lines (the workers' acknowledged adds), in order.
-  var acknowledgedIds: [UInt64] {
-    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { UInt64($0) } }
+  var acknowledgedIds: [TaskID] {
+    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { TaskID($0) } }
   }
   var pid: Int32 { process.processIdentifier }
 
@@ -77,7 +77,7 @@ final class Child: Sendable {
   static func hangingRun(in path: String) async throws -> (Child, TaskID) {
     let child = try Child("ferry-test-worker", ["run-and-hang", path])
     let line = try await child.waitForLine(startingWith: "running ")
-    guard let id = UInt64(line.dropFirst("running ".count)) else {
+    guard let id = TaskID(line.dropFirst("running ".count)) else {
       child.kill()
       throw FerryError.invalidArgument("the worker said '\(line)'")
     }
@@ -126,7 +126,7 @@ struct RunLedger {
       guard TaskEvent.typeSet.contains(event.type) else { return }
       switch try TaskEvent(event) {
       case .added:
-        tasks[event.sequence] = Runs()
+        tasks[TaskID(rawValue: event.sequence)] = Runs()
       case .runStarted(let id, _, let owner, _, _):
         if let other = open[id] {
           violations.append("task \(id) claimed at \(event.sequence) while \(other)'s run was under way")
@@ -360,9 +360,9 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     runner.register(tag: "sync") { _ in .succeeded }
     let updates = queue.updates()
     for round in 0..<150 {
-      let first = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", unique: .keep)
+      let first = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       async let ran = runner.run()
-      let kept = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", unique: .keep)
+      let kept = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       _ = try await ran
       if kept != first {
         // A new task: its add is in the log, and it is queued (or ran) as a task of its own.
@@ -443,8 +443,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let old = try await queue.add(tag: "save", payload: ["v": 1], dataId: "note-1", unique: .replace)
-    let new = try await queue.add(tag: "save", payload: ["v": 2], dataId: "note-1", unique: .replace)
+    let old = try await queue.add(tag: "save", payload: ["v": 1], dataId: "note-1", options: [.unique(.replace)])
+    let new = try await queue.add(tag: "save", payload: ["v": 2], dataId: "note-1", options: [.unique(.replace)])
     #expect(try queue.task(old) == nil)
     #expect(try queue.history(of: old).map(\.event) == [.added, .replaced(by: new)])
     #expect(try queue.history(of: new).map(\.event) == [.added])

@@ -41,7 +41,7 @@ import Testing
       }
       let head = try await queue.add(tag: "t", payload: Item(name: "head"), groupId: "g")
       let second = try await queue.add(tag: "t", payload: Item(name: "b"), groupId: "g")
-      let manual = try await queue.add(tag: "t", payload: Item(name: "m"), groupId: "g", manual: true)
+      let manual = try await queue.add(tag: "t", payload: Item(name: "m"), groupId: "g", options: [.manual])
       let third = try await queue.add(tag: "t", payload: Item(name: "c"), groupId: "g")
       let loose = try await queue.add(tag: "t", payload: Item(name: "d"))
       let report = try await run.run()

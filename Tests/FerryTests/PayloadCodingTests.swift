@@ -250,14 +250,14 @@ struct Failing: Encodable {
     let texts = Gen.element(of: JSONShape.pieces).array(of: 0...5)
     await propertyCheck(count: 300, input: texts, Gen.uint8().array(of: 0...40), Gen.int(in: 0...1_000_000)) { pieces, bytes, n in
       let text = pieces.compactMap { $0 }
-      let id = UInt64(n) << 20 | 7
+      let id = TaskID(rawValue: UInt64(n) << 20 | 7)
       let events: [TaskEvent] = [
         .added(
           tag: text.joined() + "t", payload: bytes, dataId: n % 2 == 0 ? text.joined() : nil,
           groupId: n % 3 == 0 ? nil : "g", manual: n % 5 == 0, unique: [.append, .keep, .replace][n % 3],
           priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil,
           schedule: AddSchedule(startAt: n % 3 == 1 ? Int64(n) * 7 : nil, interval: n % 5 == 2 ? Int64(n) + 1 : nil)),
-        .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2), batch: n % 3 == 0 ? id - 1 : nil),
+        .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2), batch: n % 3 == 0 ? TaskID(rawValue: id.rawValue - 1) : nil),
         .runSucceeded(id),
         .runSucceeded(
           id, details: SuccessDetails(output: n % 2 == 0 ? bytes : nil, invalidates: n % 3 == 0 ? [] : text + ["k"])),

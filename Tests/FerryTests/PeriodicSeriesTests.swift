@@ -33,7 +33,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         return .succeeded
       }
       let id = try await queue.add(
-        tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let pass = Task { try await run.run() }
       await started.wait()
       if selection == "tag" {
@@ -68,7 +68,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         return .succeeded
       }
       let series = try await queue.add(
-        tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let once = try await queue.add(tag: "sync", payload: Item(name: "now"))
       let pass = Task { try await run.run() }
       try await pollUntil { started.load(ordering: .relaxed) == 2 }
@@ -91,8 +91,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       let queue = store.queue
       func register() async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", unique: .keep,
-          schedule: .every(.seconds(60)))
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(60)))])
       }
       let refuse = Atomic<Bool>(true)
       let run = runner(queue)
@@ -137,8 +136,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       }
       func add(_ name: String, _ unique: UniquePolicy) async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: name), dataId: "inbox", unique: unique,
-          schedule: .every(.seconds(60)))
+          tag: "sync", payload: Item(name: name), dataId: "inbox", options: [.unique(unique), .schedule(.every(.seconds(60)))])
       }
       // replace
       let first = try await add("slow", .keep)
@@ -191,7 +189,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         seen.withLock { $0.append(name) }
         return .succeeded
       }
-      let first = try await queue.add(tag: "sync", payload: Item(name: "v1"), schedule: .every(.seconds(60)))
+      let first = try await queue.add(tag: "sync", payload: Item(name: "v1"), options: [.schedule(.every(.seconds(60)))])
       #expect(try await run.run().succeeded == 1)
       let second = try #require(try queuedRepeating(queue).first)
       try await queue.updatePayload(second, to: Item(name: "v2"))
@@ -229,7 +227,7 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       for n in 0..<40 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"], schedule: .every(.seconds(3600))))
+            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"], options: [.schedule(.every(.seconds(3600)))]))
       }
     }
     let before = Int64(Date().timeIntervalSince1970 * 1000)
@@ -275,13 +273,13 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
     for add in repetitions {
       #expect(ledger.tasks[add.id]?.starts.isEmpty ?? true, "a repetition an hour away did not start")
       #expect((add.startAt ?? 0) >= before + 3_600_000)
-      let previous = try #require(try queue.log.event(at: add.id - 1))
+      let previous = try #require(try queue.log.event(at: add.id.rawValue - 1))
       guard case .runSucceeded(let origin, _) = try TaskEvent(previous) else {
         Issue.record("repetition \(add.id) is not logged right after a success: \(previous.type)")
         continue
       }
       origins.append(origin)
-      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id) { try queue.log.event(at: $0) }.bytes
+      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id.rawValue) { try queue.log.event(at: $0) }.bytes
       }
       #expect(try read(add.id) == read(origin), "the repetition carries its origin's payload")
     }

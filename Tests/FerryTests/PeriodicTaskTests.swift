@@ -14,7 +14,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
     guard event.type == "task.added",
       case .added(_, _, _, _, _, _, _, _, let schedule) = try TaskEvent(event), let interval = schedule.interval
     else { return }
-    adds.append((event.sequence, schedule.startAt, interval))
+    adds.append((TaskID(rawValue: event.sequence), schedule.startAt, interval))
   }
   return adds
 }
@@ -28,7 +28,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func eachSuccessAddsTheNextRepetitionAnIntervalLaterWithItsOwnKey() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let first = try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(900)))
+      let first = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(900)))])
       let keys = Mutex<[String]>([])
       let run = runner(queue)
       run.register(tag: "sync") { task in
@@ -67,7 +67,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
     do {
       let store = try await fixture.openStore()
       defer { store.close() }
-      try await store.queue.add(tag: "refresh", payload: Item(name: "feed"), schedule: .every(.seconds(3600)))
+      try await store.queue.add(tag: "refresh", payload: Item(name: "feed"), options: [.schedule(.every(.seconds(3600)))])
       let run = runner(store.queue)
       run.register(tag: "refresh") { _ in .succeeded }
       #expect(try await run.run().succeeded == 1)
@@ -91,7 +91,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func pauseHoldsTheSeriesAndResumeRunsItOnce() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+      try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let run = runner(queue)
       run.register(tag: "sync") { _ in .succeeded }
       run.startAutomaticRunning()
@@ -124,12 +124,12 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
         return .succeeded
       }
       // Cancelled while queued.
-      let queued = try await queue.add(tag: "sync", payload: Item(name: "a"), schedule: .every(.seconds(60)))
+      let queued = try await queue.add(tag: "sync", payload: Item(name: "a"), options: [.schedule(.every(.seconds(60)))])
       try await queue.cancel(queued)
       fixture.time += 120_000
       #expect(try await run.run().entries.isEmpty)
       // Cancelled while its run is under way: the run's success adds no repetition.
-      let running = try await queue.add(tag: "sync", payload: Item(name: "slow"), schedule: .every(.seconds(60)))
+      let running = try await queue.add(tag: "sync", payload: Item(name: "slow"), options: [.schedule(.every(.seconds(60)))])
       let pass = Task { try await run.run() }
       await started.wait()
       try await queue.cancel(running)
@@ -144,7 +144,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func aFailureRetriesTheSameRepetitionAndTheIntervalCountsFromItsSuccess() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(600)))
+      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(600)))])
       let calls = Atomic<Int>(0)
       let run = runner(queue)
       run.register(tag: "sync", retry: RetryPolicy(initialDelay: .seconds(10), multiplier: 1, jitter: 0)) { _ in
@@ -165,7 +165,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func aRepetitionThatDiesHoldsTheSeriesUntilRevived() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), schedule: .every(.seconds(60)))
+      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let refuse = Atomic<Bool>(true)
       let run = runner(queue)
       run.register(tag: "sync") { _ in
@@ -188,7 +188,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
       let queue = store.queue
       func register() async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", unique: .keep, schedule: .every(.seconds(60)))
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(60)))])
       }
       let first = try await register()
       #expect(try await register() == first)
@@ -215,7 +215,7 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
       for n in 0..<20 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"], schedule: .every(.seconds(3600))))
+            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"], options: [.schedule(.every(.seconds(3600)))]))
       }
     }
     let before = Int64(Date().timeIntervalSince1970 * 1000)

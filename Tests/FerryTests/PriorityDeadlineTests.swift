@@ -58,8 +58,8 @@ import Testing
   @Test func nextDueIsTheEarliestRetryOfAnyPriority() async throws {
     try await withStore { store, clock, _ in
       let queue = store.queue
-      let high = try await queue.add(tag: "slow", payload: ["n": 1], priority: .high)
-      let low = try await queue.add(tag: "fast", payload: ["n": 2], priority: .low)
+      let high = try await queue.add(tag: "slow", payload: ["n": 1], options: [.priority(.high)])
+      let low = try await queue.add(tag: "fast", payload: ["n": 2], options: [.priority(.low)])
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "slow", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
       runner.register(tag: "fast", retry: RetryPolicy(initialDelay: .seconds(5), jitter: 0)) { _ in .failed("offline") }
@@ -85,10 +85,10 @@ import Testing
       clock.advance(by: .seconds(2))
       // A group whose head is low and whose second task is high: the head competes as low, and
       // the high task never passes it.
-      let lowHead = try await queue.add(tag: "t", payload: ["n": "g1"], groupId: "g", priority: .low)
-      let highBehind = try await queue.add(tag: "t", payload: ["n": "g2"], groupId: "g", priority: .high)
-      let low = try await queue.add(tag: "t", payload: ["n": "low"], priority: .low)
-      let high = try await queue.add(tag: "t", payload: ["n": "high"], priority: .high)
+      let lowHead = try await queue.add(tag: "t", payload: ["n": "g1"], groupId: "g", options: [.priority(.low)])
+      let highBehind = try await queue.add(tag: "t", payload: ["n": "g2"], groupId: "g", options: [.priority(.high)])
+      let low = try await queue.add(tag: "t", payload: ["n": "low"], options: [.priority(.low)])
+      let high = try await queue.add(tag: "t", payload: ["n": "high"], options: [.priority(.high)])
       #expect(try queue.task(highBehind)?.status == .waitingForGroup(behind: lowHead))
       #expect(try queue.task(high)?.priority == .high)
       #expect(try queue.nextRunnable()?.id == high)
@@ -108,7 +108,7 @@ import Testing
       let queue = store.queue
       let ids = [
         try await queue.add(tag: "t", payload: ["n": 1]), try await queue.add(tag: "t", payload: ["n": 2]),
-        try await queue.add(tag: "t", payload: ["n": 3], priority: .low),
+        try await queue.add(tag: "t", payload: ["n": 3], options: [.priority(.low)]),
       ]
       let order = Order()
       let added = Mutex<TaskID?>(nil)
@@ -116,7 +116,7 @@ import Testing
       runner.register(tag: "t") { task in
         order.append(task.id)
         if task.id == ids[0] {
-          let id = try await queue.add(tag: "t", payload: ["n": 4], priority: .high)
+          let id = try await queue.add(tag: "t", payload: ["n": 4], options: [.priority(.high)])
           added.withLock { $0 = id }
         }
         return .succeeded
@@ -134,7 +134,7 @@ import Testing
   @Test func aClaimThatMeetsAPassedDeadlineExpiresTheTaskInstead() async throws {
     try await withStore { store, clock, _ in
       let queue = store.queue
-      let id = try await queue.add(tag: "t", payload: ["n": 1], deadline: Self.date(clock.milliseconds + 1000))
+      let id = try await queue.add(tag: "t", payload: ["n": 1], options: [.deadline(Self.date(clock.milliseconds + 1000))])
       #expect(try queue.task(id)?.deadline == Self.date(clock.milliseconds + 1000))
       var updates = try queue.updates(for: id).makeAsyncIterator()
       #expect(await updates.next() == .current(id, .ready))
@@ -160,13 +160,13 @@ import Testing
       let queue = store.queue
       let start = clock.milliseconds
       let soon = Self.date(start + 1000)
-      let blocked = try await queue.add(tag: "t", payload: ["n": 1], groupId: "b", deadline: soon)
+      let blocked = try await queue.add(tag: "t", payload: ["n": 1], groupId: "b", options: [.deadline(soon)])
       try await queue.recordError(blocked, message: "fix me")
-      let behind = try await queue.add(tag: "t", payload: ["n": 2], groupId: "b", deadline: soon)
-      let dead = try await queue.add(tag: "dies", payload: ["n": 3], deadline: soon)
-      let waiting = try await queue.add(tag: "flaky", payload: ["n": 4], deadline: soon)
-      let manual = try await queue.add(tag: "t", payload: ["n": 5], manual: true, deadline: soon)
-      let later = try await queue.add(tag: "t", payload: ["n": 6], manual: true, deadline: Self.date(start + 60_000))
+      let behind = try await queue.add(tag: "t", payload: ["n": 2], groupId: "b", options: [.deadline(soon)])
+      let dead = try await queue.add(tag: "dies", payload: ["n": 3], options: [.deadline(soon)])
+      let waiting = try await queue.add(tag: "flaky", payload: ["n": 4], options: [.deadline(soon)])
+      let manual = try await queue.add(tag: "t", payload: ["n": 5], options: [.manual, .deadline(soon)])
+      let later = try await queue.add(tag: "t", payload: ["n": 6], options: [.manual, .deadline(Self.date(start + 60_000))])
       let noDeadline = try await queue.add(tag: "t", payload: ["n": 7], groupId: "b")
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "t") { _ in .succeeded }
@@ -209,8 +209,8 @@ import Testing
     try await withStore { store, clock, _ in
       let queue = store.queue
       let start = clock.milliseconds
-      let slow = try await queue.add(tag: "slow", payload: ["n": 1], deadline: Self.date(start + 1000))
-      let flaky = try await queue.add(tag: "flaky", payload: ["n": 2], deadline: Self.date(start + 1000))
+      let slow = try await queue.add(tag: "slow", payload: ["n": 1], options: [.deadline(Self.date(start + 1000))])
+      let flaky = try await queue.add(tag: "flaky", payload: ["n": 2], options: [.deadline(Self.date(start + 1000))])
       let (started, startedContinuation) = AsyncStream<TaskID>.makeStream()
       let (release, releaseContinuation) = AsyncStream<Void>.makeStream()
       let runnerA = TaskRunner(queue: queue)
@@ -274,7 +274,7 @@ import Testing
         expiring.append(
           try await queue.add(
             tag: "job", payload: ["kind": "ok", "n": "\(i)"], groupId: group,
-            priority: TaskPriority(rawValue: Int8(i % 3) - 1), deadline: past))
+            options: [.priority(TaskPriority(rawValue: Int8(i % 3) - 1)), .deadline(past)]))
       }
     }
     let child = try Child("ferry-test-worker", ["run-tasks", fixture.path])
@@ -315,11 +315,11 @@ import Testing
     do {
       let store = try await fixture.openStore()
       let queue = store.queue
-      expired = try await queue.add(tag: "t", payload: ["n": 0], deadline: Self.date(clock.milliseconds + 10))
-      _ = try await queue.add(tag: "t", payload: ["n": 1], priority: .low, deadline: Self.date(clock.milliseconds + 60_000))
+      expired = try await queue.add(tag: "t", payload: ["n": 0], options: [.deadline(Self.date(clock.milliseconds + 10))])
+      _ = try await queue.add(tag: "t", payload: ["n": 1], options: [.priority(.low), .deadline(Self.date(clock.milliseconds + 60_000))])
       _ = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")
-      _ = try await queue.add(tag: "t", payload: ["n": 3], groupId: "g", priority: .high)
-      _ = try await queue.add(tag: "t", payload: ["n": 4], priority: TaskPriority(rawValue: 100))
+      _ = try await queue.add(tag: "t", payload: ["n": 3], groupId: "g", options: [.priority(.high)])
+      _ = try await queue.add(tag: "t", payload: ["n": 4], options: [.priority(TaskPriority(rawValue: 100))])
       try await logFinishedTasks(store, 20)
       clock.advance(by: .seconds(1))
       let runner = TaskRunner(queue: queue)  // no handler: the pass only sweeps
@@ -356,7 +356,7 @@ import Testing
       let event = try #require(try store.log.event(at: id))
       #expect(event.storedSchemaVersion == 1)
       #expect(event.schemaVersion == TaskEvent.schemaVersions["task.added"])
-      let task = try #require(try store.queue.task(id))
+      let task = try #require(try store.queue.task(TaskID(rawValue: id)))
       #expect(task.priority == .normal)
       #expect(task.deadline == nil)
       #expect(task.groupId == "notes")

@@ -51,7 +51,7 @@ import Testing
   /// pass under way, if any, is past the group's next task). Returns (head, next).
   func heldGroup(_ queue: TaskQueue, tag: String = "t", headTag: String = "t") async throws -> (TaskID, TaskID) {
     let updates = queue.updates()
-    let head = try await queue.add(tag: headTag, payload: ["n": 0], groupId: "g", manual: true)
+    let head = try await queue.add(tag: headTag, payload: ["n": 0], groupId: "g", options: [.manual])
     let next = try await queue.add(tag: tag, payload: ["n": 1], groupId: "g")
     let marker = try await queue.add(tag: tag, payload: ["n": 2])
     for await update in updates where update == .succeeded(marker) { break }
@@ -94,7 +94,7 @@ import Testing
       window.register(tag: "later", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
         .failed("offline", retryable: true)
       }
-      let head = try await queue.add(tag: "t", payload: ["n": 0], groupId: "g", manual: true)
+      let head = try await queue.add(tag: "t", payload: ["n": 0], groupId: "g", options: [.manual])
       let next = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       let later = try await queue.add(tag: "later", payload: ["n": 2])
       // The window's first pass fails `later` (a retry in 60 s of the store's clock, which this
@@ -218,7 +218,7 @@ import Testing
       let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
       let dataId = "d\(i % 3)"
       let before = try store.log.head()
-      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, unique: policy), policy, dataId, before))
+      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, options: [.unique(policy)]), policy, dataId, before))
     }
     #expect(try await adder.waitForLine(startingWith: "done") == "done")
     #expect(try await adder.wait() == 0)
@@ -233,7 +233,7 @@ import Testing
     var endedAt: [TaskID: UInt64] = [:]
     for (record, event) in events {
       switch event {
-      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[record.sequence] = (dataId, unique)
+      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[TaskID(rawValue: record.sequence)] = (dataId, unique)
       case .runStarted(let id, _, _, _, _): starts[id, default: 0] += 1
       case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break
@@ -244,13 +244,13 @@ import Testing
     #expect(theirs.count == 150)
     var acked = mine.map { ($0.0, $0.1, $0.2) }
     for fields in theirs {
-      acked.append((UInt64(fields[1]) ?? 0, fields[2] == "keep" ? .keep : .replace, String(fields[3])))
+      acked.append((TaskID(fields[1]) ?? 0, fields[2] == "keep" ? .keep : .replace, String(fields[3])))
     }
     for (id, policy, dataId) in acked {
       #expect(adds[id]?.0 == dataId, "ack \(id) \(policy) \(dataId) is not an add of that data id")
     }
     // A kept id was still queued when its add was asked for (it had not succeeded before then).
-    for (id, policy, _, before) in mine where policy == .keep && id <= before {
+    for (id, policy, _, before) in mine where policy == .keep && id.rawValue <= before {
       if let end = endedAt[id] { #expect(end > before, "keep returned \(id), which had succeeded at \(end)") }
     }
     for id in adds.keys.sorted() {
@@ -283,7 +283,7 @@ import Testing
     let child = try Child("ferry-test-worker", ["run-gated", path, gate])
     defer { if child.process.isRunning { child.kill() } }
     let line = try await child.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.split(separator: " ")[1]))
+    let id = try #require(TaskID(line.split(separator: " ")[1]))
     let stream = try queue.updates(for: id)
     let running = await #expect(throws: FerryError.self) { try await queue.updatePayload(id, to: ["n": 2]) }
     #expect(running.map { "\($0)" } == "\(FerryError.taskRunning(id))")

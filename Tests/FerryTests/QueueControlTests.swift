@@ -123,9 +123,9 @@ import Testing
       try await queue.updatePayload(id, to: Item(name: "new"))
       #expect(try queue.payload(of: id, as: Item.self) == Item(name: "new"))
       let missing = await #expect(throws: FerryError.self) {
-        try await queue.updatePayload(id + 100, to: Item(name: "nobody"))
+        try await queue.updatePayload(TaskID(rawValue: id.rawValue + 100), to: Item(name: "nobody"))
       }
-      #expect(missing.map { "\($0)" } == "\(FerryError.noSuchTask(id + 100))")
+      #expect(missing.map { "\($0)" } == "\(FerryError.noSuchTask(TaskID(rawValue: id.rawValue + 100)))")
     }
 
     // Another process's runner has the task: refused here, by the claim in the log.
@@ -295,7 +295,7 @@ import Testing
       try await queue.waitUntilIdle()  // empty
       let blocked = try await queue.add(tag: "t", payload: ["n": 1], groupId: "g")
       _ = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")  // behind the blocked head
-      _ = try await queue.add(tag: "t", payload: ["n": 3], manual: true)
+      _ = try await queue.add(tag: "t", payload: ["n": 3], options: [.manual])
       try await queue.recordError(blocked, message: "fix it")
       let retrying = try await queue.add(tag: "t", payload: ["n": 4])
       let run = runner(queue)

@@ -666,7 +666,7 @@ import Testing
 /// returns the ids it acknowledged. Its input stays open to the kill: at end of input it would
 /// close the store itself, racing the kill, and leave no frames.
 func killedSegmentAdder(_ path: String, adds: Int, sourceLocation: SourceLocation = #_sourceLocation)
-  async throws -> Set<UInt64>
+  async throws -> Set<TaskID>
 {
   let input = Pipe()
   let adder = try Child("ferry-test-worker", ["store-segment-add", path, "\(adds)"], stdin: input.fileHandleForReading)
@@ -681,7 +681,7 @@ func killedSegmentAdder(_ path: String, adds: Int, sourceLocation: SourceLocatio
 /// Opens the store with the segment (recovering it): every acknowledged task is queued, `count`
 /// in all, and the store verifies healthy.
 func expectEveryAcknowledgedTaskQueued(
-  _ fixture: QueueFixture, _ acknowledged: Set<UInt64>, count: Int, sourceLocation: SourceLocation = #_sourceLocation
+  _ fixture: QueueFixture, _ acknowledged: Set<TaskID>, count: Int, sourceLocation: SourceLocation = #_sourceLocation
 ) async throws {
   let store = try await fixture.openStore { $0.writeAheadSegment = true }
   defer { store.close() }

@@ -37,7 +37,7 @@ import Testing
     let queue = store.queue
     var held = 0
     for i in 0..<50 {
-      _ = try await queue.add(tag: "held", payload: ["n": "\(i)"], manual: true)
+      _ = try await queue.add(tag: "held", payload: ["n": "\(i)"], options: [.manual])
       held += 1
     }
     let runner = TaskRunner(queue: queue)
@@ -95,7 +95,7 @@ import Testing
     // Sized by rounds, not seconds: a loaded machine runs fewer per second, not fewer.
     for _ in 0..<60 {
       do {
-        _ = try await queue.add(tag: "held", payload: ["n": "\(held)"], manual: true)
+        _ = try await queue.add(tag: "held", payload: ["n": "\(held)"], options: [.manual])
         held += 1
         acknowledgedHeld.store(held, ordering: .sequentiallyConsistent)
         _ = try await addJobs(queue, 16)

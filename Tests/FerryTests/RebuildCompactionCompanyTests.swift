@@ -89,7 +89,7 @@ import Testing
     for (index, child) in runners.enumerated() {
       for line in child.output where line.hasPrefix("ran ") {
         let parts = line.split(separator: " ")
-        guard parts.count == 3, let id = UInt64(parts[1]), let attempt = UInt32(parts[2]) else { continue }
+        guard parts.count == 3, let id = TaskID(parts[1]), let attempt = UInt32(parts[2]) else { continue }
         runs[id, default: []].append((index, attempt))
       }
     }

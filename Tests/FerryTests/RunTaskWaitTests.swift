@@ -22,7 +22,7 @@ import Testing
     let hanging = try Child("ferry-test-worker", ["run-and-hang", fixture.path])
     defer { hanging.kill() }
     let line = try await hanging.waitForLine(startingWith: "running ")
-    let id = try #require(UInt64(line.dropFirst("running ".count)))
+    let id = try #require(TaskID(line.dropFirst("running ".count)))
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
     let runner = TaskRunner(queue: queue)
@@ -55,7 +55,7 @@ import Testing
     let owner = try Child("ferry-test-worker", ["run-gated", fixture.path, gate])
     defer { owner.kill() }
     let line = try await owner.waitForLine(startingWith: "running ")
-    let id = try #require(line.split(separator: " ").dropFirst().first.flatMap { UInt64($0) })
+    let id = try #require(line.split(separator: " ").dropFirst().first.flatMap { TaskID($0) })
     let waiter = try Child("ferry-test-worker", ["run-one", fixture.path, "\(id)"])
     defer { waiter.kill() }
     _ = try await waiter.waitForLine(startingWith: "waiting")

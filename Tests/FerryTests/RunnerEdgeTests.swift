@@ -53,7 +53,7 @@ func waitFor(
       return .succeeded
     }
     run.register(tag: "t") { _ in .succeeded }
-    let manual = try await queue.add(tag: "manual", payload: Item(name: "m"), manual: true)
+    let manual = try await queue.add(tag: "manual", payload: Item(name: "m"), options: [.manual])
     let updates = queue.updates()
     run.startAutomaticRunning()
     defer { run.stop() }
@@ -188,7 +188,7 @@ func waitFor(
     defer { queue.close() }
     let old = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     let updates = queue.updates()
-    let new = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .replace)
+    let new = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
     var seen: [TaskUpdate] = []
     for await update in updates {
       seen.append(update)

@@ -27,7 +27,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     try await withStore { store, _, fixture in
       let queue = store.queue
       let start = fixture.time + 60_000
-      let later = try await queue.add(tag: "t", payload: Item(name: "later"), schedule: .after(.seconds(60)))
+      let later = try await queue.add(tag: "t", payload: Item(name: "later"), options: [.schedule(.after(.seconds(60)))])
       let now = try await queue.add(tag: "t", payload: Item(name: "now"))
       let run = runner(queue)
       run.register(tag: "t") { _ in .succeeded }
@@ -58,7 +58,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       let store = try await fixture.openStore()
       defer { store.close() }
       for n in 0..<5 {
-        scheduled.append(try await store.queue.add(tag: "t", payload: Item(name: "\(n)"), schedule: .at(at(start))))
+        scheduled.append(try await store.queue.add(tag: "t", payload: Item(name: "\(n)"), options: [.schedule(.at(at(start)))]))
         // Work that finishes, so that the compaction has events to remove.
         try await store.queue.add(tag: "t", payload: Item(name: "done \(n)"))
       }
@@ -86,7 +86,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     try await withStore { store, _, fixture in
       let queue = store.queue
       let start = fixture.time + 10_000
-      let id = try await queue.add(tag: "t", payload: Item(name: "a"), schedule: .at(at(start)))
+      let id = try await queue.add(tag: "t", payload: Item(name: "a"), options: [.schedule(.at(at(start)))])
       let run = runner(queue)
       run.register(tag: "t") { _ in .succeeded }
       // A window that ends before the start runs nothing and names the start as its next due time.
@@ -108,7 +108,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     try await withStore { store, _, fixture in
       let queue = store.queue
       let start = fixture.time + 5_000
-      let head = try await queue.add(tag: "t", payload: Item(name: "head"), groupId: "g", schedule: .at(at(start)))
+      let head = try await queue.add(tag: "t", payload: Item(name: "head"), groupId: "g", options: [.schedule(.at(at(start)))])
       let behind = try await queue.add(tag: "t", payload: Item(name: "behind"), groupId: "g")
       #expect(try queue.task(behind)?.status == .waitingForGroup(behind: head))
       try await queue.recordError(head, message: "check the address")
@@ -148,12 +148,12 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       ]
       for (schedule, manual, deadline) in cases {
         await #expect(throws: FerryError.self, "\(schedule)") {
-          try await queue.add(tag: "t", payload: Item(name: "x"), manual: manual, deadline: deadline, schedule: schedule)
+          try await queue.add(tag: "t", payload: Item(name: "x"), options: TaskOptions(manual: manual, deadline: deadline, schedule: schedule))
         }
       }
       // In a group, each repetition would hold every change added after it.
       await #expect(throws: FerryError.self) {
-        try await queue.add(tag: "t", payload: Item(name: "x"), groupId: "mail", schedule: .every(.seconds(60)))
+        try await queue.add(tag: "t", payload: Item(name: "x"), groupId: "mail", options: [.schedule(.every(.seconds(60)))])
       }
       #expect(try queue.pendingTasks().isEmpty)
       #expect(try queue.log.head() == 0)
@@ -162,7 +162,7 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
 
   @Test func aDelayRoundsUpToTheMillisecond() async throws {
     try await withStore { store, _, fixture in
-      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"), schedule: .after(.microseconds(1500)))
+      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"), options: [.schedule(.after(.microseconds(1500)))])
       #expect(try store.queue.task(id)?.startAt == at(fixture.time + 2))
     }
   }
@@ -207,9 +207,9 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       for n in 0..<120 {
         let group = n % 3 == 0 ? "g\(n % 9)" : nil
         if n % 4 == 0 {
-          future.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, schedule: .at(nextYear)))
+          future.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.at(nextYear))]))
         } else {
-          due.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, schedule: .after(.seconds(5))))
+          due.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.after(.seconds(5)))]))
         }
       }
     }

@@ -63,8 +63,8 @@ import Testing
   func anOperatorCommandKeepsTheSegment(_ command: String) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var ids: [UInt64] = []
-    var doomed: UInt64 = 0
+    var ids: [TaskID] = []
+    var doomed: TaskID = 0
     do {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       for n in 0..<20 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
@@ -108,12 +108,12 @@ extension SegmentStoreCommandTests {
   @Test(arguments: [false, true]) func compactKeepsTheSegmentOrTurnsItOffToCopy(copy: Bool) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    var ids: Set<UInt64> = []
+    var ids: Set<TaskID> = []
     do {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       for n in 0..<300 { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "t") { task in (task.id % 2 == 0) ? .succeeded : .failed("later", retryable: false) }
+      runner.register(tag: "t") { task in (task.id.rawValue % 2 == 0) ? .succeeded : .failed("later", retryable: false) }
       _ = try await runner.run()
       store.close()
     }
@@ -124,7 +124,7 @@ extension SegmentStoreCommandTests {
     defer { store.close() }
     #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
     let kept = Set(try store.queue.pendingTasks().map(\.id))
-    #expect(kept == Set(ids.filter { $0 % 2 == 1 }))
+    #expect(kept == Set(ids.filter { $0.rawValue % 2 == 1 }))
     #expect(try store.log.verify().isHealthy)
   }
 }

@@ -317,7 +317,7 @@ import Testing
     #expect(acked.count + refused == adders * each)
     #expect(Set(acked).count == acked.count)
     var added: [TaskID] = []
-    try store.log.forEachEvent { event in if event.type == "task.added" { added.append(event.sequence) } }
+    try store.log.forEachEvent { event in if event.type == "task.added" { added.append(TaskID(rawValue: event.sequence)) } }
     #expect(Set(added) == Set(acked), "acknowledged \(acked.count), logged \(added.count)")
     #expect(try store.log.verify().isHealthy)
   }

@@ -57,7 +57,7 @@ import Testing
       return .succeeded(output: try TaskOutput("srv-\(task.id)"), invalidating: ["notes"])
     }
     runner.register(tag: "edit") { task in
-      guard let create = UInt64(try task.payload(as: [String: String].self)["create"] ?? ""),
+      guard let create = TaskID(try task.payload(as: [String: String].self)["create"] ?? ""),
         let output = try store.queue.output(of: create)
       else { return .recordError("no server id") }
       let serverId = try output.decode(as: String.self)
@@ -78,7 +78,7 @@ import Testing
     var keys: [TaskID: Set<String>] = [:]
     for line in said where line.hasPrefix("key ") {
       let parts = line.split(separator: " ")
-      guard parts.count == 4, let id = UInt64(parts[1]) else { continue }
+      guard parts.count == 4, let id = TaskID(parts[1]) else { continue }
       keys[id, default: []].insert(String(parts[3]))
     }
     #expect(keys.count == creates.count)
@@ -89,7 +89,7 @@ import Testing
     var editKeys = Set<String>()
     for line in said where line.hasPrefix("edit ") {
       let parts = line.split(separator: " ")
-      guard parts.count == 4, let id = UInt64(parts[1]), let create = edits[id] else { continue }
+      guard parts.count == 4, let id = TaskID(parts[1]), let create = edits[id] else { continue }
       #expect(parts[2] == "srv-\(create)", "edit \(id) under \(parts[2])")
       editKeys.insert(String(parts[3]))
     }

@@ -96,7 +96,7 @@ import Testing
       runner.startAutomaticRunning()
     }
     for n in 0..<300 {
-      try await queue.add(tag: "save", payload: ["v": n], dataId: "note-\(n % 3)", unique: n % 2 == 0 ? .replace : .keep)
+      try await queue.add(tag: "save", payload: ["v": n], dataId: "note-\(n % 3)", options: [.unique(n % 2 == 0 ? .replace : .keep)])
     }
     while try !queue.pendingTasks().isEmpty { try await Task.sleep(for: .milliseconds(20)) }
     for runner in runners { runner.stop() }

@@ -90,7 +90,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     defer { queue.close() }
     let first = try await queue.add(tag: "t", payload: Item(name: "1"), groupId: "album")
     let second = try await queue.add(tag: "t", payload: Item(name: "2"), groupId: "album")
-    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), manual: true)
+    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), options: [.manual])
     let loose = try await queue.add(tag: "t", payload: Item(name: "3"))
     #expect(try queue.nextRunnable()?.id == first)
     #expect(try queue.nextRunnable(after: first)?.id == loose)  // second is not the head; manual never runs
@@ -106,19 +106,19 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let queue = try await fixture.open()
     defer { queue.close() }
     let original = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
-    let kept = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .keep)
+    let kept = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.keep)])
     #expect(kept == original)
     #expect(try queue.payload(of: original, as: Item.self).name == "v1")
     let replacement = try await queue.add(
-      tag: "save", payload: Item(name: "v3"), dataId: "doc", unique: .replace)
+      tag: "save", payload: Item(name: "v3"), dataId: "doc", options: [.unique(.replace)])
     #expect(try queue.pendingTasks().map(\.id) == [replacement])
     let appended = try await queue.add(tag: "save", payload: Item(name: "v4"), dataId: "doc")
     #expect(try queue.pendingTasks().map(\.id) == [replacement, appended])
     // Another tag with the same data id is another task.
-    let other = try await queue.add(tag: "delete", payload: Item(name: "x"), dataId: "doc", unique: .keep)
+    let other = try await queue.add(tag: "delete", payload: Item(name: "x"), dataId: "doc", options: [.unique(.keep)])
     #expect(other > appended)
     await #expect(throws: FerryError.self) {
-      try await queue.add(tag: "save", payload: Item(name: "?"), unique: .keep)
+      try await queue.add(tag: "save", payload: Item(name: "?"), options: [.unique(.keep)])
     }
     try expectConsistent(queue)
   }
@@ -133,9 +133,9 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     defer { queue.close() }
     let running = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
-    let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", unique: .replace)
+    let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
     #expect(try queue.pendingTasks().map(\.id) == [next])
-    #expect(try queue.log.event(at: next - 1).map { try TaskEvent($0) } == .cancelled(running))
+    #expect(try queue.log.event(at: next.rawValue - 1).map { try TaskEvent($0) } == .cancelled(running))
     #expect(try queue.history(of: running).last?.event == .replaced(by: next))
     let earlier = try await queue.add(tag: "save", payload: Item(name: "v3"), dataId: "old")
     _ = try await queue.record([.runStarted(earlier, attempt: 1, owner: "", runner: 0)])
@@ -143,7 +143,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
       tag: "save", payload: Array(#"{"name":"v4"}"#.utf8), dataId: "old", groupId: nil, manual: false,
       unique: .replace, priority: 0, deadline: nil)
     let later = try #require(try await queue.record([add]).first)
-    #expect(try queue.pendingTasks().map(\.id) == [next, earlier, later])
+    #expect(try queue.pendingTasks().map(\.id) == [next, earlier, TaskID(rawValue: later)])
     #expect(try queue.history(of: earlier).last?.event == .runStarted(attempt: 1))
     try expectConsistent(queue)
   }
@@ -229,7 +229,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(try queue.pendingTasks().isEmpty)
     await #expect(throws: FerryError.self) { try await queue.cancel(running) }
     let fresh = try await queue.add(
-      tag: "t", payload: Item(name: "c"), dataId: "d", groupId: "g", unique: .keep)
+      tag: "t", payload: Item(name: "c"), dataId: "d", groupId: "g", options: [.unique(.keep)])
     #expect(fresh != running)
     #expect(try queue.nextRunnable()?.id == fresh)
     try expectConsistent(queue)
@@ -271,7 +271,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let long = try await queue.add(
       tag: String(repeating: "t", count: 200), payload: Item(name: ""),
       dataId: String(repeating: "d", count: 250),
-      groupId: String(repeating: "g", count: 250), unique: .keep)
+      groupId: String(repeating: "g", count: 250), options: [.unique(.keep)])
     #expect(try queue.task(long) != nil)
     await #expect(throws: FerryError.self) { try await queue.cancel(999) }
     await #expect(throws: FerryError.self) { try await queue.recordError(999, message: "?") }
@@ -299,7 +299,7 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
           .added(tag: "t", payload: payload, dataId: nil, groupId: group, manual: false, unique: .append))
       }
       let ids = try await queue.record(events)
-      if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { ids[$0] } }
+      if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { TaskID(rawValue: ids[$0]) } }
     }
     _ = try await queue.record(blockedHeads.map { .errorRecorded($0, message: "blocked", endsRun: false) })
     #expect(try queue.pendingTasks().count == 100_000)

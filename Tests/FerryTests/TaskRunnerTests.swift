@@ -167,7 +167,7 @@ func runner(
     defer { queue.close() }
     let run = runner(queue)
     run.register(tag: "t") { _ in .succeeded }
-    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), manual: true)
+    let manual = try await queue.add(tag: "t", payload: Item(name: "m"), options: [.manual])
     let head = try await queue.add(tag: "t", payload: Item(name: "h"), groupId: "g")
     let second = try await queue.add(tag: "t", payload: Item(name: "s"), groupId: "g")
     var report = try await run.run(.task(second))
@@ -471,7 +471,7 @@ func runner(
     kill(process.processIdentifier, SIGKILL)
     process.waitUntilExit()
     let id = try #require(
-      output.split(separator: " ").last.flatMap { UInt64($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+      output.split(separator: " ").last.flatMap { TaskID($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     )
 
     let queue = try await fixture.open()

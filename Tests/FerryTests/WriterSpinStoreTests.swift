@@ -25,12 +25,12 @@ import Testing
   }
 
   /// The data id of every `task.added` in the log, with the sequences that added it.
-  static func addedByDataId(_ log: EventLog) throws -> [String: [UInt64]] {
-    var added: [String: [UInt64]] = [:]
+  static func addedByDataId(_ log: EventLog) throws -> [String: [TaskID]] {
+    var added: [String: [TaskID]] = [:]
     try log.forEachEvent { event in
       guard event.type == "task.added" else { return }
       guard case .added(_, _, let dataId, _, _, _, _, _, _) = try TaskEvent(event) else { return }
-      added[dataId ?? "", default: []].append(event.sequence)
+      added[dataId ?? "", default: []].append(TaskID(rawValue: event.sequence))
     }
     return added
   }
@@ -64,7 +64,7 @@ import Testing
     var theirs: [String: TaskID] = [:]
     for line in adder.output where line.hasPrefix("ack ") {
       let fields = line.split(separator: " ")
-      guard fields.count == 3, let id = UInt64(fields[1]) else { continue }
+      guard fields.count == 3, let id = TaskID(fields[1]) else { continue }
       theirs["c-\(fields[2])"] = id
     }
     #expect(theirs.count == count)

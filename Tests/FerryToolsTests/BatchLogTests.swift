@@ -8,7 +8,7 @@ import Testing
   @Test func theLogNamesEachRunsBatch() async throws {
     let path = FileManager.default.temporaryDirectory.path + "/ferry-batch-log-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
-    var ids: [UInt64] = []
+    var ids: [TaskID] = []
     do {
       let store = try await FerryStore.open(at: path)
       defer { store.close() }

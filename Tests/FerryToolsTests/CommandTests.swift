@@ -147,10 +147,9 @@ struct DemoStore {
       let store = try await FerryStore.open(at: demo.path)
       defer { store.close() }
       _ = try await store.queue.add(
-        tag: "save-note", payload: ["text": "late"], deadline: Date().addingTimeInterval(-1))
+        tag: "save-note", payload: ["text": "late"], options: [.deadline(Date().addingTimeInterval(-1))])
       _ = try await store.queue.add(
-        tag: "save-note", payload: ["text": "urgent"], manual: true, priority: .high,
-        deadline: Date(timeIntervalSince1970: Double(deadline) / 1000))
+        tag: "save-note", payload: ["text": "urgent"], options: [.manual, .priority(.high), .deadline(Date(timeIntervalSince1970: Double(deadline) / 1000))])
       let report = try await TaskRunner(queue: store.queue).run()  // no handler: it only sweeps
       #expect(report.outcome(of: 1) == .expired)
     }

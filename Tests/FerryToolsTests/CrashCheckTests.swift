@@ -48,7 +48,7 @@ import Testing
       let id = try await open.queue.add(tag: "t", payload: ["n": 1])
       // What a kill mid-handler leaves: a durable run start and no outcome.
       _ = try await open.log.append(
-        NewEvent(type: "task.runStarted", payload: id.bigEndianBytes + UInt32(1).bigEndianBytes))
+        NewEvent(type: "task.runStarted", payload: id.rawValue.bigEndianBytes + UInt32(1).bigEndianBytes))
       open.close()
     }
     let report = await checkAfterCrash(path: store.path, acknowledged: [])

@@ -175,7 +175,7 @@ func eventually(_ condition: () throws -> Bool) rethrows -> Bool {
 }
 
 /// The queued tasks of the store at `path`, by id, as `ferry inspect --json` reads them.
-func queuedTasks(_ path: String) throws -> [UInt64: InspectReport.Task] {
+func queuedTasks(_ path: String) throws -> [TaskID: InspectReport.Task] {
   let inspected = try ferry(["inspect", path, "--json"])
   #expect(inspected.status == 0, "\(inspected.stderr)")
   let report = try JSONDecoder().decode(InspectReport.self, from: Data(inspected.stdout.utf8))
@@ -282,9 +282,9 @@ func contents(of directory: String) throws -> [String: Data] {
       }
       let imported = importer.finish()
       let added = worker.finish()
-      let acks: [(id: UInt64, n: Int)] = added.stdout.split(separator: "\n").compactMap { line in
+      let acks: [(id: TaskID, n: Int)] = added.stdout.split(separator: "\n").compactMap { line in
         let parts = line.split(separator: " ")
-        guard parts.count == 3, parts[0] == "ack", let id = UInt64(parts[1]), let n = Int(parts[2]) else {
+        guard parts.count == 3, parts[0] == "ack", let id = TaskID(String(parts[1])), let n = Int(parts[2]) else {
           return nil
         }
         return (id, n)

@@ -13,7 +13,7 @@ let hostileMessage = "bad\r\nnews\u{07}"
 func hostileStore() async throws -> DemoStore {
   let demo = DemoStore()
   let store = try await FerryStore.open(at: demo.path)
-  let blocked = try await store.queue.add(tag: hostileTag, payload: ["note": "milk\u{1B}]0;title\u{07}"], manual: true)
+  let blocked = try await store.queue.add(tag: hostileTag, payload: ["note": "milk\u{1B}]0;title\u{07}"], options: [.manual])
   let runner = TaskRunner(queue: store.queue)
   runner.register(tag: hostileTag) { _ in .recordError(hostileMessage) }
   _ = try await runner.run(.task(blocked))
@@ -102,10 +102,10 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     defer { demo.remove() }
     let store = try await FerryStore.open(at: demo.path)
     let first = try await store.queue.add(
-      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1", unique: .replace)
+      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1", options: [.unique(.replace)])
     let second = try await store.queue.add(
-      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", unique: .replace)
-    let other = try await store.queue.add(tag: "save", payload: [1, 2, 3], dataId: "note-2", unique: .replace)
+      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", options: [.unique(.replace)])
+    let other = try await store.queue.add(tag: "save", payload: [1, 2, 3], dataId: "note-2", options: [.unique(.replace)])
     store.close()
 
     struct Exported: Decodable {
@@ -143,9 +143,9 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
       try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] ?? [:]
     }
     #expect(logged.count == 2)
-    #expect(logged.last?["replaces"] as? Int == Int(first))
+    #expect(logged.last?["replaces"] as? Int == Int(first.rawValue))
     #expect((logged.last?["payloadJSON"] as? [String: Any])?["item"] as? String == "oat milk")
-    #expect(try ferry(["log", demo.path, "--task", String(other)]).stdout.split(separator: "\n").count == 1)
+    #expect(try ferry(["log", demo.path, "--task", other.description]).stdout.split(separator: "\n").count == 1)
   }
 }
 
@@ -205,9 +205,9 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let store = DemoStore()
     defer { store.remove() }
     let app = try await FerryStore.open(at: store.path)
-    let first = try await app.queue.add(tag: "t", payload: ["v": 1], dataId: "caf\u{E9}", unique: .replace)
-    let second = try await app.queue.add(tag: "t", payload: ["v": 2], dataId: "cafe\u{301}", unique: .replace)
-    let third = try await app.queue.add(tag: "t", payload: ["v": 3], dataId: "caf\u{E9}", unique: .replace)
+    let first = try await app.queue.add(tag: "t", payload: ["v": 1], dataId: "caf\u{E9}", options: [.unique(.replace)])
+    let second = try await app.queue.add(tag: "t", payload: ["v": 2], dataId: "cafe\u{301}", options: [.unique(.replace)])
+    let third = try await app.queue.add(tag: "t", payload: ["v": 3], dataId: "caf\u{E9}", options: [.unique(.replace)])
     #expect(try app.queue.task(first) == nil, "the same spelling replaces")
     #expect(try app.queue.task(second) != nil, "another spelling is another data id")
     app.close()

@@ -43,13 +43,13 @@ enum LongLived {
     for task in try queue.pendingTasks() where task.status == .dead { try await queue.cancel(task.id) }
     // Groups and data ids come and go (a conversation, a photo): each is new.
     _ = try await queue.add(tag: "ok", payload: ["i": i], groupId: "g\(i)")
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", unique: .keep)
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i % 4)", unique: .replace)
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i)", unique: .replace)
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", options: [.unique(.keep)])
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i % 4)", options: [.unique(.replace)])
+    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i)", options: [.unique(.replace)])
     _ = try await queue.add(tag: "flaky", payload: ["i": i])
     _ = try await queue.add(tag: "stuck", payload: ["i": i], groupId: i % 2 == 0 ? "s" : "s\(i)")
     _ = try await queue.add(tag: "dead", payload: ["i": i])
-    if i % 5 == 0 { _ = try await queue.add(tag: "ok", payload: ["i": i], manual: true) }
+    if i % 5 == 0 { _ = try await queue.add(tag: "ok", payload: ["i": i], options: [.manual]) }
     _ = try await runner.run()
     clock.advance(by: .seconds(2))
     _ = try await runner.run()
@@ -62,7 +62,7 @@ enum LongLived {
     if i >= 3 { try await store.ledger.forget("once\(i - 3)") }
     // Manual tasks are cancelled a while later (they would stay for ever otherwise).
     let head = try store.log.head()
-    for task in try queue.pendingTasks() where task.manual && task.id + 100 < head {
+    for task in try queue.pendingTasks() where task.manual && task.id.rawValue + 100 < head {
       try await queue.cancel(task.id)
     }
     clock.advance(by: .seconds(600))

@@ -9,19 +9,19 @@ import Testing
 struct LoggedLine: Decodable, Equatable {
   let seq: UInt64
   let type: String
-  let taskId: UInt64?
+  let taskId: TaskID?
   let key: String?
 }
 
 /// `ferry cancel|revive|resolve|forget|pause|resume --json`, parsed back.
 struct OperatorJSONReport: Decodable {
   struct Refusal: Decodable {
-    let id: UInt64
+    let id: TaskID
     let reason: String
   }
   let command: String
-  let changed: [UInt64]
-  let running: [UInt64]
+  let changed: [TaskID]
+  let running: [TaskID]
   let refused: [Refusal]
   let key: String?
   let hadRecord: Bool?
@@ -35,13 +35,13 @@ struct OperatorJSONReport: Decodable {
 struct WorkedStore {
   let store = DemoStore()
   let worker: Child
-  let hang: UInt64
+  let hang: TaskID
 
   init() async throws {
     worker = try Child("ferry-test-worker", ["run-and-hang", store.path])
     guard worker.waitForOutput("\n") else { throw ToolError(.storageError, "the worker ended early") }
     let line = String(decoding: worker.seenOutput, as: UTF8.self).split(separator: "\n").first ?? ""
-    guard line.hasPrefix("running "), let id = UInt64(line.dropFirst("running ".count)) else {
+    guard line.hasPrefix("running "), let id = TaskID(String(line.dropFirst("running ".count))) else {
       worker.killAbruptly()
       throw ToolError(.storageError, "the worker said '\(line)'")
     }
@@ -84,8 +84,8 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     let store = try await FerryStore.open(at: path)
     let behind = try await store.queue.add(tag: "job", payload: ["n": 1], groupId: "list")
     let loose = try await store.queue.add(tag: "job", payload: ["n": 2])
-    let doomed = try await store.queue.add(tag: "die", payload: ["n": 3], manual: true)
-    let blocked = try await store.queue.add(tag: "err", payload: ["n": 4], manual: true)
+    let doomed = try await store.queue.add(tag: "die", payload: ["n": 3], options: [.manual])
+    let blocked = try await store.queue.add(tag: "err", payload: ["n": 4], options: [.manual])
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
     runner.register(tag: "err") { _ in .recordError("fix it") }
@@ -207,10 +207,10 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     defer { worked.finish() }
     let path = worked.store.path
     let store = try await FerryStore.open(at: path)
-    var dead: [UInt64] = []
-    var blocked: [UInt64] = []
-    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], manual: true)) }
-    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], manual: true)) }
+    var dead: [TaskID] = []
+    var blocked: [TaskID] = []
+    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], options: [.manual])) }
+    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], options: [.manual])) }
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
     runner.register(tag: "err") { _ in .recordError("fix it") }

@@ -31,7 +31,7 @@ struct Original {
   let lines: [Substring]
   let head: UInt64
   let records: [UInt64: [UInt8]]
-  let queue: [UInt64: InspectReport.Task]
+  let queue: [TaskID: InspectReport.Task]
   let compactedThrough: UInt64?
 
   init(_ path: String) throws {
@@ -93,7 +93,7 @@ func buildTaskStore(at path: String, tasks: Int = 700) async throws {
           let tag = tags[i % tags.count]
           _ = try await store.queue.add(
             tag: tag, payload: ["n": i], dataId: "d-\(i)", groupId: i % 3 == 0 ? "g\(i % 7)" : nil,
-            manual: tag == "manual")
+            options: TaskOptions(manual: tag == "manual"))
         }
       }
     }

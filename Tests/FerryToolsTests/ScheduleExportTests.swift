@@ -12,14 +12,13 @@ import Testing
     let source = place.parent + "/source"
     let start = Date().addingTimeInterval(3 * 3600)
     let startMs = Int64((start.timeIntervalSince1970 * 1000).rounded(.up))
-    let (reminder, sync): (UInt64, UInt64)
+    let (reminder, sync): (TaskID, TaskID)
     do {
       let store = try await FerryStore.open(at: source)
       defer { store.close() }
-      reminder = try await store.queue.add(tag: "remind", payload: ["text": "call"], schedule: .at(start))
+      reminder = try await store.queue.add(tag: "remind", payload: ["text": "call"], options: [.schedule(.at(start))])
       sync = try await store.queue.add(
-        tag: "sync-inbox", payload: ["box": "inbox"], dataId: "inbox", unique: .keep,
-        schedule: .every(.seconds(900), startingAt: start))
+        tag: "sync-inbox", payload: ["box": "inbox"], dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(900), startingAt: start))])
     }
     let log = try ferry(["log", source])
     #expect(log.status == 0)
@@ -60,12 +59,12 @@ import Testing
       let store = try await FerryStore.open(at: source)
       defer { store.close() }
       try await store.queue.add(
-        tag: "far", payload: ["n": 1], schedule: .at(Date(timeIntervalSince1970: 9.2e15)))
-      try await store.queue.add(tag: "future", payload: ["n": 2], schedule: .at(.distantFuture))
-      try await store.queue.add(tag: "past", payload: ["n": 3], schedule: .at(.distantPast))
+        tag: "far", payload: ["n": 1], options: [.schedule(.at(Date(timeIntervalSince1970: 9.2e15)))])
+      try await store.queue.add(tag: "future", payload: ["n": 2], options: [.schedule(.at(.distantFuture))])
+      try await store.queue.add(tag: "past", payload: ["n": 3], options: [.schedule(.at(.distantPast))])
       try await store.queue.add(
         tag: "longest", payload: ["n": 4],
-        schedule: .every(.milliseconds(Int64.max / 2 - 1), startingAt: .distantFuture))
+        options: [.schedule(.every(.milliseconds(Int64.max / 2 - 1), startingAt: .distantFuture))])
     }
     for arguments in [["inspect", source], ["inspect", "--json", source], ["log", source]] {
       let result = try ferry(arguments)

@@ -24,8 +24,8 @@ import Testing
   /// it acknowledged.
   struct Killed {
     var settledHead: UInt64
-    var earlyIds: [UInt64]
-    var acknowledgedIds: [UInt64]
+    var earlyIds: [TaskID]
+    var acknowledgedIds: [TaskID]
   }
 
   /// 100 tasks added and the store closed (its checkpoint: everything, flushed), then a writer
@@ -37,7 +37,7 @@ import Testing
     var configuration = FerryStore.Configuration()
     configuration.writeAheadSegment = true
     let store = try await FerryStore.open(at: path, configuration: configuration)
-    var earlyIds: [UInt64] = []
+    var earlyIds: [TaskID] = []
     for i in 0..<100 { earlyIds.append(try await store.queue.add(tag: "early", payload: ["n": i])) }
     let settledHead = try store.log.head()
     store.close()
@@ -47,8 +47,8 @@ import Testing
     writer.killAbruptly()
     let said = writer.finish().stdout
     if cut { try settled.write(to: URL(fileURLWithPath: path + "/data.mdb")) }
-    let acknowledged = said.split(separator: "\n").compactMap { line -> UInt64? in
-      line.hasPrefix("ack ") ? line.split(separator: " ").dropFirst().first.flatMap { UInt64($0) } : nil
+    let acknowledged = said.split(separator: "\n").compactMap { line -> TaskID? in
+      line.hasPrefix("ack ") ? line.split(separator: " ").dropFirst().first.flatMap { TaskID(String($0)) } : nil
     }
     return Killed(settledHead: settledHead, earlyIds: earlyIds, acknowledgedIds: acknowledged)
   }

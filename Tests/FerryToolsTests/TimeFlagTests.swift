@@ -35,7 +35,7 @@ import Testing
   }
 
   /// A store for the command-line tests: one task that failed retryably (a retry time to show).
-  static func storeWithARetry() async throws -> (demo: DemoStore, id: UInt64) {
+  static func storeWithARetry() async throws -> (demo: DemoStore, id: TaskID) {
     let demo = DemoStore()
     let store = try await FerryStore.open(at: demo.path)
     let id = try await store.queue.add(tag: "flaky", payload: ["n": 1])

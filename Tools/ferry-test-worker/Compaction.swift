@@ -64,7 +64,7 @@ let compactionModes: [String: Mode] = [
         at: call.directory, configuration: storeConfiguration(existing: true, segment: segment))
       if action.hasPrefix("forget:") {
         try await store.ledger.forget(String(action.dropFirst("forget:".count)))
-      } else if action.hasPrefix("cancel:"), let id = UInt64(action.dropFirst("cancel:".count)) {
+      } else if action.hasPrefix("cancel:"), let id = TaskID(String(action.dropFirst("cancel:".count))) {
         try await store.queue.cancel(id)
       } else if action.hasPrefix("run:") {
         let runner = TaskRunner(queue: store.queue)

@@ -61,7 +61,8 @@ let queueModes: [String: Mode] = [
         seed = seed &* 6364136223846793005 &+ 1442695040888963407
         let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
         let dataId = "d\(i % 3)"
-        let id = try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, unique: policy)
+        let id = try await queue.add(
+          tag: "job", payload: ["kind": "ok"], dataId: dataId, options: [.unique(policy)])
         say("ack \(id) \(policy == .keep ? "keep" : "replace") \(dataId)")
       }
       queue.close()

@@ -72,7 +72,7 @@ let runModes: [String: Mode] = [
         return .succeeded(output: try TaskOutput("srv-\(task.id)"), invalidating: ["notes"])
       }
       runner.register(tag: "edit") { task in
-        guard let create = UInt64(try task.payload(as: [String: String].self)["create"] ?? ""),
+        guard let create = TaskID(try task.payload(as: [String: String].self)["create"] ?? ""),
           let output = try store.queue.output(of: create)
         else { return .recordError("no server id") }
         say("edit \(task.id) \(try output.decode(as: String.self)) \(task.idempotencyKey)")
@@ -137,7 +137,7 @@ let runModes: [String: Mode] = [
   // ATTEMPT" and succeed; says "waiting" before and "outcome OUTCOME" after.
   "run-one": Mode(usage: "DIR ID") { call in
     call.expect(1...1)
-    let id = call.number(0, as: UInt64.self)
+    let id = TaskID(rawValue: call.number(0, as: UInt64.self))
     call.runAsync {
       let queue = try await TaskQueue.open(at: call.directory)
       let runner = TaskRunner(queue: queue)
@@ -158,7 +158,7 @@ let runModes: [String: Mode] = [
   // ATTEMPT" and, by RESULT, succeeds ("ok") or fails retryably after 200 ms ("retry"); says
   // "outcome OUTCOME" and exits without running anything else.
   "run-one-with-result": Mode(usage: "DIR ID TAGS ok|retry") { call in
-    guard call.words.count == 3, let id = UInt64(call.words[0]) else {
+    guard call.words.count == 3, let id = TaskID(call.words[0]) else {
       say("failed usage")
       call.usageError()
     }

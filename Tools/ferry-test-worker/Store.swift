@@ -25,7 +25,7 @@ let storeModes: [String: Mode] = [
     let action: OperatorAction
     switch (call.word(0), call.word(1)) {
     case ("cancel-group", let group?): action = .cancelGroup(group)
-    case ("cancel", let id?): action = .cancel([UInt64(id) ?? 0])
+    case ("cancel", let id?): action = .cancel([TaskID(id) ?? TaskID(rawValue: 0)])
     case ("pause", nil): action = .pause
     case ("resume", nil): action = .resume
     default: call.usageError()

@@ -37,7 +37,7 @@ enum QueueCommand {
       }
     }
     let events = cancelledDuringRun.map { TaskEvent.cancelled($0).newEvent } + [event.newEvent]
-    guard let id = try context.append(events).last else {
+    guard let id = try context.append(events).last.map(TaskID.init(rawValue:)) else {
       throw FerryError.invalidArgument("the add appended nothing")
     }
     return .added(id, replaced: replaced)
@@ -105,7 +105,7 @@ enum QueueCommand {
     switch selection {
     case .all:
       try queue.tables.scan("tasks", from: nil) { key, _ in
-        if let id = UInt64(bigEndianBytes: key) { candidates.append(id) }
+        if let id = TaskID(bigEndianBytes: key) { candidates.append(id) }
         return true
       }
     case .group(let groupId):
@@ -123,7 +123,7 @@ enum QueueCommand {
       var failure: PayloadError?
       try queue.tables.scan("tasks", from: nil) { key, value in
         guard value.starts(with: encoded) else { return true }
-        guard let id = UInt64(bigEndianBytes: key) else {
+        guard let id = TaskID(bigEndianBytes: key) else {
           failure = PayloadError("a task key has \(key.count) bytes")
           return false
         }
@@ -173,7 +173,7 @@ enum QueueCommand {
     let next = try row.flatMap { row in try repeating(id, row, after: outcome, now: now, context) }
     if let next { events.append(next.newEvent) }
     let sequences = try context.append(events)
-    if next != nil { repetition = sequences.last }
+    if next != nil { repetition = sequences.last.map(TaskID.init(rawValue:)) }
     return .logged
   }
 
@@ -225,7 +225,7 @@ enum QueueCommand {
     var result: [(TaskID, TaskRow.Claim)] = []
     var failure: (any Error)?
     try tables.tables.scan("running", from: nil) { key, value in
-      guard let id = UInt64(bigEndianBytes: key) else {
+      guard let id = TaskID(bigEndianBytes: key) else {
         failure = PayloadError("a running key has \(key.count) bytes")
         return false
       }

@@ -222,7 +222,7 @@ package enum TaskEvent: Equatable, Sendable {
   /// What observers are told when the event at `sequence` is logged.
   func updates(sequence: UInt64) -> [TaskUpdate] {
     switch self {
-    case .added: return [.added(sequence)]
+    case .added: return [.added(TaskID(rawValue: sequence))]
     case .runStarted(let id, let attempt, _, _, _): return [.running(id, attempt: attempt)]
     case .runSucceeded(let id, _): return [.succeeded(id)]
     case .runDeferred(let id, let reason): return [.deferred(id, reason: reason)]
@@ -297,11 +297,12 @@ package enum TaskEvent: Equatable, Sendable {
           priority: priority, deadline: deadline, schedule: AddSchedule(startAt: startAt, interval: interval))
       case "task.runStarted":
         decoded = .runStarted(
-          try reader.read(UInt64.self, "taskId"), attempt: try reader.read(UInt32.self, "attempt"),
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")),
+          attempt: try reader.read(UInt32.self, "attempt"),
           owner: try reader.readString("owner"), runner: try reader.read(UInt32.self, "runner"),
-          batch: try reader.readOptional(UInt64.self, "batch"))
+          batch: try reader.readOptional(UInt64.self, "batch").map(TaskID.init(rawValue:)))
       case "task.runSucceeded":
-        let id = try reader.read(UInt64.self, "taskId")
+        let id = TaskID(rawValue: try reader.read(UInt64.self, "taskId"))
         var details = SuccessDetails.none
         if try reader.readBool("hasOutput") {
           // Kept in the fold too: the projection stores it (`outputs`).
@@ -314,24 +315,26 @@ package enum TaskEvent: Equatable, Sendable {
         decoded = .runSucceeded(id, details: details)
       case "task.runDeferred":
         decoded = .runDeferred(
-          try reader.read(UInt64.self, "taskId"), reason: try reader.readString("reason"))
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")), reason: try reader.readString("reason"))
       case "task.runFailed":
         decoded = .runFailed(
-          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")), message: try reader.readString("message"),
           retryable: try reader.readBool("retryable"),
           nextEligibleAt: try reader.readOptional(Int64.self, "nextEligibleAt"))
-      case "task.runInterrupted": decoded = .runInterrupted(try reader.read(UInt64.self, "taskId"))
+      case "task.runInterrupted":
+        decoded = .runInterrupted(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.errorRecorded":
         decoded = .errorRecorded(
-          try reader.read(UInt64.self, "taskId"), message: try reader.readString("message"),
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")), message: try reader.readString("message"),
           endsRun: try reader.readBool("endsRun"))
-      case "task.errorResolved": decoded = .errorResolved(try reader.read(UInt64.self, "taskId"))
-      case "task.cancelled": decoded = .cancelled(try reader.read(UInt64.self, "taskId"))
-      case "task.expired": decoded = .expired(try reader.read(UInt64.self, "taskId"))
-      case "task.revived": decoded = .revived(try reader.read(UInt64.self, "taskId"))
+      case "task.errorResolved":
+        decoded = .errorResolved(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
+      case "task.cancelled": decoded = .cancelled(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
+      case "task.expired": decoded = .expired(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
+      case "task.revived": decoded = .revived(TaskID(rawValue: try reader.read(UInt64.self, "taskId")))
       case "task.payloadUpdated":
         decoded = .payloadUpdated(
-          try reader.read(UInt64.self, "taskId"),
+          TaskID(rawValue: try reader.read(UInt64.self, "taskId")),
           payload: keepingPayload ? try reader.readBytes("payload") : try reader.skipBytes("payload"))
       case "queue.cleared": decoded = .cleared
       case "queue.paused": decoded = .paused

@@ -326,40 +326,45 @@ public final class TaskQueue: Sendable {
 
   /// Adds a task and returns its id once the add is durable.
   ///
+  /// `options` (``TaskOptions``) say how it runs when that is not the default:
+  ///
+  /// ```swift
+  /// try await queue.add(tag: "upload", payload: photo, options: [.manual, .priority(.high)])
+  /// ```
+  ///
   /// With ``UniquePolicy/keep`` and a queued task of the same tag and `dataId` that is not dead,
   /// nothing is added and that task's id is returned. With ``UniquePolicy/replace`` those tasks
   /// leave the queue first (see ``UniquePolicy`` for twins that are running). Unique policies
   /// need a `dataId`.
   ///
-  /// `priority`: among the tasks that may start, a pass claims the more urgent first (within a
-  /// priority: due retries by retry time, then by id). It never reorders a group: a group's tasks
-  /// run in id order, and its head competes with its own priority.
+  /// ``TaskOption/priority(_:)``: among the tasks that may start, a pass claims the more urgent
+  /// first (within a priority: due retries by retry time, then by id). It never reorders a group:
+  /// a group's tasks run in id order, and its head competes with its own priority.
   ///
-  /// `deadline`: no run of the task starts after it (on the store's clock, to the millisecond). A
-  /// task still queued then — ready, waiting, blocked, dead, manual or behind its group's head —
-  /// leaves the queue with a logged `task.expired` when a claim meets it or a pass sweeps it
-  /// (``RunOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the deadline
-  /// is not interrupted; if it fails, no retry starts after the deadline.
+  /// ``TaskOption/deadline(_:)``: no run of the task starts after it (on the store's clock, to the
+  /// millisecond). A task still queued then — ready, waiting, blocked, dead, manual or behind its
+  /// group's head — leaves the queue with a logged `task.expired` when a claim meets it or a pass
+  /// sweeps it (``RunOutcome/expired``, ``TaskUpdate/expired(_:)``). A run already under way at the
+  /// deadline is not interrupted; if it fails, no retry starts after the deadline.
   ///
-  /// `schedule`: when its first run may start, and whether it repeats (``TaskSchedule``). A
-  /// repeating task can be neither manual, in a group, nor have a deadline; a deadline must come
-  /// after the start.
+  /// ``TaskOption/schedule(_:)``: when its first run may start, and whether it repeats
+  /// (``TaskSchedule``). A repeating task can be neither manual, in a group, nor have a deadline;
+  /// a deadline must come after the start.
   @discardableResult
   public func add<Payload: Encodable & Sendable>(
-    tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
-    schedule: TaskSchedule = .now
+    tag: String, payload: Payload, dataId: String? = nil, groupId: String? = nil, options: TaskOptions = []
   ) async throws(FerryError) -> TaskID {
     try await engine {
       try Self.validate(tag, name: "tag", max: Self.maxTagLength)
       if let dataId { try Self.validate(dataId, name: "dataId", max: Self.maxIdLength) }
       if let groupId { try Self.validate(groupId, name: "groupId", max: Self.maxIdLength) }
+      let unique = options.unique
       if unique != .append && dataId == nil {
         throw FerryError.invalidArgument("the unique policy \(unique) needs a dataId to compare tasks by")
       }
-      let deadlineMilliseconds = try deadline.map(Self.milliseconds(deadline:))
-      let stored = try schedule.resolved(now: clock())
-      if stored.interval != nil && (manual || deadline != nil || groupId != nil) {
+      let deadlineMilliseconds = try options.deadline.map(Self.milliseconds(deadline:))
+      let stored = try options.schedule.resolved(now: clock())
+      if stored.interval != nil && (options.manual || options.deadline != nil || groupId != nil) {
         // In a group, each repetition would wait at the group's end and hold what is added after it.
         throw FerryError.invalidArgument(
           "a repeating task can be neither manual, in a group, nor have a deadline")
@@ -369,13 +374,13 @@ public final class TaskQueue: Sendable {
       }
       let bytes = try Self.encode(payload)
       let event = TaskEvent.added(
-        tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-        priority: priority.rawValue, deadline: deadlineMilliseconds, schedule: stored)
+        tag: tag, payload: bytes, dataId: dataId, groupId: groupId, manual: options.manual, unique: unique,
+        priority: options.priority.rawValue, deadline: deadlineMilliseconds, schedule: stored)
       if unique == .append {
-        let sequence = try await log.append(event.newEvent)
-        observer.added(sequence, tag: tag, groupId: groupId)
-        publish(.added(sequence))
-        return sequence
+        let id = TaskID(rawValue: try await log.append(event.newEvent))
+        observer.added(id, tag: tag, groupId: groupId)
+        publish(.added(id))
+        return id
       }
       // Keep and replace depend on what is queued: decided inside the commit.
       switch try await log.execute({ context in try QueueCommand.add(event, context) }) {
@@ -606,7 +611,7 @@ public final class TaskQueue: Sendable {
     try engine {
       try queueTables { queue in
         try queue.tables.entries("errors").map { entry in
-          guard let id = UInt64(bigEndianBytes: entry.key) else {
+          guard let id = TaskID(bigEndianBytes: entry.key) else {
             throw PayloadError("an error key is malformed")
           }
           return try Self.decodeError(id, entry.value)
@@ -657,7 +662,7 @@ public final class TaskQueue: Sendable {
   ///   when the read fails.
   public func history(of id: TaskID) throws(FerryError) -> [TaskHistoryEntry] {
     try engine {
-      guard let added = try log.event(at: id), added.type == "task.added" else {
+      guard let added = try log.event(at: id.rawValue), added.type == "task.added" else {
         throw FerryError.noSuchTask(id)
       }
       guard case .added(let tag, _, let dataId, _, _, _, _, _, _) = try TaskEvent(added) else {
@@ -690,7 +695,7 @@ public final class TaskQueue: Sendable {
         default: return false
         }
       }
-      try log.forEachEvent(from: id, chunkSize: 2000) { event in
+      try log.forEachEvent(from: id.rawValue, chunkSize: 2000) { event in
         if ended && !awaitingOutcome || !TaskEvent.typeSet.contains(event.type) { return }
         let decoded = try TaskEvent(event)
         if let cancel = heldCancel, !ended {
@@ -700,7 +705,8 @@ public final class TaskQueue: Sendable {
           entries.append(
             isReplace(decoded)
               ? TaskHistoryEntry(
-                sequence: event.sequence, timestampMs: event.timestamp, event: .replaced(by: event.sequence))
+                sequence: event.sequence, timestampMs: event.timestamp,
+                event: .replaced(by: TaskID(rawValue: event.sequence)))
               : cancel)
           // The event that ended the wait may be the run's outcome itself.
         }
@@ -717,14 +723,14 @@ public final class TaskQueue: Sendable {
         var kind = decoded.historyKind
         switch decoded {
         case .added:
-          if event.sequence == id {
+          if event.sequence == id.rawValue {
             about = id
           } else if !inRun, isReplace(decoded) {
             // A later add with `replace` took this task's place. (One whose run was under way is
             // cancelled by the replace command first, above; in logs written before that, a task
             // in a run was not replaced.)
             about = id
-            kind = .replaced(by: event.sequence)
+            kind = .replaced(by: TaskID(rawValue: event.sequence))
           } else {
             about = nil
           }
@@ -754,7 +760,7 @@ public final class TaskQueue: Sendable {
         case .cleared:
           ended = true
           awaitingOutcome = inRun
-        case .added: if event.sequence != id { ended = true }
+        case .added: if event.sequence != id.rawValue { ended = true }
         default: break
         }
         entries.append(entry)
@@ -856,7 +862,7 @@ public final class TaskQueue: Sendable {
   ) throws -> (bytes: [UInt8], key: EventID) {
     guard let logged = try event(sequence), let payload = try TaskEvent(logged).carriedPayload else {
       throw FerryError.malformedEvent(
-        sequence: sequence, type: sequence == id ? "task.added" : "task.payloadUpdated",
+        sequence: sequence, type: sequence == id.rawValue ? "task.added" : "task.payloadUpdated",
         reason: "the event holding queued task \(id)'s payload is missing from the log")
     }
     return (payload, logged.id)
@@ -869,26 +875,29 @@ public final class TaskQueue: Sendable {
   /// expires it instead of running it.
   ///
   /// - Parameters:
-  ///   - after: Ready tasks are looked for after this id (0: from the first).
+  ///   - after: Ready tasks are looked for after this id (nil: from the first).
   ///   - date: The time to decide by: the store's clock now when nil; taken to the millisecond, as the log
   ///     keeps times.
   /// - Returns: The task, or nil when none may start at `date`.
   /// - Throws: ``FerryError/closed`` or ``FerryError/suspended`` when the store is closed or suspended;
   ///   ``FerryError/notCurrent(_:)``, ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)``
   ///   when the read fails.
-  public func nextRunnable(after: TaskID = 0, at date: Date? = nil) throws(FerryError) -> PendingTask? {
+  public func nextRunnable(after: TaskID? = nil, at date: Date? = nil) throws(FerryError) -> PendingTask? {
     try engine {
       try probeNextRunnable(after: after, at: date?.unixMilliseconds).task
     }
   }
 
   /// ``nextRunnable(after:at:)`` with the count of index entries and rows it read.
-  func probeNextRunnable(after: TaskID = 0, at now: Int64? = nil) throws -> (task: PendingTask?, touched: Int)
-  {
+  func probeNextRunnable(
+    after: TaskID? = nil, at now: Int64? = nil
+  ) throws -> (task: PendingTask?, touched: Int) {
     let time = now ?? clock()
     return try queueTables { queue in
       var queue = queue
-      guard let id = try queue.nextRunnable(after: after, now: time) else { return (nil, queue.touched) }
+      guard let id = try queue.nextRunnable(after: after ?? .zero, now: time) else {
+        return (nil, queue.touched)
+      }
       return (try queue.row(id)?.task(id: id), queue.touched + 1)
     }
   }

@@ -67,7 +67,7 @@ struct TaskQueueProjection: InPlaceFolding {
         status: schedule.startAt == nil ? .ready : .waiting,
         eligibleAt: schedule.startAt, addedAt: timestamp, priority: priority, deadline: deadline,
         schedule: schedule)
-      let id = sequence
+      let id = TaskID(rawValue: sequence)
       // A new task's id is the largest yet: its row goes at the end of `tasks`.
       try QueueKey.withTask(id) { key in
         try row.withBytes { try tables.putLast("tasks", key: key, value: $0) }
@@ -195,7 +195,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
     // Payload updates are rare: an empty table is not searched.
     guard try !tables.isCertainlyEmpty("payloads"),
       let value = try tables.get("payloads", key: QueueKey.task(id))
-    else { return id }
+    else { return id.rawValue }
     guard let sequence = UInt64(bigEndianBytes: value) else {
       throw PayloadError("the payload entry of task \(id) has \(value.count) bytes")
     }
@@ -264,7 +264,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
       guard let id = found else { return nil }
       if try row(id)?.isQueued == true { return id }
       guard id < TaskID.max else { return nil }
-      from = QueueKey.group(groupId, id + 1)
+      from = QueueKey.group(groupId, id.next)
     }
   }
 
@@ -370,7 +370,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
       }
       // No id follows the largest (`after &+ 1` would wrap around to the first task).
       if found == nil && after < TaskID.max {
-        try tables.scan("ready", from: QueueKey.ready(level, after + 1)) { key, _ in
+        try tables.scan("ready", from: QueueKey.ready(level, after.next)) { key, _ in
           visited += 1
           if let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level { found = id }
           return false
@@ -433,7 +433,7 @@ struct QueueTables<Tables: ProjectionTableReading> {
     var heads: [String: TaskID?] = [:]
     try tables.scan("tasks", from: nil) { key, value in
       do {
-        guard let id = UInt64(bigEndianBytes: key) else {
+        guard let id = TaskID(bigEndianBytes: key) else {
           throw PayloadError("a task key has \(key.count) bytes")
         }
         let row = try TaskRow(value)

@@ -216,7 +216,7 @@ enum QueueKey {
 
   static func readyEntry(_ key: UnsafeRawBufferPointer) -> (level: UInt8, id: TaskID)? {
     guard key.count == 9, let id = UInt64(bigEndianBytes: key[1..<9]) else { return nil }
-    return (key[0], id)
+    return (key[0], TaskID(rawValue: id))
   }
 
   /// A time as 8 bytes that order by time: flipping the sign bit makes signed order byte order.
@@ -238,7 +238,7 @@ enum QueueKey {
     guard key.count == 17, let raw = UInt64(bigEndianBytes: key[1..<9]),
       let id = UInt64(bigEndianBytes: key[9..<17])
     else { return nil }
-    return (key[0], Int64(bitPattern: raw ^ (1 << 63)), id)
+    return (key[0], Int64(bitPattern: raw ^ (1 << 63)), TaskID(rawValue: id))
   }
 
   /// A `deadlines` key: the deadline, then the id.
@@ -253,7 +253,7 @@ enum QueueKey {
     guard key.count == 16, let raw = UInt64(bigEndianBytes: key[0..<8]),
       let id = UInt64(bigEndianBytes: key[8..<16])
     else { return nil }
-    return (Int64(bitPattern: raw ^ (1 << 63)), id)
+    return (Int64(bitPattern: raw ^ (1 << 63)), TaskID(rawValue: id))
   }
 
   /// A text as a u16 byte count and its UTF-8 bytes.
@@ -286,13 +286,13 @@ enum QueueKey {
   /// The task id at the end of an index key.
   static func trailingID(_ key: UnsafeRawBufferPointer) -> TaskID? {
     guard key.count >= 8 else { return nil }
-    return UInt64(bigEndianBytes: key[(key.count - 8)...])
+    return UInt64(bigEndianBytes: key[(key.count - 8)...]).map(TaskID.init(rawValue:))
   }
 
   /// Calls `body` with a task's key in temporary memory (``task(_:)`` without an array).
   @inline(__always)
   static func withTask<R>(_ id: TaskID, _ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
-    try withUnsafeBytes(of: id.bigEndian, body)
+    try withUnsafeBytes(of: id.rawValue.bigEndian, body)
   }
 
   /// Calls `body` with a `ready` key in temporary memory (``ready(_:_:)`` without an array).
@@ -302,7 +302,7 @@ enum QueueKey {
     var raw: (UInt64, UInt64) = (0, 0)
     return try withUnsafeMutableBytes(of: &raw) { buffer in
       buffer.storeBytes(of: level, toByteOffset: 0, as: UInt8.self)
-      buffer.storeBytes(of: id.bigEndian, toByteOffset: 1, as: UInt64.self)
+      buffer.storeBytes(of: id.rawValue.bigEndian, toByteOffset: 1, as: UInt64.self)
       return try body(UnsafeRawBufferPointer(rebasing: buffer[0..<9]))
     }
   }
@@ -338,6 +338,8 @@ private struct KeyWriter {
     buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: UInt64.self)
     offset += 8
   }
+
+  mutating func append(bigEndian id: TaskID) { append(bigEndian: id.rawValue) }
 
   /// A text as a u16 byte count and its UTF-8 bytes.
   mutating func append(prefixed text: String) {

@@ -5,10 +5,11 @@ import Foundation
 ///
 /// ```swift
 /// // Send the reminder at 9:00, not before.
-/// try await queue.add(tag: "remind", payload: reminder, schedule: .at(nineOClock))
+/// try await queue.add(tag: "remind", payload: reminder, options: [.schedule(.at(nineOClock))])
 /// // Sync the inbox every 15 minutes; `keep` makes the add at every launch a no-op once queued.
 /// try await queue.add(
-///   tag: "sync-inbox", payload: Inbox(), dataId: "inbox", unique: .keep, schedule: .every(.seconds(900)))
+///   tag: "sync-inbox", payload: Inbox(), dataId: "inbox",
+///   options: [.unique(.keep), .schedule(.every(.seconds(900)))])
 /// ```
 ///
 /// Times are on the store's clock, to the millisecond, and stored in the task's `task.added`: a

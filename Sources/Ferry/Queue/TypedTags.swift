@@ -16,17 +16,13 @@ import Foundation
 
 extension TaskQueue {
   /// Adds a task whose tag is `tag.rawValue` (see
-  /// ``add(tag:payload:dataId:groupId:manual:unique:priority:deadline:schedule:)``).
+  /// ``add(tag:payload:dataId:groupId:options:)-(String,_,_,_,_)``).
   @discardableResult
   public func add<Tag: RawRepresentable, Payload: Encodable & Sendable>(
-    tag: Tag, payload: Payload, dataId: String? = nil, groupId: String? = nil, manual: Bool = false,
-    unique: UniquePolicy = .append, priority: TaskPriority = .normal, deadline: Date? = nil,
-    schedule: TaskSchedule = .now
+    tag: Tag, payload: Payload, dataId: String? = nil, groupId: String? = nil, options: TaskOptions = []
   ) async throws(FerryError) -> TaskID where Tag.RawValue == String {
     try await engine {
-      try await add(
-        tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, manual: manual, unique: unique,
-        priority: priority, deadline: deadline, schedule: schedule)
+      try await add(tag: tag.rawValue, payload: payload, dataId: dataId, groupId: groupId, options: options)
     }
   }
 

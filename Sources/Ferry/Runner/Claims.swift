@@ -123,7 +123,7 @@ enum ClaimSearch {
   ) throws -> ClaimStep.Found? {
     let queue = try QueueCommand.tables(context)
     guard let head = try queue.head(of: group), let row = try queue.row(head),
-      head <= cursors.ready[row.level] ?? 0
+      head <= cursors.ready[row.level] ?? .zero
     else { return nil }
     return try consider(
       head, context, queue, pass: pass, handlers: handlers, owner: owner, runner: runner, now: now,
@@ -269,14 +269,16 @@ enum ClaimSearch {
         return step
       }
       var first: (key: [UInt8], id: TaskID)?
-      if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? 0 { first = ([], firstReady) }
+      if noRetries, let firstReady, firstReady > step.cursors.ready[level] ?? .zero {
+        first = ([], firstReady)
+      }
       let ready = try walk(
         first: first,
         { size in
           var entries: [(key: [UInt8], id: TaskID)] = []
-          let cursor = step.cursors.ready[level] ?? 0
+          let cursor = step.cursors.ready[level] ?? .zero
           if cursor == TaskID.max { return entries }  // no id follows the largest
-          try queue.tables.scan("ready", from: QueueKey.ready(level, cursor + 1)) { key, _ in
+          try queue.tables.scan("ready", from: QueueKey.ready(level, cursor.next)) { key, _ in
             guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
             if id > cursor { entries.append(([], id)) }
             return entries.count < size
@@ -347,7 +349,7 @@ enum ClaimSearch {
       var after = id
       while members.count < size && after < TaskID.max {
         var next: TaskID?
-        try queue.tables.scan("groups", from: QueueKey.group(group, after + 1)) { key, _ in
+        try queue.tables.scan("groups", from: QueueKey.group(group, after.next)) { key, _ in
           if key.count == prefix.count + 8 && key.starts(with: prefix) { next = QueueKey.trailingID(key) }
           return false
         }
@@ -363,12 +365,12 @@ enum ClaimSearch {
     // `ready`, and only at keys the scan has passed); the pass's cursor is not moved, so tasks of
     // other tags stay for its walk. The search ends when the batch is full or `scanLimit` keys
     // did not join it: the keys that join cost what they claim, so a batch of 1000 fills.
-    var after = cursors.ready[level] ?? 0
+    var after = cursors.ready[level] ?? .zero
     var passedOver = 0
     while members.count < size && passedOver < scanLimit && after < TaskID.max {
       var ids: [TaskID] = []
       let chunk = min(64, size - members.count + scanLimit - passedOver)
-      try queue.tables.scan("ready", from: QueueKey.ready(level, after + 1)) { key, _ in
+      try queue.tables.scan("ready", from: QueueKey.ready(level, after.next)) { key, _ in
         guard let (keyLevel, id) = QueueKey.readyEntry(key), keyLevel == level else { return false }
         ids.append(id)
         return ids.count < chunk

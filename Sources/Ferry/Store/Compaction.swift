@@ -62,7 +62,7 @@ extension FerryStore {
         // Rows are decoded only when some success left an output: most stores have none.
         let hasOutputs = try !tables.isCertainlyEmpty("outputs")
         try tables.scan("tasks", from: nil) { key, value in
-          if let id = UInt64(bigEndianBytes: key) { ids.insert(id) }
+          if let id = TaskID(bigEndianBytes: key) { ids.insert(id) }
           if hasOutputs, let row = try? TaskRow(value) {
             if let group = row.groupId { groups.insert(group) }
             if let dataId = row.dataId { dataIds.insert(dataId) }
@@ -73,7 +73,7 @@ extension FerryStore {
         // task shares its group or data id (it may read it): kept like a queued task.
         if hasOutputs {
           try tables.scan("outputs", from: nil) { key, value in
-            guard let id = UInt64(bigEndianBytes: key),
+            guard let id = TaskID(bigEndianBytes: key),
               let entry = try? QueueTables<ProjectionReader>.outputEntry(Array(value))
             else { return true }
             if entry.groupId.map(groups.contains) == true || entry.dataId.map(dataIds.contains) == true {
@@ -145,7 +145,7 @@ struct RetentionPlan: Sendable {
     guard TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) else { return }
     let task: TaskID
     switch decoded {
-    case .added: task = event.sequence
+    case .added: task = TaskID(rawValue: event.sequence)
     case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
       .runInterrupted(let id), .runDeferred(let id, _), .errorRecorded(let id, _, _), .errorResolved(let id),
       .cancelled(let id),
@@ -153,7 +153,7 @@ struct RetentionPlan: Sendable {
       task = id
     case .cleared, .paused, .resumed: return
     }
-    guard task <= head else { return }
+    guard task.rawValue <= head else { return }
     finishedTaskDecision[task] = false
     lowestKeptTask = min(lowestKeptTask ?? task, task)
   }
@@ -186,7 +186,7 @@ struct RetentionPlan: Sendable {
     if TaskEvent.typeSet.contains(event.type), let decoded = try? TaskEvent(event) {
       let task: TaskID?
       switch decoded {
-      case .added: task = event.sequence
+      case .added: task = TaskID(rawValue: event.sequence)
       case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .runFailed(let id, _, _, _),
         .runInterrupted(let id), .runDeferred(let id, _),
         .errorRecorded(let id, _, _), .errorResolved(let id), .cancelled(let id), .revived(let id),
@@ -194,7 +194,7 @@ struct RetentionPlan: Sendable {
         task = id
       case .cleared:
         // A tombstone: it stays while anything it shadows stays.
-        if let lowest = lowestKeptTask, lowest < event.sequence { return false }
+        if let lowest = lowestKeptTask, lowest.rawValue < event.sequence { return false }
         guard time < cutoff else { return false }
         clearedBelow = max(clearedBelow, event.sequence)
         return true
@@ -202,12 +202,12 @@ struct RetentionPlan: Sendable {
         defer { seenPauseOrResume = true }
         return seenPauseOrResume
       }
-      guard let task, task <= head else { return false }
+      guard let task, task.rawValue <= head else { return false }
       // A finished task's events go together, judged by its newest one (met first: the log is
       // walked newest first): timestamps written by different processes need not rise with the
       // sequence, and removing the middle of a history would leave an outcome without its run.
       if let decided = finishedTaskDecision[task] { return decided }
-      var removable = !pending.contains(task) && (task < clearedBelow || time < cutoff)
+      var removable = !pending.contains(task) && (task.rawValue < clearedBelow || time < cutoff)
       // A success that made a cache key stale, with no successful fetch of that key since, is the
       // only record that the cache is stale: a rebuild that cannot start from a snapshot (a
       // projection's new version, a damaged snapshot) replays what is left, and without it the

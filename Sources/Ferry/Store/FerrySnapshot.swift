@@ -47,7 +47,7 @@ extension FerryStore {
     let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
     let tasks = try queue.allTasks()
     let errors = try queue.tables.entries("errors").map { entry -> RecordedError in
-      guard let id = UInt64(bigEndianBytes: entry.key) else {
+      guard let id = TaskID(bigEndianBytes: entry.key) else {
         throw PayloadError("an error key is malformed")
       }
       return try TaskQueue.decodeError(id, entry.value)
@@ -129,7 +129,7 @@ public struct EventSummary: Sendable, Equatable {
       case .added(
         let tag, let payload, let dataId, let group, let manual, let unique, let priority, let deadline,
         let schedule):
-        taskId = event.sequence
+        taskId = TaskID(rawValue: event.sequence)
         groupId = group
         var parts = ["task \(event.sequence) added: tag \(tag)"]
         if let group { parts.append("group \(group)") }

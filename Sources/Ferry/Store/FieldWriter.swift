@@ -121,3 +121,14 @@ struct FieldWriter: FieldSink {
     if let value { write(value) }
   }
 }
+
+// A task id is stored as its bare sequence number (`Specs/task-events.md` §2).
+extension FieldSink {
+  mutating func write(_ id: TaskID) { write(id.rawValue) }
+  mutating func write(_ id: TaskID?) { write(id?.rawValue) }
+}
+
+extension FieldWriter {
+  /// Bytes an optional task id takes: a presence byte, then the id.
+  static func size(_ id: TaskID?) -> Int { size(id?.rawValue) }
+}

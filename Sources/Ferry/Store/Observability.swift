@@ -232,7 +232,7 @@ final class QueueObserver: Sendable {
           let queue = QueueTables(try view.tables(of: TaskQueueProjection.projectionName))
           var first: TaskID?
           try queue.tables.scan("tasks", from: nil) { key, _ in
-            first = UInt64(bigEndianBytes: key)
+            first = TaskID(bigEndianBytes: key)
             return false
           }
           let addedAt = try first.flatMap { try queue.row($0)?.addedAt }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Ferry
 import FerryTools
 
 struct Log: AsyncParsableCommand {
@@ -11,7 +12,7 @@ struct Log: AsyncParsableCommand {
   @Option(help: "First sequence number.") var from: UInt64 = 1
   @Option(help: "Last sequence number.") var to: UInt64?
   @Option(help: "Only events of this type (e.g. task.runFailed).") var type: String?
-  @Option(help: "Only events about this task id.") var task: UInt64?
+  @Option(help: "Only events about this task id.") var task: TaskID?
   @Option(help: "Only events about this cache key.") var key: String?
   @Option(help: "Only events appended since then: a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z).")
   var since: SinceFlag?

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Ferry
 import FerryTools
 
 /// The discussion every operator command shares.
@@ -38,7 +39,7 @@ struct Cancel: OperatorCommand {
       + "ferry cancel /tmp/groceries --group list")
 
   @OptionGroup var store: StoreArgument
-  @Argument(help: "Task ids to cancel.") var tasks: [UInt64] = []
+  @Argument(help: "Task ids to cancel.") var tasks: [TaskID] = []
   @Option(help: "Cancel every task with this tag that has no run under way.") var tag: String?
   @Option(help: "Cancel every task of this group that has no run under way.") var group: String?
   @OptionGroup var output: OperatorJSON
@@ -57,7 +58,7 @@ struct Cancel: OperatorCommand {
 
 /// Which tasks a revive or resolve changes: one id, or every one of a tag, of a group, or all.
 struct TaskChoice: ParsableArguments {
-  @Argument(help: "The task's id.") var task: UInt64?
+  @Argument(help: "The task's id.") var task: TaskID?
   @Option(help: "Every such task with this tag.") var tag: String?
   @Option(help: "Every such task of this group.") var group: String?
   @Flag(help: "Every such task in the queue.") var all = false

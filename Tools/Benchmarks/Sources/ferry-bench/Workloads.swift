@@ -247,7 +247,7 @@ func fill(
         var i = caller
         while i < count {
           ids.append(
-            try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i), schedule: schedule(i)))
+            try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i), options: [.schedule(schedule(i))]))
           i += callers
         }
         return ids
