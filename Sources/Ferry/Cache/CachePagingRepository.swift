@@ -153,7 +153,7 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   }
 
   /// The state now.
-  public func currentState() async throws -> CacheState<Cached> {
+  public func currentState() async throws(FerryError) -> CacheState<Cached> {
     Self.cachedState(try await first.currentState())
   }
 

@@ -103,7 +103,7 @@ public struct PendingTasksGate: Sendable {
   /// The collection's queued tasks: those that can still run by themselves (ready, running,
   /// waiting for a retry or for their group's head, deferred) — the gate waits for them — and
   /// those that cannot (dead, blocked by an error, manual, or behind one of those in their group).
-  func pendingTasks() throws -> (runnable: [PendingTask], stuck: [PendingTask]) {
+  func pendingTasks() throws(FerryError) -> (runnable: [PendingTask], stuck: [PendingTask]) {
     let tags = Set(runner.configuration.collections[collection] ?? [])
     let all = try runner.queue.pendingTasks()
     let byId = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
@@ -331,7 +331,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   /// The state now: the ledger's age of the key, the app's cached value, and the error of the
   /// last refresh when it failed after the last success.
-  public func currentState() async throws -> CacheState<Value> {
+  public func currentState() async throws(FerryError) -> CacheState<Value> {
     try await state(
       refreshing: ledger.inFlight.withLock { $0[slot] != nil }, error: lastError(), firstFetch: false,
       success: false)
@@ -352,7 +352,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func state(
     refreshing: Bool, error: RefreshError?, firstFetch: Bool, success: Bool, observed: Value?? = nil
-  ) async throws -> CacheState<Value> {
+  ) async throws(FerryError) -> CacheState<Value> {
     let content: CacheState<Value>.Content
     switch try ledger.state(key: key, maxAge: maxAge) {
     case .noCache: content = .noCache
