@@ -186,7 +186,7 @@ public final class CachePagingRepository<Page: Sendable, Cached: Sendable>: Send
   /// - Throws: A ``FerryError`` when the ledger or the gate's queue cannot be read: ``FerryError/closed`` or
   ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
   ///   ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)`` when the read fails.
-  public func currentState() async throws -> CacheState<Cached> {
+  public func currentState() async throws(FerryError) -> CacheState<Cached> {
     Self.cachedState(try await first.currentState())
   }
 

@@ -116,7 +116,7 @@ public struct PendingTasksGate: Sendable {
   /// The collection's queued tasks: those that can still run by themselves (ready, running,
   /// waiting for a retry or for their group's head, deferred) — the gate waits for them — and
   /// those that cannot (dead, blocked by an error, manual, or behind one of those in their group).
-  func pendingTasks() throws -> (runnable: [PendingTask], stuck: [PendingTask]) {
+  func pendingTasks() throws(FerryError) -> (runnable: [PendingTask], stuck: [PendingTask]) {
     let tags = Set(runner.configuration.collections[collection] ?? [])
     let all = try runner.queue.pendingTasks()
     let byId = Dictionary(all.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
@@ -370,7 +370,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
   /// - Throws: A ``FerryError`` when the ledger or the gate's queue cannot be read: ``FerryError/closed`` or
   ///   ``FerryError/suspended`` when the store is closed or suspended; ``FerryError/notCurrent(_:)``,
   ///   ``FerryError/damaged(path:message:)`` or ``FerryError/storage(_:)`` when the read fails.
-  public func currentState() async throws -> CacheState<Value> {
+  public func currentState() async throws(FerryError) -> CacheState<Value> {
     try await state(
       refreshing: ledger.inFlight.withLock { $0[slot] != nil }, error: lastError(), firstFetch: false,
       success: false)
@@ -391,7 +391,7 @@ public final class CacheRepository<Value: Sendable>: Sendable {
 
   private func state(
     refreshing: Bool, error: RefreshError?, firstFetch: Bool, success: Bool, observed: Value?? = nil
-  ) async throws -> CacheState<Value> {
+  ) async throws(FerryError) -> CacheState<Value> {
     let content: CacheState<Value>.Content
     switch try ledger.state(key: key, maxAge: maxAge) {
     case .noCache: content = .noCache

@@ -505,11 +505,22 @@ extension EventLog {
   /// process creating the same store at the same moment: both end up opening one store.
   private static func checkDirectory(_ path: String, configuration: Configuration) throws -> Place {
     let creating = !configuration.readOnly && configuration.createIfMissing
+    // C reads a path only up to its first NUL: "a\0b" would open or create the store at "a".
+    guard !path.utf8.contains(0) else {
+      throw FerryLogError.invalidConfiguration(reason: "a store's path must not contain a NUL character")
+    }
     var info = stat()
     if stat(path, &info) != 0 {
       let code = errno
       guard code == ENOENT else {
         if code == EACCES { throw FerryLogError.permissionDenied(path: path, detail: "cannot read \(path)") }
+        if code == ENOTDIR {
+          throw FerryLogError.notAStore(path: path, reason: "a part of its path is a file, not a directory")
+        }
+        if code == ENAMETOOLONG {
+          throw FerryLogError.invalidConfiguration(
+            reason: "the path \(path) is too long for the file system (\(path.utf8.count) bytes)")
+        }
         throw FerryLogError(LMDBError(code: code, operation: "reading \(path)"), path: path)
       }
       guard creating else { throw FerryLogError.noSuchStore(path: path) }
@@ -592,6 +603,11 @@ extension EventLog {
     case .invalid, .versionMismatch:
       return .notAStore(
         path: path, reason: "data.mdb is not an LMDB file this version can read (\(error.message))")
+    case _ where error.code == EISDIR:
+      // data.mdb was checked to be a file before LMDB opened it: the directory is the lock file.
+      return .damagedStore(
+        path: path,
+        reason: "its lock file lock.mdb is a directory, not a file: remove that directory (LMDB makes the file anew)")
     default: return FerryLogError(error, path: path)
     }
   }
