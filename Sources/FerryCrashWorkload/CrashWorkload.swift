@@ -199,7 +199,9 @@ func startRandomWriteback(_ path: String) {
 }
 
 /// A runner with the crash workloads' retry policy, drawing its jitter from the seeded `roll`.
-func crashRunner(_ store: FerryStore, roll: @escaping @Sendable () -> Double, maxConcurrentTasks: Int)
+func crashRunner(
+  _ store: FerryStore, roll: @escaping @Sendable () -> Double, maxConcurrentTasks: Int
+)
   -> TaskRunner
 {
   var configuration = TaskRunner.Configuration()

@@ -99,7 +99,8 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
           ferry.description
             + " (written by a newer Ferry or by another application; its CRC holds: this is not damage)")
       case .damaged, .ioError: return ToolError(.corruptRecord, ferry.description)
-      case .diskFull, .quotaExceeded, .unsupportedLMDB, .storage, .closed, .suspended, .cancelled, .notCurrent:
+      case .diskFull, .quotaExceeded, .unsupportedLMDB, .storage, .closed, .suspended, .cancelled,
+        .notCurrent:
         return ToolError(.storageError, ferry.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, ferry.description)
       case .needsRecovery: return ToolError(.needsRecovery, ferry.description)

@@ -18,18 +18,26 @@ import CFerryLMDB
 public struct DataFileCheck: Sendable, Equatable {
   /// One meta page.
   public struct Meta: Sendable, Equatable {
+    /// `mm_magic`: LMDB's magic number when the page is a meta page.
     public var magic: UInt32
+    /// `mm_version`: the data format version.
     public var version: UInt32
+    /// The page size the file was written with.
     public var pageSize: UInt32
+    /// `mm_mapsize`: the map size the writer last set.
     public var mapSize: UInt64
+    /// `mm_last_pg`: the last page in use.
     public var lastPage: UInt64
+    /// `mm_txnid`: the transaction that wrote this meta page.
     public var transaction: UInt64
     /// The root pages of LMDB's free-page database and of its main database (which names every
     /// other database); `~0` when empty.
     public var freeRoot: UInt64
+    /// The main database's root page (see `freeRoot`).
     public var mainRoot: UInt64
     /// The `md_flags` of those two databases.
     public var freeFlags: UInt16 = 0
+    /// The main database's `md_flags` (see `freeFlags`).
     public var mainFlags: UInt16 = 0
   }
 

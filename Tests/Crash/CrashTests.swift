@@ -108,7 +108,8 @@ struct HarnessRandom {
     var points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
     if segment {
       points += [
-        "segment.frameFlushed", "segment.frameFlushed", "segment.checkpointSynced", "segment.checkpointWritten",
+        "segment.frameFlushed", "segment.frameFlushed", "segment.checkpointSynced",
+        "segment.checkpointWritten",
         "segment.replay",
       ]
     }
@@ -154,7 +155,8 @@ struct HarnessRandom {
           besideEnvironment["FERRY_CRASH_POINT"] = "handler"
           besideEnvironment["FERRY_CRASH_AFTER"] = "\(1 + random.below(10))"
         }
-        beside = try BesideWorker(["runner", store, "\(random.next() % 1_000_000)"], environment: besideEnvironment)
+        beside = try BesideWorker(
+          ["runner", store, "\(random.next() % 1_000_000)"], environment: besideEnvironment)
         runners += 1
       }
       let run = try await runWorker(
@@ -163,7 +165,8 @@ struct HarnessRandom {
       if run.killed { kills += 1 }
       let besideLines = beside?.kill() ?? []
       // Both processes acknowledge what they see committed; an event is acknowledged once.
-      let newAcks = Array(Set(run.lines.filter { $0.hasPrefix("ack ") } + besideLines.filter { $0.hasPrefix("ack ") }))
+      let newAcks = Array(
+        Set(run.lines.filter { $0.hasPrefix("ack ") } + besideLines.filter { $0.hasPrefix("ack ") }))
       acks += newAcks
       acknowledged += newAcks.count
       let ackFile = base + "/acks-\(storeNumber).txt"
@@ -199,7 +202,8 @@ struct HarnessRandom {
       }
     }
     print(
-      (segment ? "crash (write-ahead segment): " : "crash: ") + "\(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
+      (segment ? "crash (write-ahead segment): " : "crash: ")
+        + "\(kills) kills, \(acknowledged) acknowledged events, \(lost) lost, \(violations.count) invariant violations"
         + " (\(runners) rounds with a second runner process)"
     )
     for violation in violations.prefix(20) { print("crash: \(violation)") }

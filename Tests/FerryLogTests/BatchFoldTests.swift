@@ -102,7 +102,8 @@ func programRows(_ log: EventLog) throws -> [String: [[UInt8]]] {
           let log = try store.open([TableProgram()])
           defer { log.close() }
           // One append: the live path still folds its events one at a time, in one commit.
-          _ = try await log.append(programs.map { NewEvent(type: "program", payload: TableProgram.encode($0)) })
+          _ = try await log.append(
+            programs.map { NewEvent(type: "program", payload: TableProgram.encode($0)) })
           live = try programRows(log)
           // verify folds the log into a scratch area in chunks and compares every row.
           let report = try log.verify()
@@ -150,7 +151,9 @@ func programRows(_ log: EventLog) throws -> [String: [[UInt8]]] {
     let log = try store.open([TableProgram()])
     defer { log.close() }
     var random = SeededRandom(seed: 0xFE44)
-    func bytes(_ count: Int, _ fill: UInt8) -> [UInt8] { (0..<count).map { fill &+ UInt8(truncatingIfNeeded: $0) } }
+    func bytes(_ count: Int, _ fill: UInt8) -> [UInt8] {
+      (0..<count).map { fill &+ UInt8(truncatingIfNeeded: $0) }
+    }
     try log.environment.write { txn in
       let target = try #require(log.core.projections.first)
       let a = try #require(target.databases["a"])

@@ -10,7 +10,8 @@ import Testing
 /// after each commit.
 @Suite struct CostPathTests {
   @Test func newIdsKeepTheVersion7LayoutAndSortByTheirBytes() async {
-    await propertyCheck(count: 300, input: Gen.int64(in: 0...(1 << 47)), Gen.int64(in: 0...(1 << 47))) { a, b in
+    await propertyCheck(count: 300, input: Gen.int64(in: 0...(1 << 47)), Gen.int64(in: 0...(1 << 47))) {
+      a, b in
       let first = EventID.make(milliseconds: a)
       let second = EventID.make(milliseconds: b)
       for (id, ms) in [(first, a), (second, b)] {
@@ -30,7 +31,8 @@ import Testing
   }
 
   @Test func idsOfAnyBytesKeepThem() async {
-    await propertyCheck(count: 200, input: Gen.uint8().array(of: 16...16), Gen.uint8().array(of: 16...16)) { a, b in
+    await propertyCheck(count: 200, input: Gen.uint8().array(of: 16...16), Gen.uint8().array(of: 16...16)) {
+      a, b in
       let x = try #require(EventID(bytes: a))
       let y = try #require(EventID(bytes: b))
       #expect(x.bytes == a)
@@ -42,7 +44,9 @@ import Testing
 
   @Test func stringsReadFromPayloadsAreTheStringsWritten() async {
     let pieces = ["a", "Zz09", "é", "日本語", "😀", "\u{0}", "\u{7F}", " ", "longer ascii text!"]
-    await propertyCheck(count: 300, input: Gen.element(of: pieces).array(of: 0...12), Gen.uint8().array(of: 0...20)) {
+    await propertyCheck(
+      count: 300, input: Gen.element(of: pieces).array(of: 0...12), Gen.uint8().array(of: 0...20)
+    ) {
       parts, bytes in
       let text = parts.compactMap { $0 }.joined()
       var writer = PayloadWriter()
@@ -58,7 +62,9 @@ import Testing
   }
 
   @Test func bytesThatAreNotUTF8AreRefusedAsAString() {
-    for bad: [UInt8] in [[0xFF], [0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0xC3], [0xED, 0xA0, 0x80], [0x80]] {
+    for bad: [UInt8] in [
+      [0xFF], [0x61, 0x62, 0x63, 0x64, 0x65, 0x66, 0x67, 0xC3], [0xED, 0xA0, 0x80], [0x80],
+    ] {
       var writer = PayloadWriter()
       writer.write(bytes: bad)
       var reader = PayloadReader(writer.bytes)
@@ -79,11 +85,14 @@ import Testing
       let log = try store.open()
       _ = try await log.append([
         NewEvent(type: "item.added", payload: [1]), NewEvent(type: "item.renamedLongName", payload: [2]),
-        NewEvent(type: "item.renamedLongName", schemaVersion: 2, payload: [3]), NewEvent(type: "item.added2", payload: []),
+        NewEvent(type: "item.renamedLongName", schemaVersion: 2, payload: [3]),
+        NewEvent(type: "item.added2", payload: []),
       ])
       log.close()
     }
-    let catalog = EventCatalog([.init("item.added"), .init("item.renamedLongName", version: 2, upcasters: [1: { $0 + [9] }])])
+    let catalog = EventCatalog([
+      .init("item.added"), .init("item.renamedLongName", version: 2, upcasters: [1: { $0 + [9] }]),
+    ])
     let log = try store.open(catalog: catalog)
     defer { log.close() }
     for (sequence, type, stored, payload) in [

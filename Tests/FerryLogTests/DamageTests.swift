@@ -144,7 +144,8 @@ struct DataFile {
       let check = try DataFile(store).check()
       guard let zero = check.metas[0], let one = check.metas[1] else { continue }
       let (older, olderTxn, newestTxn) =
-        zero.transaction < one.transaction ? (0, zero.transaction, one.transaction) : (1, one.transaction, zero.transaction)
+        zero.transaction < one.transaction
+        ? (0, zero.transaction, one.transaction) : (1, one.transaction, zero.transaction)
       // t−1 + 2 is t−1 with bit 1 set when bit 1 is clear: one bit flip away.
       if olderTxn & 2 == 0 && newestTxn == olderTxn + 1 && i >= 4 {
         slots = (older, olderTxn, newestTxn)
@@ -342,7 +343,8 @@ struct DataFile {
       #expect(reason.contains("met 19 records"), "\(reason)")
     }
     let report = try log.verify()
-    #expect(report.problems.contains { "\($0)".contains("holds 19 records") && $0.isDamage }, "\(report.problems)")
+    #expect(
+      report.problems.contains { "\($0)".contains("holds 19 records") && $0.isDamage }, "\(report.problems)")
   }
 
   @Test func twoProcessesCreatingOneStoreBothSucceed() async throws {
@@ -423,7 +425,8 @@ struct DataFile {
 
   /// A real full disk: a 2 MiB tmpfs (root only; skipped, saying so, where mounting is not allowed).
   @Test func aFullDiskIsATypedErrorAndLosesNothing() async throws {
-    let mountPoint = FileManager.default.temporaryDirectory.path + "/ferry-full-\(UUID().uuidString.prefix(8))"
+    let mountPoint =
+      FileManager.default.temporaryDirectory.path + "/ferry-full-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
     defer { try? FileManager.default.removeItem(atPath: mountPoint) }
     let mount = Process()
@@ -469,7 +472,8 @@ struct DataFile {
     }
     #expect(at == path)
     #expect("\(error)".contains("nothing acknowledged was lost"))
-    let reopened = try EventLog.open(at: path, configuration: EventLog.Configuration(projections: [CountByType()]))
+    let reopened = try EventLog.open(
+      at: path, configuration: EventLog.Configuration(projections: [CountByType()]))
     defer { reopened.close() }
     #expect(try reopened.head() == acknowledged.last)
     var seen = 0

@@ -5,7 +5,8 @@ import Testing
 
 /// The in-place replay refuses what the event path refuses, with the same error.
 @Suite(.timeLimit(.minutes(20))) struct InPlaceErrorTests {
-  func openError(_ store: TemporaryStore, _ projections: [any Projection], _ catalog: EventCatalog) -> String {
+  func openError(_ store: TemporaryStore, _ projections: [any Projection], _ catalog: EventCatalog) -> String
+  {
     do {
       let log = try store.open(projections, catalog: catalog)
       log.close()
@@ -15,7 +16,8 @@ import Testing
     }
   }
 
-  @Test(arguments: [0, 1, 2]) func unknownAndNewerRecordsFailAlikeInPlaceAndAsEvents(_ kind: Int) async throws {
+  @Test(arguments: [0, 1, 2]) func unknownAndNewerRecordsFailAlikeInPlaceAndAsEvents(_ kind: Int) async throws
+  {
     let store = TemporaryStore()
     let copy = TemporaryStore()
     defer {

@@ -32,7 +32,9 @@ struct EchoFields: InPlaceFolding {
   func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
     paths.events.add(1, ordering: .relaxed)
     let row = event.payload.withUnsafeBytes {
-      Self.row(type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id, payload: $0)
+      Self.row(
+        type: event.type, schemaVersion: event.schemaVersion, timestamp: event.timestamp, id: event.id,
+        payload: $0)
     }
     try tables.put("rows", key: event.sequence.bigEndianBytes, value: row)
   }
@@ -70,7 +72,8 @@ struct PlainCount: Projection {
     let store = TemporaryStore()
     defer { store.remove() }
     let catalog = EventCatalog([
-      .init("a"), .init("b", version: 2, upcasters: [1: { $0 + [0xB1] }]), .init("c", version: 3, upcasters: [1: { $0 + [1] }, 2: { $0 + [2] }]),
+      .init("a"), .init("b", version: 2, upcasters: [1: { $0 + [0xB1] }]),
+      .init("c", version: 3, upcasters: [1: { $0 + [1] }, 2: { $0 + [2] }]),
     ])
     do {
       // Old versions written before the catalog had the newer ones.
@@ -141,7 +144,8 @@ struct PlainCount: Projection {
     defer { store.remove() }
     do {
       let log = try store.open([])
-      _ = try await log.append((0..<5).map { NewEvent(type: "a", payload: Array(repeating: UInt8($0), count: 40)) })
+      _ = try await log.append(
+        (0..<5).map { NewEvent(type: "a", payload: Array(repeating: UInt8($0), count: 40)) })
       log.close()
     }
     try store.withRawEnvironment(["events"]) { env in

@@ -270,7 +270,9 @@ private struct LatestByType: Projection {
     let reads = try await log.execute { context -> [String?] in
       let tables = try context.tables(of: "latest")
       let key = Array("t".utf8)
-      func read() throws -> String? { try tables.value("latest", key: key) { String(decoding: $0, as: UTF8.self) } }
+      func read() throws -> String? {
+        try tables.value("latest", key: key) { String(decoding: $0, as: UTF8.self) }
+      }
       var seen: [String?] = [try read()]
       for payload in ["one", "two", "remove", "three"] {
         try context.append([NewEvent(type: "t", payload: Array(payload.utf8))])
@@ -287,7 +289,8 @@ private struct LatestByType: Projection {
         nil, "one", "3 bytes", "one", "two", "3 bytes", "two", nil, nil, nil, "three", "5 bytes", "three",
       ])
     // And a later transaction reads the same from the stored table.
-    #expect(try log.read { try $0.tables(of: "latest").get("latest", key: Array("t".utf8)) } == Array("three".utf8))
+    #expect(
+      try log.read { try $0.tables(of: "latest").get("latest", key: Array("t".utf8)) } == Array("three".utf8))
   }
 
   /// A decode that reads another row through `value` (the contract says it should not, but a
@@ -300,10 +303,12 @@ private struct LatestByType: Projection {
     let log = try store.open([PairTables()])
     defer { log.close() }
     _ = try await log.append([
-      NewEvent(type: "x", payload: Array("a:k1=one".utf8)), NewEvent(type: "x", payload: Array("b:k2=two".utf8)),
+      NewEvent(type: "x", payload: Array("a:k1=one".utf8)),
+      NewEvent(type: "x", payload: Array("b:k2=two".utf8)),
       NewEvent(type: "x", payload: Array("a:k3=three".utf8)),
     ])
-    let (absent, present, outer, leaked) = try await log.execute { context -> (String?, String?, String?, Bool) in
+    let (absent, present, outer, leaked) = try await log.execute {
+      context -> (String?, String?, String?, Bool) in
       let tables = try context.tables(of: "pair")
       weak var inner: Tracked?
       let outer = try tables.value("a", key: Array("k1".utf8)) { bytes -> String in
@@ -334,9 +339,12 @@ private struct LatestByType: Projection {
     let log = try store.open([RewritingDecode()])
     defer { log.close() }
     _ = try await log.append([
-      NewEvent(type: "seed", payload: Array("old".utf8)), NewEvent(type: "rewrite", payload: Array("new".utf8)),
+      NewEvent(type: "seed", payload: Array("old".utf8)),
+      NewEvent(type: "rewrite", payload: Array("new".utf8)),
     ])
-    #expect(try log.read { try $0.tables(of: "rewriting").get("seen", key: Array("after".utf8)) } == Array("new".utf8))
+    #expect(
+      try log.read { try $0.tables(of: "rewriting").get("seen", key: Array("after".utf8)) }
+        == Array("new".utf8))
   }
 }
 
@@ -355,7 +363,8 @@ private struct PairTables: Projection {
     let text = String(decoding: event.payload, as: UTF8.self)
     let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
     guard parts.count == 2 else { return }
-    try tables.put(String(parts[0].prefix(1)), key: Array(parts[0].dropFirst(2).utf8), value: Array(parts[1].utf8))
+    try tables.put(
+      String(parts[0].prefix(1)), key: Array(parts[0].dropFirst(2).utf8), value: Array(parts[1].utf8))
   }
 }
 

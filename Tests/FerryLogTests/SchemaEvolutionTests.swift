@@ -92,7 +92,9 @@ struct UpcastVector: Decodable {
     log.close()
     let environment = try Environment.open(path: store.path, databases: ["events"])
     let events = try environment.database("events")
-    try environment.write { txn in try txn.put(events, key: UInt64(1).bigEndianBytes, value: try bytes(hex: vector.hex)) }
+    try environment.write { txn in
+      try txn.put(events, key: UInt64(1).bigEndianBytes, value: try bytes(hex: vector.hex))
+    }
     environment.close()
     #expect((try bytes(hex: vector.hex)).first == 1)
 

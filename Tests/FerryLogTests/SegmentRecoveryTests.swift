@@ -71,7 +71,8 @@ import Testing
     /// blocking wait, which no time limit can cancel); returns how it ended.
     func waitForExit() -> (reason: Process.TerminationReason, status: Int32) {
       let deadline = DispatchTime.now() + .seconds(20 * 60)
-      DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in  // weakly: no descriptors held a minute
+      // weakly: no descriptors held a minute
+      DispatchQueue.global().asyncAfter(deadline: deadline) { [weak process] in
         if let process, process.isRunning { Foundation.kill(process.processIdentifier, SIGKILL) }
       }
       ended.wait()  // the output's reader reaps it (the only caller of waitUntilExit: see init)
@@ -147,7 +148,8 @@ import Testing
       log.close()
     }
     try FileManager.default.removeItem(atPath: mine.path + "/ferry-segment")
-    try FileManager.default.copyItem(atPath: theirs.path + "/ferry-segment", toPath: mine.path + "/ferry-segment")
+    try FileManager.default.copyItem(
+      atPath: theirs.path + "/ferry-segment", toPath: mine.path + "/ferry-segment")
     let before = try fileBytes(mine.path + "/data.mdb")
     do {
       let log = try mine.open(configure: segmentOn)
@@ -201,7 +203,8 @@ import Testing
     try FileManager.default.removeItem(atPath: store.path + "/ferry-open.lock")
     do {
       let log = try store.open([]) { $0.readOnly = true }
-      Issue.record("a read-only open read a store whose segment holds unreplayed commits (head \(try log.head()))")
+      Issue.record(
+        "a read-only open read a store whose segment holds unreplayed commits (head \(try log.head()))")
       log.close()
     } catch FerryLogError.needsRecovery {}
     let log = try store.open(configure: segmentOn)
@@ -223,15 +226,20 @@ import Testing
     let target = store.path + "/" + file
     try FileManager.default.removeItem(atPath: target)
     switch kind {
-    case "directory": try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
+    case "directory":
+      try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: false)
     case "fifo": #expect(mkfifo(target, 0o600) == 0)
-    case "device": try FileManager.default.createSymbolicLink(atPath: target, withDestinationPath: "/dev/zero")
-    default: try FileManager.default.createSymbolicLink(atPath: target, withDestinationPath: store.path + "/nothing")
+    case "device":
+      try FileManager.default.createSymbolicLink(atPath: target, withDestinationPath: "/dev/zero")
+    default:
+      try FileManager.default.createSymbolicLink(atPath: target, withDestinationPath: store.path + "/nothing")
     }
     let before = try fileBytes(store.path + "/data.mdb")
     for readOnly in [false, true] {
       do {
-        let log = try store.open { $0.writeAheadSegment = true; $0.readOnly = readOnly }
+        let log = try store.open {
+          $0.writeAheadSegment = true; $0.readOnly = readOnly
+        }
         // A dangling lock symlink is a lock file a read-write open may create; then the store opens.
         let tolerated = file == "ferry-open.lock" && kind == "dangling"
         if !tolerated { Issue.record("opened (read-only: \(readOnly)) with \(file) a \(kind)") }
@@ -285,7 +293,9 @@ import Testing
     let log = try store.open(configure: segmentOn)
     defer { log.close() }
     #expect(try log.head() == 1500)
-    for sequence in acknowledged { #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)")) }
+    for sequence in acknowledged {
+      #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)"))
+    }
     #expect(try log.verify().problems.isEmpty)
   }
 
@@ -420,7 +430,9 @@ import Testing
     _ = writer.kill()
     let segment = store.path + "/ferry-segment"
     var bytes = [UInt8](try fileBytes(segment))
-    func counter(_ slot: Int) -> UInt64 { UInt64(bigEndianBytes: bytes[slot * 512 + 8..<slot * 512 + 16]) ?? 0 }
+    func counter(_ slot: Int) -> UInt64 {
+      UInt64(bigEndianBytes: bytes[slot * 512 + 8..<slot * 512 + 16]) ?? 0
+    }
     let current = counter(0) > counter(1) ? 0 : 1
     bytes[current * 512 + 100] ^= 0x01
     try Data(bytes).write(to: URL(fileURLWithPath: segment))
@@ -466,9 +478,15 @@ import Testing
       }
     }
     for round in 0..<10 {
-      let first = try Worker(["segment-append", store.path, "1000000", Bool.random(using: &generator) ? "ON" : "OFF", "0", "\(Int.random(in: 1...40, using: &generator))"])
+      let first = try Worker([
+        "segment-append", store.path, "1000000", Bool.random(using: &generator) ? "ON" : "OFF", "0",
+        "\(Int.random(in: 1...40, using: &generator))",
+      ])
       try await first.wait(for: "ack ")
-      let second = try Worker(["segment-append", store.path, "1000000", Bool.random(using: &generator) ? "ON" : "OFF", "0", "\(Int.random(in: 1...40, using: &generator))"])
+      let second = try Worker([
+        "segment-append", store.path, "1000000", Bool.random(using: &generator) ? "ON" : "OFF", "0",
+        "\(Int.random(in: 1...40, using: &generator))",
+      ])
       try await second.wait(for: "ack ")
       try await Task.sleep(for: .milliseconds(Int.random(in: 0...150, using: &generator)))
       record(first.kill())
@@ -562,13 +580,16 @@ import Testing
       try await Task.sleep(for: .milliseconds(5))
     }
     // Being alone now (the first is dead), it is the one to settle the store.
-    #expect(second.said.contains("holding"), "the second open did not settle the store: \(second.said.suffix(1))")
+    #expect(
+      second.said.contains("holding"), "the second open did not settle the store: \(second.said.suffix(1))")
     let secondAcks = second.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }
 
     let log = try store.open(configure: segmentOn)
     defer { log.close() }
     #expect(try log.head() == UInt64(200 + secondAcks.count))
-    for sequence in acknowledged { #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)")) }
+    for sequence in acknowledged {
+      #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)"))
+    }
     #expect(try log.verify().problems.isEmpty)
   }
 
@@ -597,7 +618,9 @@ import Testing
     let log = try store.open(configure: segmentOn)
     defer { log.close() }
     #expect(try log.head() == UInt64(200 + openerAcks.count))
-    for sequence in acknowledged { #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)")) }
+    for sequence in acknowledged {
+      #expect(try log.event(at: sequence)?.payload == payload("worker \(sequence - 1)"))
+    }
     #expect(try log.verify().problems.isEmpty)
   }
 }

@@ -22,11 +22,17 @@ import Testing
     func wait(for line: String) async throws { try await worker.wait(for: line) }
 
     /// SIGKILLs it and returns the sequences it acknowledged.
-    func kill() -> [UInt64] { worker.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil } }
+    func kill() -> [UInt64] {
+      worker.kill().compactMap { $0.hasPrefix("ack ") ? UInt64($0.dropFirst(4)) : nil }
+    }
   }
 
   func format(_ store: TemporaryStore) throws -> UInt32? {
-    let env = try Environment.open(path: store.path, options: { var o = Environment.Options(); o.readOnly = true; return o }())
+    let env = try Environment.open(
+      path: store.path,
+      options: {
+        var o = Environment.Options(); o.readOnly = true; return o
+      }())
     defer { env.close() }
     try env.openDatabases(["meta"], create: false)
     let meta = try env.database("meta")
@@ -43,7 +49,10 @@ import Testing
       for caller in 0..<16 {
         group.addTask {
           var mine: [UInt64] = []
-          for i in 0..<40 { mine.append(try await log.append(NewEvent(type: "c\(caller % 3)", payload: payload("\(caller)-\(i)")))) }
+          for i in 0..<40 {
+            mine.append(
+              try await log.append(NewEvent(type: "c\(caller % 3)", payload: payload("\(caller)-\(i)"))))
+          }
           return mine
         }
       }
@@ -67,7 +76,8 @@ import Testing
   /// A segment half-made when its creator died (`ferry-segment.new`, never renamed into place) is
   /// removed by the next read-write open alone, whether it turns the segment on or not; a
   /// read-only open leaves it.
-  @Test(arguments: [false, true]) func aHalfMadeSegmentIsRemovedByTheNextOpenAlone(segment: Bool) async throws {
+  @Test(arguments: [false, true]) func aHalfMadeSegmentIsRemovedByTheNextOpenAlone(segment: Bool) async throws
+  {
     let store = TemporaryStore()
     defer { store.remove() }
     do {

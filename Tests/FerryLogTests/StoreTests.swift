@@ -44,7 +44,9 @@ import Testing
     log.close()
     try store.withRawEnvironment(["meta"]) { env in
       try env.write {
-        try $0.put(try env.database("meta"), key: Array("format".utf8), value: UInt32(EventLog.newestReadableFormat + 1).bigEndianBytes)
+        try $0.put(
+          try env.database("meta"), key: Array("format".utf8),
+          value: UInt32(EventLog.newestReadableFormat + 1).bigEndianBytes)
       }
     }
     let before = try Data(contentsOf: URL(fileURLWithPath: store.path + "/data.mdb"))
@@ -220,7 +222,8 @@ import Testing
     let (status, _) = try await runProduct("ferry-test-worker", ["append", store.path, "25"])
     #expect(status == 0)
     let writer = try #require(log.writer)
-    let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[String: UInt64], any Error>, Never>) in
+    let outcome = await withCheckedContinuation {
+      (continuation: CheckedContinuation<Result<[String: UInt64], any Error>, Never>) in
       let accepted = writer.submit(.exclusive { continuation.resume(returning: Result { try counts(log) }) })
       if !accepted { continuation.resume(returning: .failure(FerryLogError.closed)) }
     }
@@ -229,7 +232,8 @@ import Testing
       return
     }
     #expect(projection == "countByType")
-    #expect(!reason.contains("did not get to the read"), "the read on the writer's thread waited for it: \(reason)")
+    #expect(
+      !reason.contains("did not get to the read"), "the read on the writer's thread waited for it: \(reason)")
     // Off the writer's thread, the same read catches up.
     #expect(try counts(log) == ["local": 1, "worker.event": 25])
   }
@@ -272,7 +276,9 @@ import Testing
     let file = store.path + "/data.mdb"
     let bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
     let needle = Array("worker 12".utf8)
-    let offsets = (0...(bytes.count - needle.count)).filter { Array(bytes[$0..<($0 + needle.count)]) == needle }
+    let offsets = (0...(bytes.count - needle.count)).filter {
+      Array(bytes[$0..<($0 + needle.count)]) == needle
+    }
     try #require(!offsets.isEmpty)
     let handle = try FileHandle(forUpdating: URL(fileURLWithPath: file))
     for offset in offsets {

@@ -103,7 +103,9 @@ func runProduct(
 }
 
 /// Runs the executable at `path` (one of this package's or another, `taskset` say) the same way.
-func runCommand(_ path: String, _ arguments: [String], timeout: Duration = .seconds(20 * 60)) async throws -> (
+func runCommand(
+  _ path: String, _ arguments: [String], timeout: Duration = .seconds(20 * 60)
+) async throws -> (
   status: Int32, output: String
 ) {
   let process = Process()

@@ -11,7 +11,8 @@ import Testing
     defer { store.remove() }
     let log = try store.open { $0.rebuildChunkSize = 10 }
     defer { log.close() }
-    _ = try await log.append((1...35).map { NewEvent(type: "progress.event", payload: Array("event \($0)".utf8)) })
+    _ = try await log.append(
+      (1...35).map { NewEvent(type: "progress.event", payload: Array("event \($0)".utf8)) })
     var seen: [UInt64] = []
     var heads: Set<UInt64> = []
     let report = try log.verify { reached, head in
@@ -30,13 +31,17 @@ import Testing
     defer { store.remove() }
     let log = try store.open { $0.rebuildChunkSize = 10 }
     defer { log.close() }
-    _ = try await log.append((1...35).map { NewEvent(type: "progress.event", payload: Array("event \($0)".utf8)) })
+    _ = try await log.append(
+      (1...35).map { NewEvent(type: "progress.event", payload: Array("event \($0)".utf8)) })
     var seen: [UInt64] = []
     var targets: Set<UInt64> = []
-    let head = try log.withProjections(asOf: 27, progress: { reached, until in
-      seen.append(reached)
-      targets.insert(until)
-    }) { view in try view.head() }
+    let head = try log.withProjections(
+      asOf: 27,
+      progress: { reached, until in
+        seen.append(reached)
+        targets.insert(until)
+      }
+    ) { view in try view.head() }
     #expect(head == 27)
     #expect(seen == [10, 20, 27])
     #expect(targets == [27])
@@ -49,7 +54,8 @@ import Testing
     defer { store.remove() }
     let log = try store.open()
     defer { log.close() }
-    _ = try await log.append((1...25_000).map { NewEvent(type: "progress.event", payload: Array("e\($0)".utf8)) })
+    _ = try await log.append(
+      (1...25_000).map { NewEvent(type: "progress.event", payload: Array("e\($0)".utf8)) })
     let seen = Mutex<[[UInt64]]>([])
     let report = try await log.compact(
       removing: { $0.sequence <= 5 },

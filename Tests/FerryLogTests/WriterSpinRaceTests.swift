@@ -74,7 +74,9 @@ import Testing
   /// writer wins the race, so it polls) until close() — called from another task at an arbitrary
   /// moment — refuses them: every call ends (acknowledged, or `closed`), nothing hangs, and the log
   /// holds exactly the acknowledged events, once each. After close a submit is refused at once.
-  @Test(arguments: [false, true]) func closeRacingManyCallersAndAPollLosesAndRepeatsNothing(segment: Bool) async throws {
+  @Test(arguments: [false, true]) func closeRacingManyCallersAndAPollLosesAndRepeatsNothing(
+    segment: Bool
+  ) async throws {
     let store = TemporaryStore()
     defer { store.remove() }
     var acknowledged: [UInt64: String] = [:]
@@ -111,7 +113,9 @@ import Testing
       }
       for (mine, error) in results {
         for (sequence, text) in mine {
-          #expect(acknowledged.updateValue(text, forKey: sequence) == nil, "sequence \(sequence) acknowledged twice")
+          #expect(
+            acknowledged.updateValue(text, forKey: sequence) == nil, "sequence \(sequence) acknowledged twice"
+          )
         }
         if let error { #expect(isClosedError(error), "\(error)") }
       }
@@ -138,7 +142,8 @@ import Testing
     #expect(events.count == acknowledged.count, "the log holds events nobody was told of, or lost some")
     #expect(events.map(\.sequence) == Array(1...UInt64(events.count)))
     for event in events {
-      #expect(acknowledged[event.sequence] == String(decoding: event.payload, as: UTF8.self), "\(event.sequence)")
+      #expect(
+        acknowledged[event.sequence] == String(decoding: event.payload, as: UTF8.self), "\(event.sequence)")
     }
     #expect(Set(events.map(\.payload)).count == events.count)
     #expect(try counts(log) == ["x": UInt64(acknowledged.count)])
@@ -164,7 +169,9 @@ import Testing
     let count = 400
     let other = try SpinWorker(["spin-append", store.path, "\(count)", "2000", "bare"])
     async let heads = withThrowingTaskGroup(of: Int32.self) { group in
-      for _ in 0..<3 { group.addTask { try await runProduct("ferry-test-worker", ["log-head", store.path]).status } }
+      for _ in 0..<3 {
+        group.addTask { try await runProduct("ferry-test-worker", ["log-head", store.path]).status }
+      }
       var statuses: [Int32] = []
       for try await status in group { statuses.append(status) }
       return statuses
@@ -173,7 +180,12 @@ import Testing
     // The reading thread: plain reads (which fall back when the other process moved the log on),
     // and reads inside reads, until told to stop.
     let stop = Atomic<Bool>(false)
-    let readerOutcome = Mutex<(reads: Int, nested: Int, nestedRefused: Int, errors: [String], lastLocal: UInt64, lastWorker: UInt64, regressions: Int)>(
+    let readerOutcome = Mutex<
+      (
+        reads: Int, nested: Int, nestedRefused: Int, errors: [String], lastLocal: UInt64, lastWorker: UInt64,
+        regressions: Int
+      )
+    >(
       (0, 0, 0, [], 0, 0, 0))
     let readerDone = DispatchSemaphore(value: 0)
     Thread.detachNewThread {
@@ -258,7 +270,8 @@ import Testing
     print(
       "WriterSpinAttack reads: \(reader.reads) reads, \(reader.nested) nested served, \(reader.nestedRefused) refused,"
         + " \(log.readsRunInWriter) run in the writer; commands' reads \(commandReads); rebuilds \(rebuilds);"
-        + " spins here \(log.statistics.writerSpins) (\(log.statistics.writerSpinsCaught) caught), there \(other.spins ?? -1)")
+        + " spins here \(log.statistics.writerSpins) (\(log.statistics.writerSpinsCaught) caught), there \(other.spins ?? -1)"
+    )
   }
 
   // MARK: - Killed while polling
@@ -278,7 +291,8 @@ import Testing
       let polled = try await child.waitUntil { acks in
         acks.count >= wanted && (acks.last?.spins ?? 0) > 0 || acks.count >= 20_000
       }
-      #expect(polled && (child.acks.last?.spins ?? 0) > 0, "the child never polled: \(child.output.suffix(3))")
+      #expect(
+        polled && (child.acks.last?.spins ?? 0) > 0, "the child never polled: \(child.output.suffix(3))")
       child.kill()
       let acks = child.acks
       #expect(acks.count >= wanted)
@@ -288,7 +302,9 @@ import Testing
       let texts = events.map { String(decoding: $0.payload, as: UTF8.self) }
       #expect(events.map(\.sequence) == Array((base + 1)..<(base + 1 + UInt64(events.count))))
       // Exactly the acknowledged ones, in order, and at most the next (in flight when killed).
-      #expect(events.count == acks.count || events.count == acks.count + 1, "\(events.count) for \(acks.count) acks")
+      #expect(
+        events.count == acks.count || events.count == acks.count + 1, "\(events.count) for \(acks.count) acks"
+      )
       #expect(texts == (0..<events.count).map { "worker \($0)" })
       for ack in acks {
         #expect(ack.sequence == base + UInt64(ack.index) + 1, "ack \(ack)")
@@ -315,7 +331,8 @@ import Testing
     let store = TemporaryStore()
     defer { store.remove() }
     let (status, output) = try await runCommand(
-      "/usr/bin/taskset", ["-c", "0", productURL("ferry-test-worker").path, "spin-append", store.path, "300", "5000"])
+      "/usr/bin/taskset",
+      ["-c", "0", productURL("ferry-test-worker").path, "spin-append", store.path, "300", "5000"])
     #expect(status == 0, "\(output.suffix(300))")
     let lines = output.split(separator: "\n").map(String.init)
     // Foundation's count there is every processor online (it ignores the affinity mask on
@@ -365,7 +382,8 @@ struct SpinWorker {
   var acks: [Ack] {
     output.compactMap { line in
       let fields = line.split(separator: " ")
-      guard fields.count == 4, fields[0] == "ack", let sequence = UInt64(fields[1]), let index = Int(fields[2]),
+      guard fields.count == 4, fields[0] == "ack", let sequence = UInt64(fields[1]),
+        let index = Int(fields[2]),
         let spins = Int(fields[3])
       else { return nil }
       return Ack(sequence: sequence, index: index, spins: spins)

@@ -113,7 +113,9 @@ import Testing
     #expect(statistics.writerSpins > 0)
     #expect(statistics.writerSpinsCaught > 0)
     #expect(statistics.writerSpinsCaught <= statistics.writerSpins)
-    #expect(try log.events(after: 0, limit: 1_000).map { String(decoding: $0.payload, as: UTF8.self) } == (0..<300).map { "\($0)" })
+    #expect(
+      try log.events(after: 0, limit: 1_000).map { String(decoding: $0.payload, as: UTF8.self) }
+        == (0..<300).map { "\($0)" })
   }
 
   /// After a pause longer than four windows the writer sleeps at once: a store that is written now

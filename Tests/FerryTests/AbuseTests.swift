@@ -74,7 +74,8 @@ import Testing
 func endsWithin<R: Sendable>(
   _ seconds: Int, _ body: @escaping @Sendable () async throws -> R
 ) async -> Result<R, any Error>? {
-  let answer = Mutex<(done: Bool, continuation: CheckedContinuation<Result<R, any Error>?, Never>?)>((false, nil))
+  let answer = Mutex<(done: Bool, continuation: CheckedContinuation<Result<R, any Error>?, Never>?)>(
+    (false, nil))
   let finish: @Sendable (Result<R, any Error>?) -> Void = { result in
     let continuation = answer.withLock { state -> CheckedContinuation<Result<R, any Error>?, Never>? in
       if state.done { return nil }
@@ -118,14 +119,18 @@ extension AbuseTests {
 /// run or pass is refused with a typed error instead of hanging forever; others still run.
 @Suite(.timeLimit(.minutes(20))) struct AbuseReentryTests {
   static func isInvalidArgument(_ result: Result<PassReport, any Error>?) -> Bool {
-    guard case .failure(let error) = result, case .invalidArgument = error as? FerryError else { return false }
+    guard case .failure(let error) = result, case .invalidArgument = error as? FerryError else {
+      return false
+    }
     return true
   }
 
   /// What each handler's reentrant call gave (nil: it had not ended within 10 s — a hang).
   final class Seen: Sendable {
     let results = Mutex<[String: Result<PassReport, any Error>?]>([:])
-    func put(_ name: String, _ result: Result<PassReport, any Error>?) { results.withLock { $0[name] = result } }
+    func put(_ name: String, _ result: Result<PassReport, any Error>?) {
+      results.withLock { $0[name] = result }
+    }
     subscript(_ name: String) -> Result<PassReport, any Error>?? { results.withLock { $0[name] } }
   }
 
@@ -153,7 +158,8 @@ extension AbuseTests {
       }
       var ids: [TaskID] = []
       for tag in ["self", "pass", "group", "window"] {
-        ids.append(try await store.queue.add(tag: tag, payload: Item(name: tag), groupId: tag == "group" ? "g" : nil))
+        ids.append(
+          try await store.queue.add(tag: tag, payload: Item(name: tag), groupId: tag == "group" ? "g" : nil))
       }
       let report = try #require(try await endsWithin(60) { try await runner.run() }?.get())
       #expect(report.entries.map(\.outcome) == [.succeeded, .succeeded, .succeeded, .succeeded])
@@ -162,7 +168,8 @@ extension AbuseTests {
       }
       // Each ran once, read from the log.
       for id in ids {
-        #expect(try store.queue.history(of: id).map(\.event) == [.added, .runStarted(attempt: 1), .runSucceeded])
+        #expect(
+          try store.queue.history(of: id).map(\.event) == [.added, .runStarted(attempt: 1), .runSucceeded])
       }
     }
   }
@@ -230,7 +237,9 @@ extension AbuseTests {
       for i in 0..<200 {
         group.addTask {
           do {
-            let id = try await store.queue.add(tag: "t", payload: Item(name: "\(i)"), dataId: "d\(i % 7)", options: [.unique(i % 3 == 0 ? .replace : .append)])
+            let id = try await store.queue.add(
+              tag: "t", payload: Item(name: "\(i)"), dataId: "d\(i % 7)",
+              options: [.unique(i % 3 == 0 ? .replace : .append)])
             acknowledged.withLock { $0.append(id) }
           } catch {
             errors.withLock { $0.append("\(type(of: error)): \(error)") }
@@ -258,20 +267,25 @@ extension AbuseTests {
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "t") { _ in .succeeded }
     let backend = NotesBackend()
-    let notes = try CacheRepository(key: "k", ledger: store.ledger, maxAge: .seconds(1), source: backend.source)
+    let notes = try CacheRepository(
+      key: "k", ledger: store.ledger, maxAge: .seconds(1), source: backend.source)
     store.close()
     store.close()
     let queue = store.queue
     var results: [String: String] = [:]
-    results["add"] = "\(String(describing: await endsWithin(5) { try await queue.add(tag: "t", payload: Item(name: "b")) }))"
+    results["add"] =
+      "\(String(describing: await endsWithin(5) { try await queue.add(tag: "t", payload: Item(name: "b")) }))"
     results["cancel"] = "\(String(describing: await endsWithin(5) { try await queue.cancel(id) }))"
     results["run"] = "\(String(describing: await endsWithin(5) { try await runner.run() }))"
     results["runTask"] = "\(String(describing: await endsWithin(5) { try await runner.run(.task(id)) }))"
-    results["window"] = "\(String(describing: await endsWithin(5) { try await runner.run(for: .seconds(1)) }))"
+    results["window"] =
+      "\(String(describing: await endsWithin(5) { try await runner.run(for: .seconds(1)) }))"
     results["idle"] = "\(String(describing: await endsWithin(5) { try await queue.waitUntilIdle() }))"
     results["refresh"] = "\(String(describing: await endsWithin(5) { await notes.refresh(force: true) }))"
-    results["states"] = "\(String(describing: await endsWithin(5) { var n = 0; for await _ in notes.states() { n += 1; if n > 3 { break } }; return n }))"
-    results["updates"] = "\(String(describing: await endsWithin(5) { var n = 0; for await _ in queue.updates() { n += 1 }; return n }))"
+    results["states"] =
+      "\(String(describing: await endsWithin(5) { var n = 0; for await _ in notes.states() { n += 1; if n > 3 { break } }; return n }))"
+    results["updates"] =
+      "\(String(describing: await endsWithin(5) { var n = 0; for await _ in queue.updates() { n += 1 }; return n }))"
     results["task"] = "\(Result { try queue.task(id) })"
     for (k, v) in results.sorted(by: { $0.key < $1.key }) { print("PROBE after close", k, v.prefix(300)) }
     for (k, v) in results { #expect(!v.hasPrefix("nil"), "\(k) hung") }
@@ -287,16 +301,34 @@ extension AbuseTests {
         sizes.withLock { $0.append(item.name.utf8.count) }
         return .succeeded
       }
-      let low = try await queue.add(tag: "t", payload: Item(name: "low"), options: [.priority(TaskPriority(rawValue: .min))])
-      let high = try await queue.add(tag: "t", payload: Item(name: "high"), options: [.priority(TaskPriority(rawValue: .max)), .deadline(.distantFuture)])
-      let past = try await queue.add(tag: "t", payload: Item(name: "past"), options: [.deadline(.distantPast)])
+      let low = try await queue.add(
+        tag: "t", payload: Item(name: "low"), options: [.priority(TaskPriority(rawValue: .min))])
+      let high = try await queue.add(
+        tag: "t", payload: Item(name: "high"),
+        options: [.priority(TaskPriority(rawValue: .max)), .deadline(.distantFuture)])
+      let past = try await queue.add(
+        tag: "t", payload: Item(name: "past"), options: [.deadline(.distantPast)])
       let big = try await queue.add(tag: "t", payload: Item(name: String(repeating: "x", count: 12 << 20)))
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "nan"), options: [.deadline(Date(timeIntervalSince1970: .nan))]) }
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "inf"), options: [.deadline(Date(timeIntervalSince1970: .infinity))]) }
-      await #expect(throws: FerryError.self) { try await queue.add(tag: "t", payload: Item(name: "-inf"), options: [.deadline(Date(timeIntervalSince1970: -.infinity))]) }
-      await #expect(throws: FerryError.self) { try await runner.run(until: Date(timeIntervalSince1970: .nan)) }
+      await #expect(throws: FerryError.self) {
+        try await queue.add(
+          tag: "t", payload: Item(name: "nan"), options: [.deadline(Date(timeIntervalSince1970: .nan))])
+      }
+      await #expect(throws: FerryError.self) {
+        try await queue.add(
+          tag: "t", payload: Item(name: "inf"), options: [.deadline(Date(timeIntervalSince1970: .infinity))])
+      }
+      await #expect(throws: FerryError.self) {
+        try await queue.add(
+          tag: "t", payload: Item(name: "-inf"), options: [.deadline(Date(timeIntervalSince1970: -.infinity))]
+        )
+      }
+      await #expect(throws: FerryError.self) {
+        try await runner.run(until: Date(timeIntervalSince1970: .nan))
+      }
       await #expect(throws: FerryError.self) { try await queue.add(tag: "", payload: Item(name: "empty")) }
-      await #expect(throws: FerryError.self) { try await queue.add(tag: String(repeating: "é", count: 101), payload: Item(name: "long")) }
+      await #expect(throws: FerryError.self) {
+        try await queue.add(tag: String(repeating: "é", count: 101), payload: Item(name: "long"))
+      }
       try await queue.add(tag: "nul\0tag", payload: Item(name: "nul"), dataId: "\0", groupId: "\0\0")
       let report = try await runner.run()
       print("PROBE extreme report", report.entries.map { "\($0.taskId) \($0.outcome)" })

@@ -84,7 +84,8 @@ import Testing
         entered.open()
         await gate.wait()
         // No outcome for b: deferred.
-        return Dictionary(uniqueKeysWithValues: tasks.filter { $0.id != b }.map { ($0.id, TaskResult.succeeded) })
+        return Dictionary(
+          uniqueKeysWithValues: tasks.filter { $0.id != b }.map { ($0.id, TaskResult.succeeded) })
       }
       let pass = Task { try await batching.run() }
       await entered.wait()
@@ -115,7 +116,9 @@ import Testing
     var ids: [TaskID] = []
     for start in stride(from: 0, to: 1200, by: 100) {
       let added = try await withThrowingTaskGroup(of: TaskID.self) { adds in
-        for n in start..<start + 100 { adds.addTask { try await queue.add(tag: "note", payload: Item(name: "\(n)")) } }
+        for n in start..<start + 100 {
+          adds.addTask { try await queue.add(tag: "note", payload: Item(name: "\(n)")) }
+        }
         var added: [TaskID] = []
         for try await id in adds { added.append(id) }
         return added
@@ -164,7 +167,9 @@ import Testing
       environment: ["FERRY_CRASH_POINT": point, "FERRY_CRASH_AFTER": "\(after)"])
     let status = try await killed.wait()
     #expect(status == 0 || status == SIGKILL, "\(killed.output.suffix(3))")
-    print("batch kill at \(point) #\(after): status \(status), \(killed.output.filter { $0.hasPrefix("batch ") }.count) calls")
+    print(
+      "batch kill at \(point) #\(after): status \(status), \(killed.output.filter { $0.hasPrefix("batch ") }.count) calls"
+    )
     let finisher = try Child("ferry-test-worker", ["batch-run", fixture.path, "6"])
     #expect(try await finisher.wait() == 0, "\(finisher.output.suffix(3))")
     #expect(try store.queue.pendingTasks().isEmpty)
@@ -177,7 +182,9 @@ import Testing
       #expect(runs.filter { $0 == "succeeded" }.count == 1, "task \(id): \(runs)")
     }
     var successes: [TaskID] = []
-    for (_, event) in try store.log.forEachTaskEvent() { if case .runSucceeded(let id, _) = event { successes.append(id) } }
+    for (_, event) in try store.log.forEachTaskEvent() {
+      if case .runSucceeded(let id, _) = event { successes.append(id) }
+    }
     for (group, ids) in groups { #expect(successes.filter(ids.contains) == ids, "group \(group)") }
   }
 }

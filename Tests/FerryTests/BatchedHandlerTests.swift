@@ -88,7 +88,8 @@ final class BatchJournal: Sendable {
     let run = runner(queue)
     run.register(tag: "note", batchSize: 8, retry: RetryPolicy(maxAttempts: 1)) { tasks in
       let skip = forget.withLock { $0 }
-      return Dictionary(uniqueKeysWithValues: tasks.filter { !skip || $0.id != b }.map { ($0.id, TaskResult.succeeded) })
+      return Dictionary(
+        uniqueKeysWithValues: tasks.filter { !skip || $0.id != b }.map { ($0.id, TaskResult.succeeded) })
     }
     let first = try await run.run()
     #expect(first.entries.first { $0.taskId == b }?.outcome == .deferred(TaskRunner.noOutcome))
@@ -210,7 +211,9 @@ final class BatchJournal: Sendable {
     #expect(journal.all == [g + h + loose])
     // Each group's successes were logged in group order.
     var successes: [TaskID] = []
-    for (_, event) in try taskEvents(queue.log) { if case .runSucceeded(let id, _) = event { successes.append(id) } }
+    for (_, event) in try taskEvents(queue.log) {
+      if case .runSucceeded(let id, _) = event { successes.append(id) }
+    }
     #expect(successes.filter(g.contains) == g)
     #expect(successes.filter(h.contains) == h)
   }
@@ -259,7 +262,9 @@ final class BatchJournal: Sendable {
     #expect(journal.all.last == Array(g[2...]))
     #expect(second.succeeded == 4)
     var successes: [TaskID] = []
-    for (_, event) in try taskEvents(queue.log) { if case .runSucceeded(let id, _) = event { successes.append(id) } }
+    for (_, event) in try taskEvents(queue.log) {
+      if case .runSucceeded(let id, _) = event { successes.append(id) }
+    }
     #expect(successes.filter(g.contains) == g)
     #expect(Set(successes).count == successes.count)
     #expect(try queue.pendingTasks().isEmpty)
@@ -334,7 +339,9 @@ final class BatchJournal: Sendable {
     let said = try history(store.log)
     for id in all { #expect(said[id] == ["started", "succeeded"], "task \(id): \(said[id] ?? [])") }
     var successes: [TaskID] = []
-    for (_, event) in try taskEvents(store.log) { if case .runSucceeded(let id, _) = event { successes.append(id) } }
+    for (_, event) in try taskEvents(store.log) {
+      if case .runSucceeded(let id, _) = event { successes.append(id) }
+    }
     for (group, ids) in groups { #expect(successes.filter(ids.contains) == ids, "group \(group)") }
     let childBatches = child.output.filter { $0.hasPrefix("batch ") }
     print("batch company: \(all.count) tasks; the other process ran \(childBatches.count) batches")
@@ -356,7 +363,8 @@ final class BatchJournal: Sendable {
     }
     let killed = try Child("ferry-test-worker", ["batch-run", fixture.path, "16", "kill"])
     let status = try await killed.wait()
-    #expect(status == SIGKILL && killed.process.terminationReason == .uncaughtSignal, "\(killed.output.suffix(3))")
+    #expect(
+      status == SIGKILL && killed.process.terminationReason == .uncaughtSignal, "\(killed.output.suffix(3))")
     let cut = try #require(killed.output.last { $0.hasPrefix("batch ") })
     let finisher = try Child("ferry-test-worker", ["batch-run", fixture.path, "16"])
     #expect(try await finisher.wait() == 0, "\(finisher.output.suffix(3))")
@@ -377,7 +385,8 @@ final class BatchJournal: Sendable {
     let said = try history(store.log)
     let cutIds = Set(before.compactMap { TaskID($0.id) })
     for id in ids {
-      let expected = cutIds.contains(id) ? ["started", "interrupted", "started", "succeeded"] : ["started", "succeeded"]
+      let expected =
+        cutIds.contains(id) ? ["started", "interrupted", "started", "succeeded"] : ["started", "succeeded"]
       #expect(said[id] == expected, "task \(id): \(said[id] ?? [])")
     }
     #expect(try store.queue.pendingTasks().isEmpty)

@@ -67,7 +67,9 @@ import Testing
       let pass = Task { try await run.run() }
       await started.wait()
       try await queue.recordError(running, message: "the app saw a problem")
-      try await pollUntil { (try? queue.task(a)?.status) == .blockedByError && (try? queue.task(b)?.status) == .blockedByError }
+      try await pollUntil {
+        (try? queue.task(a)?.status) == .blockedByError && (try? queue.task(b)?.status) == .blockedByError
+      }
       let byGroup = try await queue.resolveErrors(group: "list")
       #expect(byGroup.changed == [a])
       let all = try await queue.resolveAllErrors()

@@ -62,7 +62,8 @@ import Testing
       let ledger = store.ledger
       let start = fixture.time
       for (offset, key) in [(0, "a"), (1000, "b"), (2000, "c")] {
-        try await ledger.recordFetch(key: key, outcome: .success(isEmpty: false), at: at(start + Int64(offset)))
+        try await ledger.recordFetch(
+          key: key, outcome: .success(isEmpty: false), at: at(start + Int64(offset)))
       }
       try await ledger.recordFetch(key: "never", outcome: .failure("offline"))
       fixture.time = start + 3000

@@ -33,7 +33,8 @@ import Testing
       let store = try await fixture.openStore()
       defer { store.close() }
       let feed = try CachePagingRepository(
-        key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source, automaticRefresh: false)
+        key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source,
+        automaticRefresh: false)
       #expect(await feed.loadMore() == .noMorePages)  // nothing to continue from yet
       #expect(await feed.refresh() == .successful)
       #expect(feed.morePagesAvailable)
@@ -48,7 +49,8 @@ import Testing
     let store = try await fixture.openStore()
     defer { store.close() }
     let feed = try CachePagingRepository(
-      key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source, automaticRefresh: false)
+      key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source, automaticRefresh: false
+    )
     #expect(feed.morePagesAvailable)
     #expect(await feed.loadMore() == .loaded)
     #expect(server.cache.withLock { $0 } == ["p1", "p2", "p3", "p4", "p5"])
@@ -59,14 +61,16 @@ import Testing
     #expect(server.cache.withLock { $0 } == ["p1", "p2"])
     #expect(feed.morePagesAvailable)
     #expect(server.fetched.withLock { $0 } == [0, 1, 2, 0])
-    #expect(try store.ledger.record("feed")?.fetchCount == 2)  // refreshes only: pages are not fetches of the key
+    // refreshes only: pages are not fetches of the key
+    #expect(try store.ledger.record("feed")?.fetchCount == 2)
   }
 
   @Test func concurrentLoadsShareOneFetch() async throws {
     try await withStore { store, _, _ in
       let server = PostsServer()
       let feed = try CachePagingRepository(
-        key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source, automaticRefresh: false)
+        key: "feed", ledger: store.ledger, maxAge: .seconds(600), source: server.source,
+        automaticRefresh: false)
       #expect(await feed.refresh() == .successful)
       async let a = feed.loadMore()
       async let b = feed.loadMore()

@@ -309,7 +309,8 @@ final class NotesBackend: Sendable {
     try await withStore { store, clock, _ in
       let backend = NotesBackend()
       let notes = try CacheRepository(
-        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source, automaticRefresh: false)
+        key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: backend.source,
+        automaticRefresh: false)
       #expect(await notes.refresh() == .successful)
       clock.advance(by: .seconds(61))
       backend.state.withLock { $0.failFetch = "offline" }

@@ -40,7 +40,8 @@ import Testing
           return ["milk"]
         },
         save: { database.write($0) }, load: { database.notes }, observe: { database.observe() })
-      let notes = try CacheRepository(key: "notes", ledger: store.ledger, maxAge: .seconds(600), source: source)
+      let notes = try CacheRepository(
+        key: "notes", ledger: store.ledger, maxAge: .seconds(600), source: source)
       var states = notes.states().makeAsyncIterator()
       func value(_ state: CacheState<[String]>?) -> [String]? {
         guard case .cache(let value, _, _, _) = state?.content else { return nil }

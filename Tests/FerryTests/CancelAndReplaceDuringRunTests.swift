@@ -64,10 +64,13 @@ import Testing
   /// every acknowledged add is in the log, nothing stays queued or cancelled-running at the end,
   /// and `verify` is healthy. Both store modes.
   @Test(arguments: [(false, false), (true, false), (false, true), (true, true)])
-  func runnerProcessesRacingCancelsClearsAndReplacesKeepGroupsSerial(segment: Bool, compacting: Bool)
+  func runnerProcessesRacingCancelsClearsAndReplacesKeepGroupsSerial(
+    segment: Bool, compacting: Bool
+  )
     async throws
   {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-race-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-cancel-race-\(UUID().uuidString.prefix(8))"
     let stop = path + "-stop"
     defer {
       try? FileManager.default.removeItem(atPath: path)
@@ -157,7 +160,8 @@ import Testing
     for worker in workers { _ = try await worker.wait() }
     #expect(killed)
     #expect(actions["cancelRunning", default: 0] > 0 && actions["replace", default: 0] > 0, "\(actions)")
-    print("cancel race (segment \(segment), compacting \(compacting)): \(actions), \(acknowledged.count) adds")
+    print(
+      "cancel race (segment \(segment), compacting \(compacting)): \(actions), \(acknowledged.count) adds")
     #expect(try queue.pendingTasks().isEmpty)
     #expect(try store.log.read { try FerryStore.snapshot(of: $0) }.cancelledRunning.isEmpty)
     let violations = try Self.violations(store.log, acknowledged: compacting ? [] : acknowledged)
@@ -206,8 +210,12 @@ import Testing
         if let groupId { groupOf[id] = groupId }
         queued.insert(id)
       case .runStarted(let id, _, _, _, _):
-        if let (at, why) = ended[id] { violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)") }
-        if open.contains(id) { violations.append("task \(id) started at \(sequence) while a run of it was under way") }
+        if let (at, why) = ended[id] {
+          violations.append("task \(id) started at \(sequence) after it was \(why) at \(at)")
+        }
+        if open.contains(id) {
+          violations.append("task \(id) started at \(sequence) while a run of it was under way")
+        }
         open.insert(id)
         if let group = groupOf[id] {
           if let other = runningInGroup[group], other != id {
@@ -227,7 +235,9 @@ import Testing
       default: break
       }
     }
-    for id in acknowledged where !added.contains(id) { violations.append("acknowledged task \(id) is not in the log") }
+    for id in acknowledged where !added.contains(id) {
+      violations.append("acknowledged task \(id) is not in the log")
+    }
     if !open.isEmpty { violations.append("runs still under way: \(open.sorted())") }
     return violations
   }
@@ -240,10 +250,13 @@ import Testing
   /// next task runs, and a compaction with `--copy`, a rebuild and a reopen bring nothing back.
   /// Both store modes.
   @Test(arguments: [(false, false), (false, true), (true, false), (true, true)])
-  func otherProcessesCompactingAndOperatingAroundACancelledRunNeverBringItBack(segment: Bool, killed: Bool)
+  func otherProcessesCompactingAndOperatingAroundACancelledRunNeverBringItBack(
+    segment: Bool, killed: Bool
+  )
     async throws
   {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-ops-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-cancel-ops-\(UUID().uuidString.prefix(8))"
     let gate = path + "-gate"
     defer {
       try? FileManager.default.removeItem(atPath: path)
@@ -265,7 +278,9 @@ import Testing
     let next = try await store.queue.add(tag: "t", payload: ["n": 2], groupId: "g")
     try await store.queue.cancel(head)
     let headBefore = try store.log.head()
-    for command in [["cancel", path, "\(head)"], ["resolve", path, "\(head)"], ["revive", path, "\(head)"]] {
+    for command in [
+      ["cancel", path, "\(head)"], ["resolve", path, "\(head)"], ["revive", path, "\(head)"],
+    ] {
       let result = try OperatorCompanyTests.ferry(command)
       #expect(result.status != 0, "\(command): \(result.stdout) \(result.stderr)")
     }
@@ -334,22 +349,28 @@ import Testing
         sent.note(value)
         return .succeeded
       }
-      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", groupId: "g", options: [.unique(.replace)])
+      let old = try await queue.add(
+        tag: "t", payload: ["v": "old"], dataId: "d", groupId: "g", options: [.unique(.replace)])
       async let firstRun = run.run(.task(old))
       // Whatever throws below, the handler ends (or the implicit await of the run would hang).
       defer { gate.open() }
       try await waitUntil { started.all.contains("\(old)") }
       _ = try await queue.recordError(old, message: "app says no")
       #expect(try queue.task(old)?.status == .blockedByError)
-      let first = try await queue.add(tag: "t", payload: ["v": "first"], dataId: "d", groupId: "g", options: [.unique(.replace)])
-      let second = try await queue.add(tag: "t", payload: ["v": "second"], dataId: "d", groupId: "g", options: [.unique(.replace)])
+      let first = try await queue.add(
+        tag: "t", payload: ["v": "first"], dataId: "d", groupId: "g", options: [.unique(.replace)])
+      let second = try await queue.add(
+        tag: "t", payload: ["v": "second"], dataId: "d", groupId: "g", options: [.unique(.replace)])
       #expect(try queue.pendingTasks().map(\.id) == [second])
       #expect(try queue.task(second)?.status == .waitingForGroup(behind: old))
-      let kept = try await queue.add(tag: "t", payload: ["v": "kept"], dataId: "d", groupId: "g", options: [.unique(.keep)])
+      let kept = try await queue.add(
+        tag: "t", payload: ["v": "kept"], dataId: "d", groupId: "g", options: [.unique(.keep)])
       #expect(kept == second)
       for attempt in [
-        { try await queue.cancel(old) }, { try await queue.resolveError(old) }, { try await queue.revive(old) },
-        { try await queue.updatePayload(old, to: ["v": "x"]) }, { _ = try await queue.recordError(old, message: "x") },
+        { try await queue.cancel(old) }, { try await queue.resolveError(old) },
+        { try await queue.revive(old) },
+        { try await queue.updatePayload(old, to: ["v": "x"]) },
+        { _ = try await queue.recordError(old, message: "x") },
         { try await queue.cancel(first) },
       ] as [@Sendable () async throws -> Void] {
         await #expect(throws: FerryError.self) { try await attempt() }
@@ -384,7 +405,8 @@ import Testing
       let queue = store.queue
       let id = try await queue.add(tag: "t", payload: ["v": "a"], dataId: "d", options: [.unique(.replace)])
       try await queue.cancel(id)
-      let again = try await queue.add(tag: "t", payload: ["v": "b"], dataId: "d", options: [.unique(.replace)])
+      let again = try await queue.add(
+        tag: "t", payload: ["v": "b"], dataId: "d", options: [.unique(.replace)])
       let last = try queue.history(of: id).last?.event
       #expect(last == .cancelled, "history says \(String(describing: last)), the add was \(again)")
     }

@@ -25,7 +25,9 @@ import Testing
   /// Cancelling a group's head while its handler runs: another runner cannot start the group's
   /// next task until the cancelled run ends (it used to start at once — two tasks of one group
   /// running together).
-  @Test(arguments: [false, true]) func cancellingARunningHeadKeepsItsGroupWaitingUntilItsRunEnds(byClear: Bool)
+  @Test(arguments: [false, true]) func cancellingARunningHeadKeepsItsGroupWaitingUntilItsRunEnds(
+    byClear: Bool
+  )
     async throws
   {
     try await withStore { store, _, _ in
@@ -65,7 +67,10 @@ import Testing
         gate.open()
         #expect(try await headReport.outcome(of: head) == .succeeded)
         #expect(try await second.run(.task(later)).outcome(of: later) == .succeeded)
-        #expect(try Self.order(store, [head: "head", later: "later"]) == ["start head", "end head", "start later", "end later"])
+        #expect(
+          try Self.order(store, [head: "head", later: "later"]) == [
+            "start head", "end head", "start later", "end later",
+          ])
       } else {
         #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
         let second = runner(queue)
@@ -76,7 +81,10 @@ import Testing
         #expect(try await headReport.outcome(of: head) == .succeeded)
         #expect(try queue.task(next)?.status == .ready)
         #expect(try await second.run().outcome(of: next) == .succeeded)
-        #expect(try Self.order(store, [head: "head", next: "next"]) == ["start head", "end head", "start next", "end next"])
+        #expect(
+          try Self.order(store, [head: "head", next: "next"]) == [
+            "start head", "end head", "start next", "end next",
+          ])
       }
       #expect(try queue.pendingTasks().isEmpty)
       #expect(try store.log.verify().isHealthy)
@@ -102,14 +110,19 @@ import Testing
       async let headReport = run.run(.task(head))
       try await waitUntil { started.all.contains("\(head)") }
       try await queue.cancel(head)
-      #expect(try await run.run().outcome(of: next) == nil, "the group's next task started beside its cancelled head")
+      #expect(
+        try await run.run().outcome(of: next) == nil,
+        "the group's next task started beside its cancelled head")
       gate.open()
       _ = try await headReport
       #expect(try queue.task(head) == nil)
       fixture.time += 5000
       #expect(try await run.run().outcome(of: next) == .succeeded)
       #expect(try await run.run().entries.isEmpty)
-      #expect(try Self.order(store, [head: "head", next: "next"]) == ["start head", "fail head", "start next", "end next"])
+      #expect(
+        try Self.order(store, [head: "head", next: "next"]) == [
+          "start head", "fail head", "start next", "end next",
+        ])
       #expect(try store.log.verify().isHealthy)
     }
   }
@@ -134,24 +147,30 @@ import Testing
         sent.note(value)
         return .succeeded
       }
-      let old = try await queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
+      let old = try await queue.add(
+        tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
       async let firstRun = run.run(.task(old))
       try await waitUntil { started.all.contains("\(old)") }
-      let new = try await queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
+      let new = try await queue.add(
+        tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try queue.pendingTasks().map(\.id) == [new])
       gate.open()
       _ = try await firstRun
       _ = try await run.run()
       fixture.time += 2000
       _ = try await run.run()
-      #expect(sent.all == ["new"], "the replaced task sent its stale payload after its replacement: \(sent.all)")
+      #expect(
+        sent.all == ["new"], "the replaced task sent its stale payload after its replacement: \(sent.all)")
       // The replace ends its history; the run under way then logged its outcome, which follows.
       let ending = try queue.history(of: old).suffix(2).map(\.event)
       #expect(ending.first == .replaced(by: new))
-      if case .runFailed(let message, _)? = ending.last { #expect(message == "offline") } else {
+      if case .runFailed(let message, _)? = ending.last {
+        #expect(message == "offline")
+      } else {
         Issue.record("the replaced run's outcome should follow the replace: \(ending)")
       }
-      #expect(try Self.order(store, [old: "old", new: "new"]) == ["start old", "fail old", "start new", "end new"])
+      #expect(
+        try Self.order(store, [old: "old", new: "new"]) == ["start old", "fail old", "start new", "end new"])
       #expect(try store.log.verify().isHealthy)
     }
   }
@@ -163,7 +182,8 @@ import Testing
   /// Read from the log; both store modes.
   @Test(arguments: [(false, false), (false, true), (true, false), (true, true)])
   func aCancelledHeadRunningInAnotherProcessHoldsItsGroup(segment: Bool, killed: Bool) async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-cancel-run-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-cancel-run-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     var configuration = FerryStore.Configuration()
     configuration.writeAheadSegment = segment
@@ -183,21 +203,28 @@ import Testing
     let inspect = try OperatorCompanyTests.ferry(["inspect", path, "--json"])
     #expect(inspect.status == 0, "\(inspect.stderr)")
     let tasks = try #require(
-      (try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])?["tasks"] as? [[String: Any]])
-    #expect(tasks.compactMap { $0["id"] as? Int }.map { TaskID(rawValue: UInt64($0)) } == [next], "\(inspect.stdout)")
+      (try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])?["tasks"]
+        as? [[String: Any]])
+    #expect(
+      tasks.compactMap { $0["id"] as? Int }.map { TaskID(rawValue: UInt64($0)) } == [next],
+      "\(inspect.stdout)")
     #expect(tasks.first?["status"] as? String == "waitingForGroup")
     #expect((tasks.first?["behind"] as? Int).map { TaskID(rawValue: UInt64($0)) } == head)
-    let report = try #require(try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])
+    let report = try #require(
+      try JSONSerialization.jsonObject(with: Data(inspect.stdout.utf8)) as? [String: Any])
     #expect((report["cancelledRunning"] as? [Int])?.map { TaskID(rawValue: UInt64($0)) } == [head])
     let human = try OperatorCompanyTests.ferry(["inspect", path])
-    #expect(human.stdout.contains("cancelled while running (not pending; each holds its group until its run ends): \(head)"))
+    #expect(
+      human.stdout.contains(
+        "cancelled while running (not pending; each holds its group until its run ends): \(head)"))
     #expect(human.stdout.contains("after task \(head)"))
     #expect(try queue.task(next)?.status == .waitingForGroup(behind: head))
     let run = runner(queue)
     run.register(tag: "t") { _ in .succeeded }
     run.register(tag: "gated") { _ in .succeeded }
     for _ in 0..<3 {
-      #expect(try await run.run().entries.isEmpty, "a pass ran a task of a group whose cancelled head still runs")
+      #expect(
+        try await run.run().entries.isEmpty, "a pass ran a task of a group whose cancelled head still runs")
     }
     #expect(try await run.run(.task(next)).outcome(of: next) == .skipped(.notHeadOfGroup))
     if killed {
@@ -212,7 +239,10 @@ import Testing
     #expect(try await run.run().outcome(of: next) == .succeeded)
     #expect(try await run.run().entries.isEmpty, "the cancelled head ran again")
     let order = try Self.order(store, [head: "head", next: "next"])
-    #expect(order == (killed ? ["start head", "start next", "end next"] : ["start head", "end head", "start next", "end next"]))
+    #expect(
+      order
+        == (killed
+          ? ["start head", "start next", "end next"] : ["start head", "end head", "start next", "end next"]))
     let about = try store.log.forEachTaskEvent().compactMap { _, event -> String? in
       switch event {
       case .runStarted(head, _, _, _, _): return "start"
@@ -233,7 +263,9 @@ import Testing
   /// (verify, a reopen) brings the task back. (Had the replace left only the replacing add as the
   /// end of the running task's history, the add would go and a rebuild would fold the late
   /// failure into a waiting task again.)
-  @Test(arguments: ["replace", "cancel", "clear"]) func compactingAfterALateOutcomeNeverBringsTheTaskBack(how: String)
+  @Test(arguments: ["replace", "cancel", "clear"]) func compactingAfterALateOutcomeNeverBringsTheTaskBack(
+    how: String
+  )
     async throws
   {
     let fixture = QueueFixture()
@@ -251,12 +283,14 @@ import Testing
       }
       return .succeeded
     }
-    let old = try await store.queue.add(tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
+    let old = try await store.queue.add(
+      tag: "t", payload: ["v": "old"], dataId: "d", options: [.unique(.replace)])
     async let first = run.run(.task(old))
     try await waitUntil { started.all.contains("\(old)") }
     switch how {
     case "replace":
-      let new = try await store.queue.add(tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
+      let new = try await store.queue.add(
+        tag: "t", payload: ["v": "new"], dataId: "d", options: [.unique(.replace)])
       #expect(try await run.run(.task(new)).outcome(of: new) == .succeeded)
     case "cancel": try await store.queue.cancel(old)
     default: try await store.queue.clear()
@@ -311,12 +345,15 @@ import Testing
       try await queue.cancel(head)
       // Let automatic running take the cancel's wake-up and go back to sleep (the group is held).
       try await Task.sleep(for: .milliseconds(300))
-      #expect(try !Self.order(store, [next: "next"]).contains("start next"), "it started beside the cancelled head")
+      #expect(
+        try !Self.order(store, [next: "next"]).contains("start next"), "it started beside the cancelled head")
       gate.open()
       _ = try await headReport
       // No wall-clock give-up: a next task that never runs is caught by the suite's time limit.
       while try queue.task(next) != nil { try await Task.sleep(for: .milliseconds(10)) }
-      #expect(try queue.task(next) == nil, "the group's next task never ran after its cancelled head's run ended (\(ending))")
+      #expect(
+        try queue.task(next) == nil,
+        "the group's next task never ran after its cancelled head's run ended (\(ending))")
       #expect(try Self.order(store, [head: "head", next: "next"]).suffix(2) == ["start next", "end next"])
       try expectConsistent(queue)
     }

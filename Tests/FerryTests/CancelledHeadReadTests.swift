@@ -36,10 +36,11 @@ import Testing
       #expect(try queue.head(of: "g") == next)
       #expect(try queue.task(next)?.status == .ready)
       let kinds = try queue.history(of: head).map(\.event)
-      #expect(kinds == [
-        .added, .runStarted(attempt: 1), byClear ? .cleared : .cancelled,
-        .runFailed(message: "server said no", retryAt: nil),
-      ])
+      #expect(
+        kinds == [
+          .added, .runStarted(attempt: 1), byClear ? .cleared : .cancelled,
+          .runFailed(message: "server said no", retryAt: nil),
+        ])
     }
   }
 
@@ -54,15 +55,18 @@ import Testing
         await gate.wait()
         return .succeeded
       }
-      let old = try await queue.add(tag: "slow", payload: Item(name: "a"), dataId: "d", options: [.unique(.replace)])
+      let old = try await queue.add(
+        tag: "slow", payload: Item(name: "a"), dataId: "d", options: [.unique(.replace)])
       async let report = run.run(.task(old))
       try await waitUntil { started.all.contains("\(old)") }
-      let new = try await queue.add(tag: "slow", payload: Item(name: "b"), dataId: "d", options: [.unique(.replace)])
+      let new = try await queue.add(
+        tag: "slow", payload: Item(name: "b"), dataId: "d", options: [.unique(.replace)])
       gate.open()
       _ = try await report
-      #expect(try queue.history(of: old).map(\.event) == [
-        .added, .runStarted(attempt: 1), .replaced(by: new), .runSucceeded,
-      ])
+      #expect(
+        try queue.history(of: old).map(\.event) == [
+          .added, .runStarted(attempt: 1), .replaced(by: new), .runSucceeded,
+        ])
     }
   }
 }

@@ -34,7 +34,8 @@ import Testing
     kill(compactor.pid, SIGCONT)
     let said = try await compactor.waitForLine(startingWith: "")  // "compacted" or "refused S M"
     #expect(said.hasPrefix("refused 12 "), "\(said)")
-    #expect(said.contains("could not flush the compacted copy") && said.contains("nothing was swapped"), "\(said)")
+    #expect(
+      said.contains("could not flush the compacted copy") && said.contains("nothing was swapped"), "\(said)")
 
     #expect(try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/data.mdb")) == original)
     let after = try FileManager.default.contentsOfDirectory(atPath: fixture.path).sorted()
@@ -48,7 +49,8 @@ import Testing
     defer { fixture.remove() }
     let kept = try await Self.storeWithFinishedAndPendingTasks(fixture)
     let compactor = try Child(
-      "ferry-test-worker", ["compact-copy", fixture.path], environment: ["FERRY_FAIL_FLUSH": "compact.directory"])
+      "ferry-test-worker", ["compact-copy", fixture.path],
+      environment: ["FERRY_FAIL_FLUSH": "compact.directory"])
     defer { compactor.kill() }
     let said = try await compactor.waitForLine(startingWith: "")
     #expect(said.hasPrefix("refused 12 "), "\(said)")
@@ -67,7 +69,9 @@ extension CompactCopyFlushTests {
     var ids: [TaskID] = []
     for n in 0..<120 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
     let runner = TaskRunner(queue: store.queue)
-    runner.register(tag: "t") { task in task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
+    runner.register(tag: "t") { task in
+      task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false)
+    }
     _ = try await runner.run()
     return Set(ids.filter { $0.rawValue % 2 == 1 })
   }

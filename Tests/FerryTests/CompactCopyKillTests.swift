@@ -22,7 +22,8 @@ import Testing
       let compactor = try await Self.compactorStoppedAtTheSwap(fixture)
       defer { compactor.kill() }
       let input = Pipe()
-      let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
+      let app = try Child(
+        "ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
       defer { app.kill() }
       try await pollUntil { isWaitingForALock(app.pid) || !app.process.isRunning }
       try #require(isWaitingForALock(app.pid), "the app's open did not wait: \(app.output)")
@@ -74,7 +75,8 @@ extension CompactCopyKillTests {
         try #require(held, "nobody else may hold lock.mdb once the compactor is dead")
       }
       let input = Pipe()
-      let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
+      let app = try Child(
+        "ferry-test-worker", ["hold-open", fixture.path], stdin: input.fileHandleForReading)
       defer { app.kill() }
       if held {
         try await pollUntil { isWaitingForALock(app.pid) || !app.process.isRunning }
@@ -114,7 +116,9 @@ extension CompactCopyKillTests {
   /// app did (the open that turns the segment on commits too), and the app's segment names the old
   /// file's meta pages — either check alone refuses it (tried by disabling the other: with neither,
   /// it swaps and this fails). Every task stays, the store verifies and keeps its segment.
-  @Test(arguments: [0, 25]) func compactCopyRefusesTheSwapWhenAnAppOpenedWithItsSegmentMidCopy(added: Int)
+  @Test(arguments: [0, 25]) func compactCopyRefusesTheSwapWhenAnAppOpenedWithItsSegmentMidCopy(
+    added: Int
+  )
     async throws
   {
     let fixture = QueueFixture()
@@ -125,7 +129,9 @@ extension CompactCopyKillTests {
       var ids: [TaskID] = []
       for n in 0..<120 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "t") { task in task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false) }
+      runner.register(tag: "t") { task in
+        task.id.rawValue % 2 == 0 ? .succeeded : .failed("later", retryable: false)
+      }
       _ = try await runner.run()
       kept = Set(ids.filter { $0.rawValue % 2 == 1 })
       store.close()

@@ -39,7 +39,9 @@ import Testing
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
     let apps = try queue.pendingTasks(tag: "app").count
-    print("CompactCopyRaceTests: \(compactions) compactions swapped in, \(acked) adds acknowledged, \(apps) in the store")
+    print(
+      "CompactCopyRaceTests: \(compactions) compactions swapped in, \(acked) adds acknowledged, \(apps) in the store"
+    )
     #expect(apps == acked, "acknowledged adds lost")
   }
 
@@ -69,16 +71,20 @@ import Testing
     var compactions = 0
     // Compactions for as long as the app's sessions last, however long a loaded machine makes them.
     repeat {
-      let compact = try Child("ferry", ["compact", fixture.path, "--retention", "0"] + (copy ? ["--copy"] : []))
+      let compact = try Child(
+        "ferry", ["compact", fixture.path, "--retention", "0"] + (copy ? ["--copy"] : []))
       if try await compact.wait() == 0 { compactions += 1 }
     } while app.process.isRunning
     _ = try await app.wait()
     let acked = Set(app.output.filter { $0.hasPrefix("ack ") }.map { $0.split(separator: " ")[2] })
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let stored = Set(try queue.pendingTasks(tag: "app").compactMap { $0.dataId?.dropFirst(4) }.map { Substring($0) })
+    let stored = Set(
+      try queue.pendingTasks(tag: "app").compactMap { $0.dataId?.dropFirst(4) }.map { Substring($0) })
     let lost = acked.subtracting(stored)
-    print("CompactCopyRaceTests (copy: \(copy)): \(compactions) compactions, \(acked.count) adds acknowledged, \(stored.count) stored")
+    print(
+      "CompactCopyRaceTests (copy: \(copy)): \(compactions) compactions, \(acked.count) adds acknowledged, \(stored.count) stored"
+    )
     #expect(lost.isEmpty, "acknowledged adds lost: \(lost.sorted().prefix(10))")
   }
 }

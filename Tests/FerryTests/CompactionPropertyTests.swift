@@ -55,7 +55,8 @@ enum HistoryStep: CustomStringConvertible, Equatable {
     case 15:
       self =
         p % 2 == 0
-        ? .forget(key: (p / 2) % 3) : .paging(key: (p / 2) % 3, next: p % 3 == 0 ? nil : p / 6, more: p % 4 == 1)
+        ? .forget(key: (p / 2) % 3)
+        : .paging(key: (p / 2) % 3, next: p % 3 == 0 ? nil : p / 6, more: p % 4 == 1)
     case 16, 17: self = .compact(retentionMs: [0, 1_000, 3_000, 10_000, 60_000][p % 5], reopen: p % 3 != 0)
     case 18, 20: self = .bump(queue: p % 3 != 1, cache: p % 3 != 0, dropSnapshot: (p / 3) % 2 == 0)
     default: self = p % 2 == 0 ? .reopen : .rebuild(queue: p % 3 != 1, cache: p % 3 != 0)
@@ -82,10 +83,12 @@ enum HistoryStep: CustomStringConvertible, Equatable {
       return "paging(k\(key), \(next.map { "n\($0)" } ?? "nil"), \(more ? "more" : "last"))"
     case .compact(let ms, let reopen): return "compact(\(ms)\(reopen ? "" : ", checked live first"))"
     case .bump(let queue, let cache, let drop):
-      return "bump(\([queue ? "taskQueue" : nil, cache ? "cacheAges" : nil].compactMap { $0 }.joined(separator: "+"))"
+      return
+        "bump(\([queue ? "taskQueue" : nil, cache ? "cacheAges" : nil].compactMap { $0 }.joined(separator: "+"))"
         + "\(drop ? ", no snapshot" : ""))"
     case .rebuild(let queue, let cache):
-      return "rebuild(\([queue ? "taskQueue" : nil, cache ? "cacheAges" : nil].compactMap { $0 }.joined(separator: "+")))"
+      return
+        "rebuild(\([queue ? "taskQueue" : nil, cache ? "cacheAges" : nil].compactMap { $0 }.joined(separator: "+")))"
     case .reopen: return "reopen"
     }
   }
@@ -178,12 +181,17 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     let data: String? = policy == .append ? nil : "d\(dataId)"
     await both {
       try await $0.queue.add(
-        tag: "t\(tag)", payload: ["step": index], dataId: data, groupId: group.map { "g\($0)" }, options: TaskOptions(manual: manual, unique: policy))
+        tag: "t\(tag)", payload: ["step": index], dataId: data, groupId: group.map { "g\($0)" },
+        options: TaskOptions(manual: manual, unique: policy))
     }
   case .pass(let salt):
     pair.salt.value.withLock { $0 = salt }
-    let a = await outcome { try await pair.compactedRunner.run().entries.map { "\($0.taskId):\($0.outcome)" } }
-    let b = await outcome { try await pair.referenceRunner.run().entries.map { "\($0.taskId):\($0.outcome)" } }
+    let a = await outcome {
+      try await pair.compactedRunner.run().entries.map { "\($0.taskId):\($0.outcome)" }
+    }
+    let b = await outcome {
+      try await pair.referenceRunner.run().entries.map { "\($0.taskId):\($0.outcome)" }
+    }
     #expect(a == b, "step \(index) (\(step)): the passes differ: \(a) vs \(b) in \(steps)")
     historyTally.withLock { $0.passes += 1 }
   case .resolve(let k):
@@ -216,7 +224,8 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     pair.clock.advance(by: .milliseconds(ms))
   case .fetch(let key, let success, let empty):
     await both {
-      try await $0.ledger.recordFetch(key: "k\(key)", outcome: success ? .success(isEmpty: empty) : .failure("503"))
+      try await $0.ledger.recordFetch(
+        key: "k\(key)", outcome: success ? .success(isEmpty: empty) : .failure("503"))
     }
   case .forget(let key):
     await both { try await $0.ledger.forget("k\(key)") }
@@ -239,7 +248,9 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     let wasCompacted = try pair.compacted.log.compactionState() != nil
     pair.compacted.close()
     let path = pair.compactedFixture.path
-    for (bumped, name) in [(queue, TaskQueueProjection.projectionName), (cache, CacheAgesProjection.projectionName)]
+    for (bumped, name) in [
+      (queue, TaskQueueProjection.projectionName), (cache, CacheAgesProjection.projectionName),
+    ]
     where bumped {
       // Any version other than the code's: open rebuilds the projection (from its snapshot when
       // there is one of the code's version, else from what the log holds).
@@ -253,7 +264,9 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     if cache && dropSnapshot && wasCompacted { pair.fetchCountsMayBeLower = true }
     try await pair.reopenCompacted()
   case .rebuild(let queue, let cache):
-    let names = [queue ? TaskQueueProjection.projectionName : nil, cache ? CacheAgesProjection.projectionName : nil]
+    let names = [
+      queue ? TaskQueueProjection.projectionName : nil, cache ? CacheAgesProjection.projectionName : nil,
+    ]
     _ = try await pair.compacted.log.rebuild(names.compactMap { $0 })
     historyTally.withLock { $0.rebuilds += 1 }
   case .reopen:
@@ -265,7 +278,9 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
 func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
 
 /// Every row of a projection's tables, by table.
-func projectionRows(_ store: FerryStore, _ projection: String, _ tables: [String]) throws -> [String: [String]] {
+func projectionRows(
+  _ store: FerryStore, _ projection: String, _ tables: [String]
+) throws -> [String: [String]] {
   try store.log.read { view in
     let reader = try view.tables(of: projection)
     var rows: [String: [String]] = [:]
@@ -297,7 +312,8 @@ func expectSameState(_ pair: StorePair, after index: Int, _ steps: [HistoryStep]
   }
   // The cache records (times, outcomes, paging) and the by-success index.
   if pair.fetchCountsMayBeLower {
-    #expect(a.caches.map(\.key) == b.caches.map(\.key), "cache keys differ \(where_): \(a.caches) vs \(b.caches)")
+    #expect(
+      a.caches.map(\.key) == b.caches.map(\.key), "cache keys differ \(where_): \(a.caches) vs \(b.caches)")
     for (ra, rb) in zip(a.caches, b.caches) {
       var same = ra
       same.fetchCount = rb.fetchCount
@@ -360,7 +376,8 @@ func check(_ steps: [HistoryStep]) async {
     let start = ContinuousClock.now
     // FERRY_COMPACTION_HISTORIES raises the count for long runs.
     let count = ProcessInfo.processInfo.environment["FERRY_COMPACTION_HISTORIES"].flatMap(Int.init) ?? 200
-    await propertyCheck(count: count, input: Gen.int(in: 0...(HistoryStep.kinds * 64 - 1)).array(of: 1...40)) {
+    await propertyCheck(count: count, input: Gen.int(in: 0...(HistoryStep.kinds * 64 - 1)).array(of: 1...40))
+    {
       numbers in
       await check(numbers.map(HistoryStep.init))
     }
@@ -388,7 +405,8 @@ func check(_ steps: [HistoryStep]) async {
     store.close()
     // The cacheAges projection changes version and has no usable snapshot: it is rebuilt from the
     // log at open and its state at the head (3) becomes its snapshot; taskQueue's stays at 1.
-    try LMDBEnvironment.open(fixture.path, "meta").setProjectionVersion(CacheAgesProjection.projectionName, 77)
+    try LMDBEnvironment.open(fixture.path, "meta").setProjectionVersion(
+      CacheAgesProjection.projectionName, 77)
     try LMDBEnvironment.open(fixture.path, "meta").removeSnapshot(CacheAgesProjection.projectionName)
     store = try await fixture.openStore()
     defer { store.close() }
@@ -417,7 +435,8 @@ func check(_ steps: [HistoryStep]) async {
     var store = try await fixture.openStore()
     let replaced = try await store.queue.add(tag: "t", payload: ["n": 1], dataId: "d")
     clock.advance(by: .seconds(-4))  // the next events come from a process whose clock is behind
-    let replacing = try await store.queue.add(tag: "t", payload: ["n": 2], dataId: "d", options: [.unique(.replace)])
+    let replacing = try await store.queue.add(
+      tag: "t", payload: ["n": 2], dataId: "d", options: [.unique(.replace)])
     try await store.queue.cancel(replacing)
     #expect(try store.queue.pendingTasks().isEmpty)
     clock.advance(by: .seconds(5))
@@ -432,4 +451,3 @@ func check(_ steps: [HistoryStep]) async {
     #expect(try store.log.verify().isHealthy)
   }
 }
-

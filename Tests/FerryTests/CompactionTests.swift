@@ -130,7 +130,9 @@ func logFinishedTasks(_ store: FerryStore, _ count: Int) async throws {
       try store.log.forEachEvent { _ in left += 1 }
       #expect(left == 0)
       // Everything was compacted away, yet a sequence number is never given out twice.
-      #expect(try await store.queue.add(tag: "t", payload: ["n": 1]) == TaskID(rawValue: UInt64(rounds * 30_000 + 1)))
+      #expect(
+        try await store.queue.add(tag: "t", payload: ["n": 1])
+          == TaskID(rawValue: UInt64(rounds * 30_000 + 1)))
       print(
         "compaction: \(rounds * 10_000) tasks (\(rounds * 30_000) events) logged and compacted every 10000 tasks: at most \(largestLog) events and \(largestFile / 1_048_576) MiB on disk at any time"
       )

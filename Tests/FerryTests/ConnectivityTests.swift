@@ -13,7 +13,8 @@ import Testing
   /// The `task.runStarted` events in the log (read back, not counted by the code under test).
   static func starts(_ queue: TaskQueue) throws -> [TaskID] {
     try queue.log.events(after: 0, limit: 100_000).compactMap { event in
-      guard event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event) else { return nil }
+      guard event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event)
+      else { return nil }
       return id
     }
   }
@@ -102,7 +103,8 @@ import Testing
       return .failed("The Internet connection appears to be offline.")
     }
     let report = try await run.run()
-    #expect(report.outcome(of: dropped) == .deferred("offline: The Internet connection appears to be offline."))
+    #expect(
+      report.outcome(of: dropped) == .deferred("offline: The Internet connection appears to be offline."))
     #expect(try queue.task(dropped)?.attemptsSpent == 0)
     #expect(report.outcome(of: refused) == nil, "nothing starts once offline")
     #expect(try await run.run(.task(refused)).outcome(of: refused) == .skipped(.offline))

@@ -40,7 +40,9 @@ enum Work: String, Sendable {
       let cancelled = try await queue.cancel(tag: Work.deleteNote)
       #expect(cancelled.cancelled == deletes && cancelled.running.isEmpty)
 
-      let runners = [runner(queue) { $0.maxConcurrentTasks = 2 }, runner(queue) { $0.maxConcurrentTasks = 2 }]
+      let runners = [
+        runner(queue) { $0.maxConcurrentTasks = 2 }, runner(queue) { $0.maxConcurrentTasks = 2 },
+      ]
       for run in runners {
         run.register(tag: Work.saveNote) { task in
           #expect(task.tag(as: Work.self) == .saveNote)
@@ -116,22 +118,25 @@ enum Work: String, Sendable {
           guard case FerryError.invalidArgument(let message) = error else { return false }
           return message.contains("another store")
         }
-        #expect(performing: {
-          try CacheRepository(
-            key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: source, requires: foreign)
-        }, throws: refusedAsForeign)
-        #expect(performing: {
-          try CacheRequirementsRepository<String, [String]>(
-            ledger: store.ledger, maxAge: .seconds(60), key: { "notes-\($0)" }, source: { _ in source },
-            requires: foreign)
-        }, throws: refusedAsForeign)
-        #expect(performing: {
-          try CachePagingRepository<[String], [String]>(
-            key: "feed", ledger: store.ledger, maxAge: .seconds(60),
-            source: PagingSource(
-              fetchPage: { _ in (["a"], nil) }, save: { _, _ in }, load: { nil }),
-            requires: foreign)
-        }, throws: refusedAsForeign)
+        #expect(
+          performing: {
+            try CacheRepository(
+              key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: source, requires: foreign)
+          }, throws: refusedAsForeign)
+        #expect(
+          performing: {
+            try CacheRequirementsRepository<String, [String]>(
+              ledger: store.ledger, maxAge: .seconds(60), key: { "notes-\($0)" }, source: { _ in source },
+              requires: foreign)
+          }, throws: refusedAsForeign)
+        #expect(
+          performing: {
+            try CachePagingRepository<[String], [String]>(
+              key: "feed", ledger: store.ledger, maxAge: .seconds(60),
+              source: PagingSource(
+                fetchPage: { _ in (["a"], nil) }, save: { _, _ in }, load: { nil }),
+              requires: foreign)
+          }, throws: refusedAsForeign)
         // The same gate on its own store is fine.
         _ = try CacheRepository(
           key: "notes", ledger: other.ledger, maxAge: .seconds(60), source: source, requires: foreign)
@@ -179,9 +184,12 @@ enum Work: String, Sendable {
   @Test func tasksHistoriesAndCacheRecordsReadAsPhrases() async throws {
     try await withStore { store, clock, _ in
       let queue = store.queue
-      let id = try await queue.add(tag: "upload", payload: ["n": 1], groupId: "album", options: [.priority(.high)])
+      let id = try await queue.add(
+        tag: "upload", payload: ["n": 1], groupId: "album", options: [.priority(.high)])
       let run = runner(queue)
-      run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
+      run.register(tag: "upload", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
+        .failed("offline")
+      }
       _ = try await run.run()
       let task = try #require(try queue.task(id))
       let retryAt = clock.milliseconds + 60_000
@@ -190,7 +198,10 @@ enum Work: String, Sendable {
           == "task \(id) (upload, group album, priority high): waiting until \(readableTime(at(retryAt))), "
           + "1 attempt, last failure: offline")
       let history = try queue.history(of: id).map { "\($0.event)" }
-      #expect(history == ["added", "run started (attempt 1)", "failed: offline, retry at \(readableTime(at(retryAt)))"])
+      #expect(
+        history == [
+          "added", "run started (attempt 1)", "failed: offline, retry at \(readableTime(at(retryAt)))",
+        ])
       try await store.ledger.recordFetch(key: "notes", outcome: .failure("timeout"))
       let record = try #require(try store.ledger.record("notes"))
       #expect("\(record)".hasPrefix("notes: 1 fetch, never fetched successfully, last failure "))

@@ -65,7 +65,8 @@ import Testing
     try await Task.sleep(for: .milliseconds(50))
     #expect(store.queue.followsOtherProcesses, "one stream is still observed")
     second.cancel()
-    #expect(try await Self.eventually { !store.queue.followsOtherProcesses }, "the tail outlived its observers")
+    #expect(
+      try await Self.eventually { !store.queue.followsOtherProcesses }, "the tail outlived its observers")
 
     // Another process adds while nobody observes; a new observer sees its next add.
     let unobserved = try Child("ferry-test-worker", ["add-tasks", fixture.path, "1"])
@@ -81,7 +82,8 @@ import Testing
 
     // The cache side: a key's states() follows, and stops following when it ends.
     let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(),
+      automaticRefresh: false)
     let states = Collected(notes.states())
     #expect(store.ledger.followsOtherProcesses)
     let recorder = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
@@ -91,7 +93,9 @@ import Testing
     }
     #expect(seen, "the observer never saw the other process's fetch: \(states.values)")
     states.cancel()
-    #expect(try await Self.eventually { !store.ledger.followsOtherProcesses }, "the cache's tail outlived its observer")
+    #expect(
+      try await Self.eventually { !store.ledger.followsOtherProcesses },
+      "the cache's tail outlived its observer")
   }
 
   // MARK: Observing a closed store
@@ -103,7 +107,8 @@ import Testing
     defer { fixture.remove() }
     let store = try await FerryStore.open(at: fixture.path)
     let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: Self.source(), automaticRefresh: false)
+      key: "notes", ledger: store.ledger, maxAge: .seconds(60), source: Self.source(), automaticRefresh: false
+    )
     store.close()
     let states = Collected(notes.states())
     defer { states.cancel() }
@@ -138,7 +143,8 @@ import Testing
     defer { store.close() }
     try await store.ledger.recordFetch(key: "notes", outcome: .success(isEmpty: false))
     let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(),
+      automaticRefresh: false)
     let states = Collected(notes.states())
     defer { states.cancel() }
     try #require(try await Self.eventually { !states.values.isEmpty })
@@ -208,7 +214,8 @@ import Testing
       key: "mine", ledger: store.ledger, maxAge: .seconds(3600),
       source: CacheSource(fetch: { "fresh" }, save: { _ in }, load: { "saved" }))
     let theirs = try CacheRepository(
-      key: "big-60", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+      key: "big-60", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(),
+      automaticRefresh: false)
     let mineStates = Collected(mine.states())
     let theirStates = Collected(theirs.states())
     defer {
@@ -238,7 +245,9 @@ import Testing
     var locals: [String: Int] = [:]
     var succeeded: [TaskID: Int] = [:]
     try store.log.forEachEvent { event in
-      if CacheEvent.typeSet.contains(event.type), case .fetched(let key, _, let outcome) = try CacheEvent(event) {
+      if CacheEvent.typeSet.contains(event.type),
+        case .fetched(let key, _, let outcome) = try CacheEvent(event)
+      {
         if case .failure = outcome { failures[key, default: 0] += 1 } else { locals[key, default: 0] += 1 }
       } else if TaskEvent.typeSet.contains(event.type), case .runSucceeded(let id, _) = try TaskEvent(event) {
         succeeded[id, default: 0] += 1
@@ -270,7 +279,8 @@ import Testing
     struct Offline: Error {}
     let notes = try CacheRepository(
       key: "notes", ledger: store.ledger, maxAge: .seconds(3600),
-      source: CacheSource(fetch: { () async throws -> String in throw Offline() }, save: { _ in }, load: { "saved" }),
+      source: CacheSource(
+        fetch: { () async throws -> String in throw Offline() }, save: { _ in }, load: { "saved" }),
       automaticRefresh: false)
     let states = Collected(notes.states())
     defer { states.cancel() }
@@ -279,7 +289,10 @@ import Testing
       Issue.record("the refresh did not fail")
       return
     }
-    try #require(try await Self.eventually { states.values.last?.refreshError != nil && states.values.last?.isRefreshing == false })
+    try #require(
+      try await Self.eventually {
+        states.values.last?.refreshError != nil && states.values.last?.isRefreshing == false
+      })
     let child = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
     #expect(try await child.wait() == 0)
     #expect(try await notes.currentState().refreshError == nil)
@@ -287,7 +300,8 @@ import Testing
       if case .cache = states.values.last?.content { return true } else { return false }
     }
     try #require(sawCache)
-    #expect(states.values.last?.refreshError == nil, "the observer kept the error after another process's success")
+    #expect(
+      states.values.last?.refreshError == nil, "the observer kept the error after another process's success")
   }
 
   /// Another process records a failed fetch of a key that has no cache: an observer that was
@@ -298,9 +312,11 @@ import Testing
     defer { fixture.remove() }
     let store = try await FerryStore.open(at: fixture.path)
     defer { store.close() }
-    try await store.ledger.recordFetch(key: "big-0", outcome: .success(isEmpty: false), at: Date(timeIntervalSince1970: 1_000))
+    try await store.ledger.recordFetch(
+      key: "big-0", outcome: .success(isEmpty: false), at: Date(timeIntervalSince1970: 1_000))
     let notes = try CacheRepository(
-      key: "big-0", ledger: store.ledger, maxAge: .seconds(1) * 1_000_000_000, source: Self.source(), automaticRefresh: false)
+      key: "big-0", ledger: store.ledger, maxAge: .seconds(1) * 1_000_000_000, source: Self.source(),
+      automaticRefresh: false)
     let states = Collected(notes.states())
     defer { states.cancel() }
     try #require(try await Self.eventually { !states.values.isEmpty })
@@ -313,7 +329,9 @@ import Testing
     defer { newObserver.cancel() }
     try #require(try await Self.eventually { !newObserver.values.isEmpty })
     #expect(newObserver.values[0].refreshError?.stage == .recorded)
-    #expect(states.values.last?.refreshError?.stage == .recorded, "the observer's state disagrees with a new observer's")
+    #expect(
+      states.values.last?.refreshError?.stage == .recorded,
+      "the observer's state disagrees with a new observer's")
   }
 
   // MARK: Another process's rebuild, stopped and killed part-way
@@ -354,7 +372,9 @@ import Testing
     let input = Pipe()
     let rebuilder = try Child(
       "ferry-test-worker", ["store-rebuild", fixture.path, "7"], stdin: input.fileHandleForReading,
-      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn])
+      environment: [
+        "FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
+      ])
     defer { rebuilder.kill() }
     _ = try await rebuilder.waitForLine(startingWith: "open")
     say("go", to: input)
@@ -388,23 +408,25 @@ import Testing
     defer { store.close() }
     let id = try await store.queue.add(tag: "elsewhere", payload: ["n": 1])
     #expect(try !store.queue.isIdle())
-    let idle = Collected(AsyncStream<Bool> { continuation in
-      let task = Task {
-        do {
-          try await store.queue.waitUntilIdle()
-          continuation.yield(true)
-        } catch {
-          continuation.yield(false)
+    let idle = Collected(
+      AsyncStream<Bool> { continuation in
+        let task = Task {
+          do {
+            try await store.queue.waitUntilIdle()
+            continuation.yield(true)
+          } catch {
+            continuation.yield(false)
+          }
+          continuation.finish()
         }
-        continuation.finish()
-      }
-      continuation.onTermination = { _ in task.cancel() }
-    })
+        continuation.onTermination = { _ in task.cancel() }
+      })
     defer { idle.cancel() }
     let child = try Child("ferry-test-worker", ["act-then-compact", fixture.path, "run:elsewhere"])
     #expect(try await child.wait() == 0)
     #expect(child.output.contains("ran 1"), "\(child.output)")
-    try #require(child.output.contains { $0.hasPrefix("compacted ") && $0 != "compacted 0" }, "\(child.output)")
+    try #require(
+      child.output.contains { $0.hasPrefix("compacted ") && $0 != "compacted 0" }, "\(child.output)")
     #expect(try store.queue.task(id) == nil)
     #expect(try store.queue.isIdle())
     #expect(try await Self.eventually { idle.isFinished }, "waitUntilIdle() never ended")
@@ -419,7 +441,8 @@ import Testing
     let store = try await FerryStore.open(at: fixture.path)
     defer { store.close() }
     let notes = try CacheRepository(
-      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(), automaticRefresh: false)
+      key: "notes", ledger: store.ledger, maxAge: .seconds(3600), source: Self.source(),
+      automaticRefresh: false)
     let observers = (0..<200).map { _ in Collected(notes.states()) }
     let unread = (0..<50).map { _ in notes.states() }
     defer {
@@ -430,7 +453,9 @@ import Testing
     let child = try Child("ferry-test-worker", ["record-fetch", fixture.path, "notes"])
     #expect(try await child.wait() == 0)
     let all = try await Self.eventually {
-      observers.allSatisfy { $0.values.contains { if case .cache = $0.content { return true } else { return false } } }
+      observers.allSatisfy {
+        $0.values.contains { if case .cache = $0.content { return true } else { return false } }
+      }
     }
     #expect(all, "\(observers.filter { $0.values.count < 2 }.count) observers saw nothing")
   }

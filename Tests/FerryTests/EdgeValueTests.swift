@@ -158,7 +158,8 @@ import Testing
         try await store.ledger.recordFetch(
           key: "k", outcome: .success(isEmpty: false), at: at(clock.milliseconds + skew + 1))
       } throws: { Self.isInvalidArgument($0) }
-      try await store.ledger.recordFetch(key: "k", outcome: .success(isEmpty: false), at: at(clock.milliseconds + skew))
+      try await store.ledger.recordFetch(
+        key: "k", outcome: .success(isEmpty: false), at: at(clock.milliseconds + skew))
       #expect(try store.ledger.record("k")?.lastSuccess == at(clock.milliseconds + skew))
       // Fetched "later than now": its age is zero, never negative.
       #expect(
@@ -298,7 +299,9 @@ import Testing
       let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
       clock.set(milliseconds: .max - 10)
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { _ in .failed("later") }
+      runner.register(tag: "t", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0)) { _ in
+        .failed("later")
+      }
       let report = try await runner.run()
       #expect(report.outcome(of: id) == .failed("later", retryAt: at(.max)))
       let task = try #require(try store.queue.task(id))
@@ -311,7 +314,8 @@ import Testing
       let id = try await store.queue.add(tag: "t", payload: Item(name: "a"))
       let runner = TaskRunner(queue: store.queue)
       let policy = RetryPolicy(
-        maxAttempts: .max, initialDelay: .seconds(Int64.max), multiplier: .infinity, maxDelay: .seconds(Int64.max),
+        maxAttempts: .max, initialDelay: .seconds(Int64.max), multiplier: .infinity,
+        maxDelay: .seconds(Int64.max),
         jitter: 1)
       runner.register(tag: "t", retry: policy) { _ in .failed("later") }
       let report = try await runner.run()
@@ -354,7 +358,9 @@ import Testing
 /// at every public API that takes a duration: saturated or refused, never a trap (the attack of
 /// the writer's poll found `writerSpin` trapping so; these took the same path).
 @Suite(.timeLimit(.minutes(20))) struct HugeDurationTests {
-  static let huge: [Duration] = [.seconds(1e19), .seconds(Int64.max) * 4, .seconds(-1e19), .seconds(Int64.min) * 4]
+  static let huge: [Duration] = [
+    .seconds(1e19), .seconds(Int64.max) * 4, .seconds(-1e19), .seconds(Int64.min) * 4,
+  ]
 
   @Test func theConversionsSaturate() {
     #expect(Duration.seconds(1e19).milliseconds == .max)
@@ -402,7 +408,9 @@ import Testing
           #expect(try store.ledger.keys(olderThan: huge).isEmpty)
           #expect(try await store.compact(retention: huge).removed == 0)
         } else {
-          #expect { try store.ledger.state(key: "k", maxAge: huge) } throws: { EdgeValueTests.isInvalidArgument($0) }
+          #expect { try store.ledger.state(key: "k", maxAge: huge) } throws: {
+            EdgeValueTests.isInvalidArgument($0)
+          }
         }
       }
     }

@@ -38,7 +38,8 @@ import Testing
     // A last empty command after the other process is gone.
     _ = try await queue.log.execute { _ in 0 }
     let head = try queue.log.head()
-    #expect(try queue.pendingTasks(tag: "app").count == 300, "the queue projection missed another process's adds")
+    #expect(
+      try queue.pendingTasks(tag: "app").count == 300, "the queue projection missed another process's adds")
     store.close()
     let verify = try Child("ferry", ["verify", fixture.path])
     #expect(try await verify.wait() == 0, "\(verify.output)")

@@ -18,9 +18,10 @@ import Testing
       // The head may start: the tasks behind it still wait for it (they read `ready` before).
       #expect(try queue.task(head)?.status == .ready)
       #expect(try queue.task(second)?.status == .waitingForGroup(behind: head))
-      #expect(try queue.pendingTasks().map(\.status) == [
-        .ready, .waitingForGroup(behind: head), .waitingForGroup(behind: head), .ready,
-      ])
+      #expect(
+        try queue.pendingTasks().map(\.status) == [
+          .ready, .waitingForGroup(behind: head), .waitingForGroup(behind: head), .ready,
+        ])
       let snapshot = try store.log.read { try FerryStore.snapshot(of: $0) }
       #expect(snapshot.tasks.first { $0.id == third }?.status == .waitingForGroup(behind: head))
       _ = alone

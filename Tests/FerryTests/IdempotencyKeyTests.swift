@@ -86,7 +86,9 @@ import Testing
       // Concurrent adders: the keys of one store are unique among themselves too.
       try await withThrowingTaskGroup(of: Void.self) { group in
         for n in 0..<8 {
-          group.addTask { for i in 0..<5 { _ = try await store.queue.add(tag: "t", payload: Item(name: "\(n)-\(i)")) } }
+          group.addTask {
+            for i in 0..<5 { _ = try await store.queue.add(tag: "t", payload: Item(name: "\(n)-\(i)")) }
+          }
         }
         try await group.waitForAll()
       }

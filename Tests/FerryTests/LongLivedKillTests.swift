@@ -32,7 +32,8 @@ import Testing
       return task.attempt == 1 ? .recordError("fix me") : .succeeded
     }
     var expected: [TaskID: Int] = [:]
-    let points = segment ? ["compaction", "segment.checkpointSynced", "segment.checkpointWritten"] : ["compaction"]
+    let points =
+      segment ? ["compaction", "segment.checkpointSynced", "segment.checkpointWritten"] : ["compaction"]
     var killed = 0
     let rounds = 24
     for round in 0..<rounds {
@@ -98,12 +99,15 @@ import Testing
         environment: ["FERRY_CRASH_POINT": point, "FERRY_CRASH_AFTER": "\(after)"])
       defer { try? stdin.fileHandleForWriting.close() }
       try await waitForExit(compactor)
-      #expect(compactor.process.terminationReason == .uncaughtSignal, "\(point): \(compactor.output.suffix(3))")
+      #expect(
+        compactor.process.terminationReason == .uncaughtSignal, "\(point): \(compactor.output.suffix(3))")
       let reopened = try await fixture.openStore { $0.writeAheadSegment = segment }
       #expect(try reopened.log.read { try FerryStore.snapshot(of: $0) } == live, "after a kill at \(point)")
       #expect(try reopened.log.verify().isHealthy, "after a kill at \(point)")
       reopened.close()
     }
-    print("long-lived runner (segment \(segment)): \(killed) compactors killed, \(expected.count) tasks, head \(head)")
+    print(
+      "long-lived runner (segment \(segment)): \(killed) compactors killed, \(expected.count) tasks, head \(head)"
+    )
   }
 }

@@ -43,7 +43,9 @@ struct Model {
   /// What a handler answers for a task's attempt with its payload: the same function drives the
   /// real handlers, so a run handed a stale payload answers differently from the model.
   static func outcome(id: UInt64, attempt: UInt32, salt: Int, payload: Int) -> Int {
-    Int((id &* 7 &+ UInt64(attempt) &* 3 &+ UInt64(truncatingIfNeeded: salt) &+ UInt64(truncatingIfNeeded: payload) &* 2) % 5)
+    Int(
+      (id &* 7 &+ UInt64(attempt) &* 3 &+ UInt64(truncatingIfNeeded: salt) &+ UInt64(
+        truncatingIfNeeded: payload) &* 2) % 5)
   }
 
   mutating func log() -> UInt64 {
@@ -140,7 +142,8 @@ struct Model {
       successorOf = nil
       for priority in Set(tasks.map(\.priority)).sorted(by: >) where pick == nil {
         let due = tasks.compactMap { task -> (at: Int64, id: UInt64)? in
-          guard task.priority == priority, indexed(task), case .waiting(let until) = task.status, until <= at(now)
+          guard task.priority == priority, indexed(task), case .waiting(let until) = task.status,
+            until <= at(now)
           else { return nil }
           return (until.unixMilliseconds, task.id)
         }.sorted { ($0.at, $0.id) < ($1.at, $1.id) }
@@ -265,7 +268,8 @@ enum Command: CustomStringConvertible {
   /// With `writeAheadSegment` the store starts with the segment on (`Specs/one-sync-commit.md`),
   /// and every reopen turns it off or on again — both conversions, under every command sequence.
   /// Serialized: the handlers read the step's salt from one global (`currentSalt`).
-  @Test(.serialized, arguments: [false, true]) func theStoreBehavesLikeTheModel(writeAheadSegment: Bool) async {
+  @Test(.serialized, arguments: [false, true]) func theStoreBehavesLikeTheModel(writeAheadSegment: Bool) async
+  {
     await propertyCheck(count: writeAheadSegment ? 60 : 100, input: Gen.int(in: 0...1899).array(of: 1...60)) {
       numbers in
       let commands = numbers.map(Command.init)
@@ -287,7 +291,9 @@ enum Command: CustomStringConvertible {
             let at = deadline.map { model.now + $0 }
             try await store.queue.add(
               tag: "t\(tag)", payload: ["step": step], dataId: data, groupId: group.map { "g\($0)" },
-              options: TaskOptions(manual: manual, unique: policy, priority: TaskPriority(rawValue: priority), deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) }))
+              options: TaskOptions(
+                manual: manual, unique: policy, priority: TaskPriority(rawValue: priority),
+                deadline: at.map { Date(timeIntervalSince1970: Double($0) / 1000) }))
             model.add(
               tag: "t\(tag)", group: group.map { "g\($0)" }, dataId: data, manual: manual, unique: policy,
               payload: step, priority: priority, deadline: at)
@@ -332,11 +338,15 @@ enum Command: CustomStringConvertible {
           case .cancelTag(let tag):
             let report = try await store.queue.cancel(tag: "t\(tag)")
             let expected = model.cancel { $0.tag == "t\(tag)" }
-            #expect(report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []), "cancel by tag in \(commands)")
+            #expect(
+              report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []),
+              "cancel by tag in \(commands)")
           case .cancelGroup(let group):
             let report = try await store.queue.cancel(group: "g\(group)")
             let expected = model.cancel { $0.group == "g\(group)" }
-            #expect(report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []), "cancel by group in \(commands)")
+            #expect(
+              report == CancelReport(cancelled: expected.map(TaskID.init(rawValue:)), running: []),
+              "cancel by group in \(commands)")
           case .revive(let k):
             let dead = model.tasks.filter { $0.status == .dead }
             if !dead.isEmpty {
@@ -394,11 +404,13 @@ extension Model {
       var status = $0.status
       if case .waitingForGroup = status { status = .ready }  // derived when read; stored as ready
       return Model.Task(
-        id: $0.id.rawValue, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual, status: status,
+        id: $0.id.rawValue, tag: $0.tag, group: $0.groupId, dataId: $0.dataId, manual: $0.manual,
+        status: status,
         attempts: $0.attempts, payload: payloads[$0.id.rawValue] ?? -1, priority: $0.priority.rawValue,
         deadline: milliseconds($0.deadline))
     }
-    errors = Dictionary(uniqueKeysWithValues: snapshot.errors.map { ($0.taskId.rawValue, ($0.errorId, $0.message)) })
+    errors = Dictionary(
+      uniqueKeysWithValues: snapshot.errors.map { ($0.taskId.rawValue, ($0.errorId, $0.message)) })
     nextSequence = snapshot.head + 1
   }
 }
@@ -409,7 +421,9 @@ func milliseconds(_ date: Date?) -> Int64? { date.map { Int64(($0.timeIntervalSi
 /// From the log after `before`: no task is claimed while a run of it is under way, every run ends
 /// exactly once, by one outcome, both reports together name each run once, and a task expires at
 /// most once, never during a run of it.
-func expectEachRunOnce(_ log: EventLog, after before: UInt64, reports: [PassReport], _ commands: [Command]) throws {
+func expectEachRunOnce(
+  _ log: EventLog, after before: UInt64, reports: [PassReport], _ commands: [Command]
+) throws {
   var open: [TaskID: String] = [:]
   var runs: [TaskID: Int] = [:]
   var expired: Set<TaskID> = []

@@ -155,7 +155,9 @@ struct CapturingLogHandler: LogHandler {
       let started = Journal()
       let release = Gate()
       let run = runner(queue) { $0.timeLimitGrace = .seconds(5) }
-      run.register(tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)) {
+      run.register(
+        tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)
+      ) {
         _ in
         started.note("started")
         await release.wait()  // ignores its cancellation
@@ -261,11 +263,14 @@ struct CapturingLogHandler: LogHandler {
       let second = runner(queue) { $0.maxConcurrentTasks = 2 }
       for run in [first, second] {
         run.register(
-          tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler)
+          tag: "a", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler
+        )
         run.register(
-          tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: .seconds(1), jitter: 0), handler: handler)
+          tag: "b", retry: RetryPolicy(maxAttempts: 2, initialDelay: .seconds(1), jitter: 0), handler: handler
+        )
         run.register(
-          tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler)
+          tag: "c", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), jitter: 0), handler: handler
+        )
       }
       for round in 0..<4 {
         if round > 0 { clock.advance(by: .seconds(10)) }  // every retry comes due

@@ -12,7 +12,9 @@ import Testing
 /// from the log and the handlers' own lines, never from counters.
 @Suite(.timeLimit(.minutes(20))) struct OperatorCompanyTests {
   /// Runs `ferry` with `arguments`; its status, standard output and standard error.
-  static func ferry(_ arguments: [String], killAfter: Duration? = nil) throws -> (status: Int32, stdout: String, stderr: String) {
+  static func ferry(
+    _ arguments: [String], killAfter: Duration? = nil
+  ) throws -> (status: Int32, stdout: String, stderr: String) {
     let process = Process()
     process.executableURL = productURL("ferry")
     process.arguments = arguments
@@ -31,12 +33,15 @@ import Testing
     let stdout = out.fileHandleForReading.readAll()
     let stderr = err.fileHandleForReading.readAll()
     process.waitUntilExit()
-    let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
+    let status =
+      process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
     return (status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
   }
 
   @Test(arguments: [false, true], [false, true])
-  func operatorCommandsBesideTwoRunnerProcessesNeverTakeARunOrRunATaskTwice(segment: Bool, killing: Bool) async throws {
+  func operatorCommandsBesideTwoRunnerProcessesNeverTakeARunOrRunATaskTwice(
+    segment: Bool, killing: Bool
+  ) async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let company = RebuildCompactionCompanyTests()
@@ -61,19 +66,26 @@ import Testing
         ["stats", fixture.path],
       ]
       let command = commands[rounds % commands.count]
-      let run = try Self.ferry(command, killAfter: killing ? .milliseconds(Int.random(in: 5...120, using: &random)) : nil)
+      let run = try Self.ferry(
+        command, killAfter: killing ? .milliseconds(Int.random(in: 5...120, using: &random)) : nil)
       if run.status == -SIGKILL { continue }
       statuses[command[0], default: [:]][run.status, default: 0] += 1
       let allowed: Set<Int32> = ["cancel", "resolve", "revive"].contains(command[0]) ? [0, 10, 11] : [0]
       if !allowed.contains(run.status) {
-        odd.append("\(command.dropFirst(2)) \(command[0]) → \(run.status): \(run.stderr.prefix(300)) \(run.stdout.prefix(200))")
+        odd.append(
+          "\(command.dropFirst(2)) \(command[0]) → \(run.status): \(run.stderr.prefix(300)) \(run.stdout.prefix(200))"
+        )
       }
       rounds += 1
     }
     for (index, runner) in runners.enumerated() {
-      #expect(try await company.finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+      #expect(
+        try await company.finish(runner, "runner \(index)") == 0,
+        "runner \(index): \(runner.output.suffix(3))")
     }
-    print("operator rounds beside two runners (segment \(segment), killing \(killing)): \(rounds), statuses \(statuses)")
+    print(
+      "operator rounds beside two runners (segment \(segment), killing \(killing)): \(rounds), statuses \(statuses)"
+    )
     #expect(odd.isEmpty, "\(odd.count) commands: \(odd.prefix(6))")
 
     Self.expectEachAttemptHandledOnce(runners)
@@ -87,7 +99,8 @@ import Testing
       guard TaskEvent.typeSet.contains(event.type) else { return }
       switch try TaskEvent(event) {
       case .cancelled(let id): cancelled.insert(id)
-      case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .revived(let id), .errorResolved(let id):
+      case .runStarted(let id, _, _, _, _), .runSucceeded(let id, _), .revived(let id),
+        .errorResolved(let id):
         if cancelled.contains(id) { afterCancel.append("\(event.type) of task \(id) at \(event.sequence)") }
       default: break
       }
@@ -109,7 +122,8 @@ import Testing
     (false, "append.beforeCommit"), (false, "append.afterCommit"), (true, "append.beforeCommit"),
     (true, "segment.frameFlushed"), (true, "append.afterCommit"),
   ])
-  func operatorCommandsKilledInTheirCommitBesideTwoRunnerProcesses(segment: Bool, point: String) async throws {
+  func operatorCommandsKilledInTheirCommitBesideTwoRunnerProcesses(segment: Bool, point: String) async throws
+  {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let company = RebuildCompactionCompanyTests()
@@ -140,9 +154,12 @@ import Testing
       }
     }
     for (index, runner) in runners.enumerated() {
-      #expect(try await company.finish(runner, "runner \(index)") == 0, "runner \(index): \(runner.output.suffix(3))")
+      #expect(
+        try await company.finish(runner, "runner \(index)") == 0,
+        "runner \(index): \(runner.output.suffix(3))")
     }
-    print("operator commands killed at \(point) (segment \(segment)) beside two runners: \(kills) of \(round)")
+    print(
+      "operator commands killed at \(point) (segment \(segment)) beside two runners: \(kills) of \(round)")
     #expect(kills > 0)
     #expect(other.isEmpty, "\(other.prefix(4))")
     Self.expectEachAttemptHandledOnce(runners)

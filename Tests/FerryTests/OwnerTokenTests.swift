@@ -41,11 +41,14 @@ import Testing
     try export.run()
     export.waitUntilExit()
     #expect(export.terminationStatus == 0)
-    let importing = try Child("ferry", ["import", copy.path], stdin: FileHandle(forReadingAtPath: exportPath))
+    let importing = try Child(
+      "ferry", ["import", copy.path], stdin: FileHandle(forReadingAtPath: exportPath))
     #expect(try await importing.wait() == 0)
 
     // The import interrupted it: no process owns runs in a store that did not exist a moment ago.
-    #expect(importing.output.contains { $0.hasPrefix("interrupted 1 run that was under way") }, "\(importing.output)")
+    #expect(
+      importing.output.contains { $0.hasPrefix("interrupted 1 run that was under way") },
+      "\(importing.output)")
     let queue = try await TaskQueue.open(at: copy.path)
     defer { queue.close() }
     #expect(try queue.task(id)?.status == .ready)
@@ -101,7 +104,9 @@ import Testing
       let queue = try await TaskQueue.open(at: fixture.path)
       defer { queue.close() }
       for n in 0..<600 {
-        ids.append(try await queue.add(tag: "job", payload: ["kind": "ok", "n": "\(n)"], groupId: n % 4 == 0 ? "g\(n % 20)" : nil))
+        ids.append(
+          try await queue.add(
+            tag: "job", payload: ["kind": "ok", "n": "\(n)"], groupId: n % 4 == 0 ? "g\(n % 20)" : nil))
       }
     }
     let children = [
@@ -119,7 +124,8 @@ import Testing
     let runs = try runsByTask(queue.log)
     for id in ids {
       let r = runs[id]
-      #expect(r?.starts == 1 && r?.successes == 1 && r?.interruptions == 0, "task \(id): \(String(describing: r))")
+      #expect(
+        r?.starts == 1 && r?.successes == 1 && r?.interruptions == 0, "task \(id): \(String(describing: r))")
     }
   }
 
@@ -153,7 +159,8 @@ import Testing
     }
     let owners = fixture.path + "/owners"
     try? FileManager.default.createDirectory(atPath: owners, withIntermediateDirectories: true)
-    try FileManager.default.createDirectory(atPath: owners + "/abc-0000000000000001", withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      atPath: owners + "/abc-0000000000000001", withIntermediateDirectories: true)
     #expect(mkfifo(owners + "/abd-0000000000000002", 0o600) == 0)
     #expect(mkfifo(fixture.path + ".fifo", 0o600) == 0)
     defer { unlink(fixture.path + ".fifo") }

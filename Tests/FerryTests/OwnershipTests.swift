@@ -52,7 +52,9 @@ final class Child: Sendable {
   var output: [String] { lines.withLock { $0 } }
   /// The task ids of its "ack ID …" lines (the workers' acknowledged adds), in order.
   var acknowledgedIds: [TaskID] {
-    output.filter { $0.hasPrefix("ack ") }.compactMap { $0.split(separator: " ").dropFirst().first.flatMap { TaskID($0) } }
+    output.filter { $0.hasPrefix("ack ") }.compactMap {
+      $0.split(separator: " ").dropFirst().first.flatMap { TaskID($0) }
+    }
   }
   var pid: Int32 { process.processIdentifier }
 
@@ -102,7 +104,9 @@ final class Child: Sendable {
       try await Task.sleep(for: .milliseconds(10))
     }
     let drained = ContinuousClock.now + .seconds(60)
-    while !ended.withLock({ $0 }) && ContinuousClock.now < drained { try await Task.sleep(for: .milliseconds(5)) }
+    while !ended.withLock({ $0 }) && ContinuousClock.now < drained {
+      try await Task.sleep(for: .milliseconds(5))
+    }
     return process.terminationStatus
   }
 }
@@ -153,7 +157,9 @@ struct RunLedger {
         break
       }
     }
-    for (id, runs) in tasks where runs.successes > 1 { violations.append("task \(id) succeeded \(runs.successes) times") }
+    for (id, runs) in tasks where runs.successes > 1 {
+      violations.append("task \(id) succeeded \(runs.successes) times")
+    }
   }
 
   /// Every run ended exactly once; a task ran at most once, except that a run whose owner died
@@ -170,7 +176,8 @@ struct RunLedger {
         sourceLocation: sourceLocation)
       #expect(runs.interruptions.count <= 1, "task \(id): \(runs)", sourceLocation: sourceLocation)
       if runs.finishes == 0 {
-        #expect(queued.contains(id), "task \(id) never ran and is gone: \(runs)", sourceLocation: sourceLocation)
+        #expect(
+          queued.contains(id), "task \(id) never ran and is gone: \(runs)", sourceLocation: sourceLocation)
       }
     }
   }
@@ -294,9 +301,11 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     #expect(try await compact.wait() == 0)
     let inspect = try Child("ferry", ["inspect", fixture.path])
     #expect(try await inspect.wait() == 0)
-    let export = FileManager.default.temporaryDirectory.path + "/ferry-export-\(UUID().uuidString.prefix(8)).jsonl"
+    let export =
+      FileManager.default.temporaryDirectory.path + "/ferry-export-\(UUID().uuidString.prefix(8)).jsonl"
     defer { try? FileManager.default.removeItem(atPath: export) }
-    _ = FileManager.default.createFile(atPath: export, contents: Data("{\"ferry\":\"export\",\"format\":1,\"events\":0}\n".utf8))
+    _ = FileManager.default.createFile(
+      atPath: export, contents: Data("{\"ferry\":\"export\",\"format\":1,\"events\":0}\n".utf8))
     let importing = try Child("ferry", ["import", fixture.path], stdin: FileHandle(forReadingAtPath: export))
     #expect(try await importing.wait() != 0)
 
@@ -314,7 +323,8 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     defer { queue.close() }
     #expect(queue.interruptedAtOpen == [id])
     let runner = TaskRunner(queue: queue)
-    runner.register(tag: "hang") { task in task.attempt == 2 ? .succeeded : .failed("attempt \(task.attempt)") }
+    runner.register(tag: "hang") { task in task.attempt == 2 ? .succeeded : .failed("attempt \(task.attempt)")
+    }
     #expect(try await runner.run().outcome(of: id) == .succeeded)
     let ledger = try RunLedger(queue.log) { $0.hasPrefix(ownerPrefix(hanging.pid)) }
     ledger.expectEachTaskRanOnce([id])
@@ -360,9 +370,11 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     runner.register(tag: "sync") { _ in .succeeded }
     let updates = queue.updates()
     for round in 0..<150 {
-      let first = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
+      let first = try await queue.add(
+        tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       async let ran = runner.run()
-      let kept = try await queue.add(tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
+      let kept = try await queue.add(
+        tag: "sync", payload: ["round": round], dataId: "note", options: [.unique(.keep)])
       _ = try await ran
       if kept != first {
         // A new task: its add is in the log, and it is queued (or ran) as a task of its own.
@@ -443,8 +455,10 @@ func ownerPrefix(_ pid: Int32) -> String { String(UInt32(bitPattern: pid), radix
     defer { fixture.remove() }
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
-    let old = try await queue.add(tag: "save", payload: ["v": 1], dataId: "note-1", options: [.unique(.replace)])
-    let new = try await queue.add(tag: "save", payload: ["v": 2], dataId: "note-1", options: [.unique(.replace)])
+    let old = try await queue.add(
+      tag: "save", payload: ["v": 1], dataId: "note-1", options: [.unique(.replace)])
+    let new = try await queue.add(
+      tag: "save", payload: ["v": 2], dataId: "note-1", options: [.unique(.replace)])
     #expect(try queue.task(old) == nil)
     #expect(try queue.history(of: old).map(\.event) == [.added, .replaced(by: new)])
     #expect(try queue.history(of: new).map(\.event) == [.added])
@@ -594,13 +608,16 @@ extension OwnershipTests {
     let runner = try Child(
       "ferry-test-worker", ["run-and-hang", fixture.path],
       environment: [
-        "FERRY_CRASH_POINT": "owner.tokenStaged", "FERRY_CRASH_SIGNAL": "STOP", "FERRY_CRASH_GO_ON_FILE": goOn,
+        "FERRY_CRASH_POINT": "owner.tokenStaged", "FERRY_CRASH_SIGNAL": "STOP",
+        "FERRY_CRASH_GO_ON_FILE": goOn,
       ])
     defer { runner.kill() }
     try await pollUntil { isStopped(runner.pid) || !runner.process.isRunning }
     try #require(isStopped(runner.pid), "the runner did not reach its token: \(runner.output)")
     let owners = fixture.path + "/owners"
-    let staged = { (try? FileManager.default.contentsOfDirectory(atPath: owners))?.filter { $0.hasSuffix(".new") } ?? [] }
+    let staged = {
+      (try? FileManager.default.contentsOfDirectory(atPath: owners))?.filter { $0.hasSuffix(".new") } ?? []
+    }
     try #require(staged().count == 1)
 
     let store = try await FerryStore.open(at: fixture.path)  // sweeps the owners' directory

@@ -39,7 +39,11 @@ import Testing
       started.withLock { $0[task.id, default: 0] += 1 }
       order.withLock { $0.append(task.id) }
       if let g = task.groupId {
-        if inGroup.withLock({ s in s[g, default: 0] += 1; return s[g]! }) > 1 { overlap.add(1, ordering: .relaxed) }
+        if inGroup.withLock({ s in
+          s[g, default: 0] += 1; return s[g]!
+        }) > 1 {
+          overlap.add(1, ordering: .relaxed)
+        }
       }
       defer { if let g = task.groupId { inGroup.withLock { $0[g, default: 0] -= 1 } } }
       switch n % 9 {
@@ -60,20 +64,27 @@ import Testing
     // No wall-clock give-up: a pass that never ends is caught by the suite's time limit.
     let r = try await runner.run()
     let listed = r.entries.map(\.taskId)
-    #expect(Set(listed).count == listed.count, "a task listed twice: \(listed.count) entries, \(Set(listed).count) distinct")
+    #expect(
+      Set(listed).count == listed.count,
+      "a task listed twice: \(listed.count) entries, \(Set(listed).count) distinct")
     #expect(overlap.load(ordering: .relaxed) == 0, "two tasks of one group ran at once")
     #expect(started.withLock { $0.values.allSatisfy { $0 == 1 } }, "a task ran twice in one pass")
     let ranIds = Set(started.withLock { Array($0.keys) })
-    let reportedRuns = Set(r.entries.filter { if case .skipped = $0.outcome { return false } else { return true } }.map(\.taskId))
+    let reportedRuns = Set(
+      r.entries.filter { if case .skipped = $0.outcome { return false } else { return true } }.map(\.taskId))
     #expect(ranIds == reportedRuns, "ran \(ranIds.count), reported \(reportedRuns.count)")
     let stillRunnable = try queue.nextRunnable()
     #expect(stillRunnable == nil, "left runnable: \(String(describing: stillRunnable))")
     #expect(try queue.pendingTasks().filter { $0.status == .running }.isEmpty)
     // Each ungrouped task ran (nothing skipped it); every task of a group ran in order, up to its first failure.
     let byId = Dictionary(uniqueKeysWithValues: r.entries.map { ($0.taskId, $0.outcome) })
-    for (index, id) in ids.enumerated() where index % 2 == 1 { #expect(byId[id] != nil, "ungrouped task \(id) not run") }
+    for (index, id) in ids.enumerated() where index % 2 == 1 {
+      #expect(byId[id] != nil, "ungrouped task \(id) not run")
+    }
     var groups: [String: [TaskID]] = [:]
-    for (index, id) in ids.enumerated() where index % 2 == 0 { groups["g\(index % 11)", default: []].append(id) }
+    for (index, id) in ids.enumerated() where index % 2 == 0 {
+      groups["g\(index % 11)", default: []].append(id)
+    }
     for (g, members) in groups {
       var expectRun = true
       for id in members {
@@ -82,7 +93,9 @@ import Testing
           if byId[id] != .succeeded { expectRun = false }
         } else {
           let outcome = byId[id]
-          #expect(outcome == nil || outcome == .skipped(.partOfFailedGroup), "group \(g): task \(id) ran after its group failed")
+          #expect(
+            outcome == nil || outcome == .skipped(.partOfFailedGroup),
+            "group \(g): task \(id) ran after its group failed")
         }
       }
     }
@@ -114,13 +127,17 @@ import Testing
       return .succeeded
     }
     runner.register(tag: "t", handler: handler)
-    runner.register(tag: "c", isReadyToRun: { _ in
-      try? await Task.sleep(for: .microseconds(Int.random(in: 0...500)))
-      return true
-    }, handler: handler)
+    runner.register(
+      tag: "c",
+      isReadyToRun: { _ in
+        try? await Task.sleep(for: .microseconds(Int.random(in: 0...500)))
+        return true
+      }, handler: handler)
     var ids: [TaskID] = []
     for n in 0..<240 {
-      ids.append(try await queue.add(tag: n % 3 == 0 ? "c" : "t", payload: ["n": n], groupId: n % 5 == 0 ? "g\(n % 3)" : nil))
+      ids.append(
+        try await queue.add(
+          tag: n % 3 == 0 ? "c" : "t", payload: ["n": n], groupId: n % 5 == 0 ? "g\(n % 3)" : nil))
     }
     var leftClaimed: [TaskID] = []
     for _ in 0..<40 {
@@ -208,7 +225,11 @@ import Testing
           return s
         }
         if let id, RunOwner.liveness(of: id, storePath: path) == .dead {
-          seen.withLock { $0.append("round \(round): task \(task.id) started (closed: \(closed.load(ordering: .relaxed))) with its owner's token unlocked") }
+          seen.withLock {
+            $0.append(
+              "round \(round): task \(task.id) started (closed: \(closed.load(ordering: .relaxed))) with its owner's token unlocked"
+            )
+          }
         }
         usleep(UInt32.random(in: 0...3000))
         return .succeeded
@@ -240,7 +261,8 @@ import Testing
       let queue = try await TaskQueue.open(at: fixture.path)
       for n in 0..<300 {
         let kind = n % 37 == 0 ? "crash" : (n % 23 == 0 ? "fail" : "ok")
-        let id = try await queue.add(tag: "job", payload: ["kind": kind], groupId: n % 3 == 0 ? "g\(n % 5)" : nil)
+        let id = try await queue.add(
+          tag: "job", payload: ["kind": kind], groupId: n % 3 == 0 ? "g\(n % 5)" : nil)
         kinds[id] = kind
       }
       queue.close()
@@ -285,7 +307,9 @@ import Testing
           open = nil
         }
       }
-      if kinds[id] != "fail" && successes != 1 { problems.append("task \(id) (\(kinds[id] ?? "?")): \(successes) successes") }
+      if kinds[id] != "fail" && successes != 1 {
+        problems.append("task \(id) (\(kinds[id] ?? "?")): \(successes) successes")
+      }
     }
     #expect(problems.isEmpty, "\(problems.prefix(10))")
     #expect(try queue.nextRunnable() == nil)

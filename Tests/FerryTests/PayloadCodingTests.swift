@@ -20,7 +20,10 @@ indirect enum JSONShape: Encodable, Sendable, CustomStringConvertible {
   case record(ShapeRecord)
 
   /// Strings with every kind of character JSON escapes, and some it does not.
-  static let pieces = ["a", "Z", "/", "\"", "\\", "\n", "\r", "\t", "\u{08}", "\u{0C}", "\u{01}", "\u{1F}", "\u{7F}", "é", "日本", "😀", " ", "0", "key", "Key", "_"]
+  static let pieces = [
+    "a", "Z", "/", "\"", "\\", "\n", "\r", "\t", "\u{08}", "\u{0C}", "\u{01}", "\u{1F}", "\u{7F}", "é", "日本",
+    "😀", " ", "0", "key", "Key", "_",
+  ]
 
   init(_ numbers: inout ArraySlice<Int>, depth: Int = 0) {
     let n = numbers.popFirst() ?? 0
@@ -99,7 +102,9 @@ struct ShapeRecord: Encodable, Sendable {
     note = n % 3 == 0 ? nil : JSONShape.pieces[(n / 3) % JSONShape.pieces.count]
     flags = (0..<(n % 3)).map { $0 % 2 == 0 }
     // Two keys that may coincide (n = 70: both 0): a literal with them would trap.
-    byNumber = n % 4 == 0 ? [:] : Dictionary([(n % 10, "x"), (-(n % 7), "/")], uniquingKeysWith: { first, _ in first })
+    byNumber =
+      n % 4 == 0
+      ? [:] : Dictionary([(n % 10, "x"), (-(n % 7), "/")], uniquingKeysWith: { first, _ in first })
     inner = depth > 3 || n % 2 == 0 ? nil : Inner(value: JSONShape(&numbers, depth: depth + 1), id: UInt32(n))
     zUpper = UInt64(n) << 33
     Alpha = Int8(truncatingIfNeeded: n)
@@ -190,8 +195,11 @@ struct Failing: Encodable {
   }
 
   @Test func aPayloadWrittenDirectlyDecodesAsItsType() async throws {
-    struct Photo: Codable, Equatable, Sendable { var name: String; var size: Int; var tags: [String]; var album: String? }
-    let store = try await FerryStore.open(at: FileManager.default.temporaryDirectory.path + "/ferry-json-\(UUID().uuidString.prefix(8))")
+    struct Photo: Codable, Equatable, Sendable {
+      var name: String; var size: Int; var tags: [String]; var album: String?
+    }
+    let store = try await FerryStore.open(
+      at: FileManager.default.temporaryDirectory.path + "/ferry-json-\(UUID().uuidString.prefix(8))")
     defer {
       store.close()
       try? FileManager.default.removeItem(atPath: store.log.path)
@@ -228,16 +236,20 @@ struct Failing: Encodable {
 
   @Test func rowsAreWrittenInTheirLayoutAndReadBack() async {
     let texts = Gen.element(of: JSONShape.pieces).array(of: 0...5)
-    await propertyCheck(count: 300, input: texts, texts, Gen.int(in: 0...1_000_000), Gen.int64()) { pieces, others, n, time in
+    await propertyCheck(count: 300, input: texts, texts, Gen.int(in: 0...1_000_000), Gen.int64()) {
+      pieces, others, n, time in
       let a = pieces.compactMap { $0 }
       let b = others.compactMap { $0 }
       var row = TaskRow(
         tag: a.joined().isEmpty ? "t" : a.joined(), dataId: n % 2 == 0 ? b.joined() : nil,
         groupId: n % 3 == 0 ? nil : a.joined() + "g", manual: n % 5 == 0,
-        status: TaskRow.Status(rawValue: UInt8(n % 5)) ?? .ready, attempts: UInt32(n), eligibleAt: n % 4 == 0 ? time : nil,
+        status: TaskRow.Status(rawValue: UInt8(n % 5)) ?? .ready, attempts: UInt32(n),
+        eligibleAt: n % 4 == 0 ? time : nil,
         addedAt: time, lastFailure: n % 7 == 0 ? b.joined() + "failed" : nil, errorCount: UInt32(n / 3),
         priority: Int8(truncatingIfNeeded: n), deadline: n % 6 == 0 ? time / 2 : nil)
-      if n % 2 == 1 { row.claim = TaskRow.Claim(owner: b.joined(), runner: UInt32(n), attempt: UInt32(n / 2)) }
+      if n % 2 == 1 {
+        row.claim = TaskRow.Claim(owner: b.joined(), runner: UInt32(n), attempt: UInt32(n / 2))
+      }
       row.givenBack = UInt32(n / 7)
       if n % 3 == 1 { row.startAt = time / 3 }
       if n % 4 == 1 { row.interval = Int64(n) + 1 }
@@ -248,7 +260,8 @@ struct Failing: Encodable {
 
   @Test func everyQueueEventReadsBackAsWritten() async {
     let texts = Gen.element(of: JSONShape.pieces).array(of: 0...5)
-    await propertyCheck(count: 300, input: texts, Gen.uint8().array(of: 0...40), Gen.int(in: 0...1_000_000)) { pieces, bytes, n in
+    await propertyCheck(count: 300, input: texts, Gen.uint8().array(of: 0...40), Gen.int(in: 0...1_000_000)) {
+      pieces, bytes, n in
       let text = pieces.compactMap { $0 }
       let id = TaskID(rawValue: UInt64(n) << 20 | 7)
       let events: [TaskEvent] = [
@@ -256,15 +269,23 @@ struct Failing: Encodable {
           tag: text.joined() + "t", payload: bytes, dataId: n % 2 == 0 ? text.joined() : nil,
           groupId: n % 3 == 0 ? nil : "g", manual: n % 5 == 0, unique: [.append, .keep, .replace][n % 3],
           priority: Int8(truncatingIfNeeded: n), deadline: n % 4 == 0 ? Int64(n) * -3 : nil,
-          schedule: AddSchedule(startAt: n % 3 == 1 ? Int64(n) * 7 : nil, interval: n % 5 == 2 ? Int64(n) + 1 : nil)),
-        .runStarted(id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2), batch: n % 3 == 0 ? TaskID(rawValue: id.rawValue - 1) : nil),
+          schedule: AddSchedule(
+            startAt: n % 3 == 1 ? Int64(n) * 7 : nil, interval: n % 5 == 2 ? Int64(n) + 1 : nil)),
+        .runStarted(
+          id, attempt: UInt32(n), owner: text.joined(), runner: UInt32(n / 2),
+          batch: n % 3 == 0 ? TaskID(rawValue: id.rawValue - 1) : nil),
         .runSucceeded(id),
         .runSucceeded(
-          id, details: SuccessDetails(output: n % 2 == 0 ? bytes : nil, invalidates: n % 3 == 0 ? [] : text + ["k"])),
+          id,
+          details: SuccessDetails(
+            output: n % 2 == 0 ? bytes : nil, invalidates: n % 3 == 0 ? [] : text + ["k"])),
         .runDeferred(id, reason: text.joined()),
-        .runFailed(id, message: text.joined(), retryable: n % 2 == 0, nextEligibleAt: n % 3 == 0 ? nil : Int64(n)),
-        .runInterrupted(id), .errorRecorded(id, message: text.joined(), endsRun: n % 2 == 1), .errorResolved(id),
-        .cancelled(id), .expired(id), .revived(id), .payloadUpdated(id, payload: bytes), .cleared, .paused, .resumed,
+        .runFailed(
+          id, message: text.joined(), retryable: n % 2 == 0, nextEligibleAt: n % 3 == 0 ? nil : Int64(n)),
+        .runInterrupted(id), .errorRecorded(id, message: text.joined(), endsRun: n % 2 == 1),
+        .errorResolved(id),
+        .cancelled(id), .expired(id), .revived(id), .payloadUpdated(id, payload: bytes), .cleared, .paused,
+        .resumed,
       ]
       for event in events {
         let logged = LoggedEvent(
@@ -274,7 +295,9 @@ struct Failing: Encodable {
         // The fold's decoding is the same, but for the payload bytes it never reads.
         let folded = try? TaskEvent.forFold(logged)
         switch event {
-        case .added(let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline, let schedule):
+        case .added(
+          let tag, _, let dataId, let groupId, let manual, let unique, let priority, let deadline,
+          let schedule):
           #expect(
             folded
               == .added(
@@ -284,7 +307,9 @@ struct Failing: Encodable {
         default: #expect(folded == event)
         }
       }
-      let other = LoggedEvent(sequence: 9, type: "cache.fetched", schemaVersion: 1, timestamp: 1, id: EventID.make(), payload: bytes)
+      let other = LoggedEvent(
+        sequence: 9, type: "cache.fetched", schemaVersion: 1, timestamp: 1, id: EventID.make(), payload: bytes
+      )
       switch Result(catching: { try TaskEvent.forFold(other) }) {
       case .success(let decoded): #expect(decoded == nil)
       case .failure(let error): Issue.record("another side's event did not pass: \(error)")

@@ -91,7 +91,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       let queue = store.queue
       func register() async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(60)))])
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox",
+          options: [.unique(.keep), .schedule(.every(.seconds(60)))])
       }
       let refuse = Atomic<Bool>(true)
       let run = runner(queue)
@@ -136,7 +137,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       }
       func add(_ name: String, _ unique: UniquePolicy) async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: name), dataId: "inbox", options: [.unique(unique), .schedule(.every(.seconds(60)))])
+          tag: "sync", payload: Item(name: name), dataId: "inbox",
+          options: [.unique(unique), .schedule(.every(.seconds(60)))])
       }
       // replace
       let first = try await add("slow", .keep)
@@ -189,7 +191,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         seen.withLock { $0.append(name) }
         return .succeeded
       }
-      let first = try await queue.add(tag: "sync", payload: Item(name: "v1"), options: [.schedule(.every(.seconds(60)))])
+      let first = try await queue.add(
+        tag: "sync", payload: Item(name: "v1"), options: [.schedule(.every(.seconds(60)))])
       #expect(try await run.run().succeeded == 1)
       let second = try #require(try queuedRepeating(queue).first)
       try await queue.updatePayload(second, to: Item(name: "v2"))
@@ -227,7 +230,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
       for n in 0..<40 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"], options: [.schedule(.every(.seconds(3600)))]))
+            tag: "job", payload: ["kind": n % 9 == 4 ? "crash" : "ok"],
+            options: [.schedule(.every(.seconds(3600)))]))
       }
     }
     let before = Int64(Date().timeIntervalSince1970 * 1000)
@@ -279,7 +283,8 @@ private func queuedRepeating(_ queue: TaskQueue) throws -> [TaskID] {
         continue
       }
       origins.append(origin)
-      let read = { (id: TaskID) in try TaskQueue.payload(of: id, at: id.rawValue) { try queue.log.event(at: $0) }.bytes
+      let read = { (id: TaskID) in
+        try TaskQueue.payload(of: id, at: id.rawValue) { try queue.log.event(at: $0) }.bytes
       }
       #expect(try read(add.id) == read(origin), "the repetition carries its origin's payload")
     }

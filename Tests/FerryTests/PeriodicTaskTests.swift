@@ -12,7 +12,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   var adds: [(id: TaskID, startAt: Int64?, interval: Int64)] = []
   try log.forEachEvent { event in
     guard event.type == "task.added",
-      case .added(_, _, _, _, _, _, _, _, let schedule) = try TaskEvent(event), let interval = schedule.interval
+      case .added(_, _, _, _, _, _, _, _, let schedule) = try TaskEvent(event),
+      let interval = schedule.interval
     else { return }
     adds.append((TaskID(rawValue: event.sequence), schedule.startAt, interval))
   }
@@ -28,7 +29,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func eachSuccessAddsTheNextRepetitionAnIntervalLaterWithItsOwnKey() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let first = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(900)))])
+      let first = try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(900)))])
       let keys = Mutex<[String]>([])
       let run = runner(queue)
       run.register(tag: "sync") { task in
@@ -67,7 +69,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
     do {
       let store = try await fixture.openStore()
       defer { store.close() }
-      try await store.queue.add(tag: "refresh", payload: Item(name: "feed"), options: [.schedule(.every(.seconds(3600)))])
+      try await store.queue.add(
+        tag: "refresh", payload: Item(name: "feed"), options: [.schedule(.every(.seconds(3600)))])
       let run = runner(store.queue)
       run.register(tag: "refresh") { _ in .succeeded }
       #expect(try await run.run().succeeded == 1)
@@ -91,7 +94,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func pauseHoldsTheSeriesAndResumeRunsItOnce() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
+      try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let run = runner(queue)
       run.register(tag: "sync") { _ in .succeeded }
       run.startAutomaticRunning()
@@ -124,12 +128,14 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
         return .succeeded
       }
       // Cancelled while queued.
-      let queued = try await queue.add(tag: "sync", payload: Item(name: "a"), options: [.schedule(.every(.seconds(60)))])
+      let queued = try await queue.add(
+        tag: "sync", payload: Item(name: "a"), options: [.schedule(.every(.seconds(60)))])
       try await queue.cancel(queued)
       fixture.time += 120_000
       #expect(try await run.run().entries.isEmpty)
       // Cancelled while its run is under way: the run's success adds no repetition.
-      let running = try await queue.add(tag: "sync", payload: Item(name: "slow"), options: [.schedule(.every(.seconds(60)))])
+      let running = try await queue.add(
+        tag: "sync", payload: Item(name: "slow"), options: [.schedule(.every(.seconds(60)))])
       let pass = Task { try await run.run() }
       await started.wait()
       try await queue.cancel(running)
@@ -144,14 +150,17 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func aFailureRetriesTheSameRepetitionAndTheIntervalCountsFromItsSuccess() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(600)))])
+      let id = try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(600)))])
       let calls = Atomic<Int>(0)
       let run = runner(queue)
-      run.register(tag: "sync", retry: RetryPolicy(initialDelay: .seconds(10), multiplier: 1, jitter: 0)) { _ in
+      run.register(tag: "sync", retry: RetryPolicy(initialDelay: .seconds(10), multiplier: 1, jitter: 0)) {
+        _ in
         calls.add(1, ordering: .relaxed).newValue <= 2 ? .failed("server busy", retryable: true) : .succeeded
       }
       for _ in 0..<2 {
-        #expect(try await run.run().outcome(of: id) == .failed("server busy", retryAt: at(fixture.time + 10_000)))
+        #expect(
+          try await run.run().outcome(of: id) == .failed("server busy", retryAt: at(fixture.time + 10_000)))
         #expect(try repeatingAdds(queue.log).count == 1, "a failure adds no repetition")
         fixture.time += 10_000
       }
@@ -165,7 +174,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
   @Test func aRepetitionThatDiesHoldsTheSeriesUntilRevived() async throws {
     try await withStore { store, _, fixture in
       let queue = store.queue
-      let id = try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
+      let id = try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let refuse = Atomic<Bool>(true)
       let run = runner(queue)
       run.register(tag: "sync") { _ in
@@ -188,7 +198,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
       let queue = store.queue
       func register() async throws -> TaskID {
         try await queue.add(
-          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(60)))])
+          tag: "sync", payload: Item(name: "inbox"), dataId: "inbox",
+          options: [.unique(.keep), .schedule(.every(.seconds(60)))])
       }
       let first = try await register()
       #expect(try await register() == first)
@@ -215,7 +226,8 @@ func repeatingAdds(_ log: EventLog) throws -> [(id: TaskID, startAt: Int64?, int
       for n in 0..<20 {
         ids.append(
           try await queue.add(
-            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"], options: [.schedule(.every(.seconds(3600)))]))
+            tag: "job", payload: ["kind": n == 7 ? "crash" : "ok"],
+            options: [.schedule(.every(.seconds(3600)))]))
       }
     }
     let before = Int64(Date().timeIntervalSince1970 * 1000)

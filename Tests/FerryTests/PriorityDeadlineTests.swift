@@ -37,7 +37,9 @@ import Testing
   static func starts(_ log: EventLog) throws -> [TaskID] {
     var ids: [TaskID] = []
     try log.forEachEvent { event in
-      if event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event) { ids.append(id) }
+      if event.type == "task.runStarted", case .runStarted(let id, _, _, _, _) = try TaskEvent(event) {
+        ids.append(id)
+      }
     }
     return ids
   }
@@ -61,8 +63,12 @@ import Testing
       let high = try await queue.add(tag: "slow", payload: ["n": 1], options: [.priority(.high)])
       let low = try await queue.add(tag: "fast", payload: ["n": 2], options: [.priority(.low)])
       let runner = TaskRunner(queue: queue)
-      runner.register(tag: "slow", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in .failed("offline") }
-      runner.register(tag: "fast", retry: RetryPolicy(initialDelay: .seconds(5), jitter: 0)) { _ in .failed("offline") }
+      runner.register(tag: "slow", retry: RetryPolicy(initialDelay: .seconds(60), jitter: 0)) { _ in
+        .failed("offline")
+      }
+      runner.register(tag: "fast", retry: RetryPolicy(initialDelay: .seconds(5), jitter: 0)) { _ in
+        .failed("offline")
+      }
       let start = clock.milliseconds
       let report = try await runner.run()
       #expect(report.outcome(of: high) == .failed("offline", retryAt: at(start + 60_000)))
@@ -85,8 +91,10 @@ import Testing
       clock.advance(by: .seconds(2))
       // A group whose head is low and whose second task is high: the head competes as low, and
       // the high task never passes it.
-      let lowHead = try await queue.add(tag: "t", payload: ["n": "g1"], groupId: "g", options: [.priority(.low)])
-      let highBehind = try await queue.add(tag: "t", payload: ["n": "g2"], groupId: "g", options: [.priority(.high)])
+      let lowHead = try await queue.add(
+        tag: "t", payload: ["n": "g1"], groupId: "g", options: [.priority(.low)])
+      let highBehind = try await queue.add(
+        tag: "t", payload: ["n": "g2"], groupId: "g", options: [.priority(.high)])
       let low = try await queue.add(tag: "t", payload: ["n": "low"], options: [.priority(.low)])
       let high = try await queue.add(tag: "t", payload: ["n": "high"], options: [.priority(.high)])
       #expect(try queue.task(highBehind)?.status == .waitingForGroup(behind: lowHead))
@@ -134,7 +142,8 @@ import Testing
   @Test func aClaimThatMeetsAPassedDeadlineExpiresTheTaskInstead() async throws {
     try await withStore { store, clock, _ in
       let queue = store.queue
-      let id = try await queue.add(tag: "t", payload: ["n": 1], options: [.deadline(Self.date(clock.milliseconds + 1000))])
+      let id = try await queue.add(
+        tag: "t", payload: ["n": 1], options: [.deadline(Self.date(clock.milliseconds + 1000))])
       #expect(try queue.task(id)?.deadline == Self.date(clock.milliseconds + 1000))
       var updates = try queue.updates(for: id).makeAsyncIterator()
       #expect(await updates.next() == .current(id, .ready))
@@ -166,12 +175,14 @@ import Testing
       let dead = try await queue.add(tag: "dies", payload: ["n": 3], options: [.deadline(soon)])
       let waiting = try await queue.add(tag: "flaky", payload: ["n": 4], options: [.deadline(soon)])
       let manual = try await queue.add(tag: "t", payload: ["n": 5], options: [.manual, .deadline(soon)])
-      let later = try await queue.add(tag: "t", payload: ["n": 6], options: [.manual, .deadline(Self.date(start + 60_000))])
+      let later = try await queue.add(
+        tag: "t", payload: ["n": 6], options: [.manual, .deadline(Self.date(start + 60_000))])
       let noDeadline = try await queue.add(tag: "t", payload: ["n": 7], groupId: "b")
       let runner = TaskRunner(queue: queue)
       runner.register(tag: "t") { _ in .succeeded }
       runner.register(tag: "dies") { _ in .failed("no", retryable: false) }
-      runner.register(tag: "flaky", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(60), jitter: 0)) { _ in
+      runner.register(tag: "flaky", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(60), jitter: 0))
+      { _ in
         .failed("offline")
       }
       let first = try await runner.run()
@@ -209,8 +220,10 @@ import Testing
     try await withStore { store, clock, _ in
       let queue = store.queue
       let start = clock.milliseconds
-      let slow = try await queue.add(tag: "slow", payload: ["n": 1], options: [.deadline(Self.date(start + 1000))])
-      let flaky = try await queue.add(tag: "flaky", payload: ["n": 2], options: [.deadline(Self.date(start + 1000))])
+      let slow = try await queue.add(
+        tag: "slow", payload: ["n": 1], options: [.deadline(Self.date(start + 1000))])
+      let flaky = try await queue.add(
+        tag: "flaky", payload: ["n": 2], options: [.deadline(Self.date(start + 1000))])
       let (started, startedContinuation) = AsyncStream<TaskID>.makeStream()
       let (release, releaseContinuation) = AsyncStream<Void>.makeStream()
       let runnerA = TaskRunner(queue: queue)
@@ -219,7 +232,9 @@ import Testing
         for await _ in release { break }
         return .succeeded
       }
-      runnerA.register(tag: "flaky", retry: RetryPolicy(maxAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)) { task in
+      runnerA.register(
+        tag: "flaky", retry: RetryPolicy(maxAttempts: 3, initialDelay: .milliseconds(100), jitter: 0)
+      ) { task in
         startedContinuation.yield(task.id)
         for await _ in release { break }
         return .failed("offline")
@@ -315,8 +330,11 @@ import Testing
     do {
       let store = try await fixture.openStore()
       let queue = store.queue
-      expired = try await queue.add(tag: "t", payload: ["n": 0], options: [.deadline(Self.date(clock.milliseconds + 10))])
-      _ = try await queue.add(tag: "t", payload: ["n": 1], options: [.priority(.low), .deadline(Self.date(clock.milliseconds + 60_000))])
+      expired = try await queue.add(
+        tag: "t", payload: ["n": 0], options: [.deadline(Self.date(clock.milliseconds + 10))])
+      _ = try await queue.add(
+        tag: "t", payload: ["n": 1],
+        options: [.priority(.low), .deadline(Self.date(clock.milliseconds + 60_000))])
       _ = try await queue.add(tag: "t", payload: ["n": 2], groupId: "g")
       _ = try await queue.add(tag: "t", payload: ["n": 3], groupId: "g", options: [.priority(.high)])
       _ = try await queue.add(tag: "t", payload: ["n": 4], options: [.priority(TaskPriority(rawValue: 100))])

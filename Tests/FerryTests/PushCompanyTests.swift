@@ -18,16 +18,21 @@ import Testing
 
   /// A store in a directory of its own, which a child process opens too; `remove` closes the
   /// store and deletes the directory.
-  func sharedStore(segment: Bool = false) async throws -> (store: FerryStore, path: String, remove: () -> Void) {
+  func sharedStore(
+    segment: Bool = false
+  ) async throws -> (store: FerryStore, path: String, remove: () -> Void) {
     let path = FileManager.default.temporaryDirectory.path + "/ferry-push-\(UUID().uuidString.prefix(8))"
     var configuration = FerryStore.Configuration()
     configuration.writeAheadSegment = segment
     do {
       let store = try await FerryStore.open(at: path, configuration: configuration)
-      return (store, path, {
-        store.close()
-        try? FileManager.default.removeItem(atPath: path)
-      })
+      return (
+        store, path,
+        {
+          store.close()
+          try? FileManager.default.removeItem(atPath: path)
+        }
+      )
     } catch {
       try? FileManager.default.removeItem(atPath: path)
       throw error
@@ -49,7 +54,9 @@ import Testing
 
   /// Automatic running is asleep with a group held by a manual head (and a later task run, so the
   /// pass under way, if any, is past the group's next task). Returns (head, next).
-  func heldGroup(_ queue: TaskQueue, tag: String = "t", headTag: String = "t") async throws -> (TaskID, TaskID) {
+  func heldGroup(
+    _ queue: TaskQueue, tag: String = "t", headTag: String = "t"
+  ) async throws -> (TaskID, TaskID) {
     let updates = queue.updates()
     let head = try await queue.add(tag: headTag, payload: ["n": 0], groupId: "g", options: [.manual])
     let next = try await queue.add(tag: tag, payload: ["n": 1], groupId: "g")
@@ -218,7 +225,12 @@ import Testing
       let policy: UniquePolicy = (seed >> 33) % 2 == 0 ? .keep : .replace
       let dataId = "d\(i % 3)"
       let before = try store.log.head()
-      mine.append((try await queue.add(tag: "job", payload: ["kind": "ok"], dataId: dataId, options: [.unique(policy)]), policy, dataId, before))
+      mine.append(
+        (
+          try await queue.add(
+            tag: "job", payload: ["kind": "ok"], dataId: dataId, options: [.unique(policy)]), policy, dataId,
+          before
+        ))
     }
     #expect(try await adder.waitForLine(startingWith: "done") == "done")
     #expect(try await adder.wait() == 0)
@@ -233,7 +245,8 @@ import Testing
     var endedAt: [TaskID: UInt64] = [:]
     for (record, event) in events {
       switch event {
-      case .added(_, _, let dataId, _, _, let unique, _, _, _): adds[TaskID(rawValue: record.sequence)] = (dataId, unique)
+      case .added(_, _, let dataId, _, _, let unique, _, _, _):
+        adds[TaskID(rawValue: record.sequence)] = (dataId, unique)
       case .runStarted(let id, _, _, _, _): starts[id, default: 0] += 1
       case .runSucceeded(let id, _): endedAt[id] = endedAt[id] ?? record.sequence
       default: break
@@ -321,4 +334,3 @@ import Testing
     try expectConsistent(queue)
   }
 }
-

@@ -28,7 +28,8 @@ import Testing
       let backend = NotesBackend()
       let (run, notes) = try Self.gated(store, backend: backend)
       let dead = try await store.queue.add(tag: "save-note", payload: Item(name: "milk"), groupId: "note-1")
-      let behind = try await store.queue.add(tag: "save-note", payload: Item(name: "oat milk"), groupId: "note-1")
+      let behind = try await store.queue.add(
+        tag: "save-note", payload: Item(name: "oat milk"), groupId: "note-1")
       run.register(tag: "save-note") { _ in .failed("400: title too long", retryable: false) }
       // The very first fetch: the gate runs the task, it dies, and the refresh fetches anyway.
       #expect(await notes.refresh() == .successful)
@@ -83,7 +84,8 @@ import Testing
       clock.advance(by: .seconds(5))
       let record = try #require(try store.ledger.record("notes"))
       #expect(record.isInvalidated)
-      guard case .cache(_, _, isTooOld: true) = try store.ledger.state(key: "notes", maxAge: .seconds(3600)) else {
+      guard case .cache(_, _, isTooOld: true) = try store.ledger.state(key: "notes", maxAge: .seconds(3600))
+      else {
         Issue.record("a key made stale by a push reads too old")
         return
       }
@@ -118,7 +120,9 @@ import Testing
       let state = try await notes.currentState()
       #expect(state.heldBackByPendingTasks == 1)
       #expect(state.stuckTasks.isEmpty)
-      let skips = try store.log.events(after: 0, limit: 100).map(EventSummary.init).filter { $0.key == "notes" }
+      let skips = try store.log.events(after: 0, limit: 100).map(EventSummary.init).filter {
+        $0.key == "notes"
+      }
       #expect(skips.count == 10)
       #expect(skips.allSatisfy { $0.kind == .cache("refreshSkipped") })
       // Online: one run, a failure with a retry in 1 s; refreshing again and again before then

@@ -280,7 +280,9 @@ import Testing
       }
       #expect(cancelled == rest)
       for (event, decoded) in try store.log.forEachTaskEvent() {
-        if case .runStarted(let id, _, _, _, _) = decoded { #expect(!rest.contains(id), "at \(event.sequence)") }
+        if case .runStarted(let id, _, _, _, _) = decoded {
+          #expect(!rest.contains(id), "at \(event.sequence)")
+        }
       }
       #expect(try queue.pendingTasks().isEmpty)
       try expectConsistent(queue)
@@ -392,7 +394,9 @@ import Testing
       let third = try await queue.add(tag: "t", payload: ["n": 3], groupId: "g")
       let loose = try await queue.add(tag: "t", payload: ["n": 4])
       // Behind a head that may start, the rest of the group waits for it all the same.
-      let behindHead: [TaskStatus] = [.ready, .waitingForGroup(behind: head), .waitingForGroup(behind: head), .ready]
+      let behindHead: [TaskStatus] = [
+        .ready, .waitingForGroup(behind: head), .waitingForGroup(behind: head), .ready,
+      ]
       #expect(try queue.pendingTasks().map(\.status) == behindHead)
 
       try await queue.recordError(head, message: "fix it")
@@ -451,7 +455,9 @@ import Testing
       let journal = Journal()
       let release = Gate()
       let run = runner(queue) { $0.timeLimitGrace = .seconds(5) }
-      run.register(tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)) {
+      run.register(
+        tag: "hang", retry: RetryPolicy(initialDelay: .seconds(1), jitter: 0), timeLimit: .seconds(10)
+      ) {
         task in
         guard task.attempt == 1 else { return .succeeded }
         journal.note("started")

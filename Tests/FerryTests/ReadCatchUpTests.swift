@@ -55,15 +55,20 @@ import Testing
   /// This process, at version 1, must get `projectionNotCurrent` — promptly, after its catch-up
   /// rounds — and never fold into or reset the other version's rows.
   @Test func aProjectionAtAnotherVersionFailsTheReadAndIsLeftAlone() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-version-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-attack-version-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let log = try EventLog.open(
-      at: path, configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackCounts", version: 1)]))
+      at: path,
+      configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackCounts", version: 1)]))
     defer { log.close() }
     for round in 0..<30 {
-      _ = try await log.append((0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
+      _ = try await log.append(
+        (0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
     }
-    #expect(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackCounts")) }.values.reduce(0, +) == 300)
+    #expect(
+      try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackCounts")) }.values.reduce(0, +)
+        == 300)
 
     let input = Pipe()
     let child = try Child(
@@ -92,11 +97,14 @@ import Testing
   /// version 1, B current at version 2. Returns the open log (rebuildChunkSize 10).
   func mixedVersions(_ path: String) async throws -> EventLog {
     var configuration = EventLog.Configuration(
-      projections: [EventTypeCounts(name: "attackA", version: 1), EventTypeCounts(name: "attackB", version: 1)])
+      projections: [
+        EventTypeCounts(name: "attackA", version: 1), EventTypeCounts(name: "attackB", version: 1),
+      ])
     configuration.rebuildChunkSize = 10
     let log = try EventLog.open(at: path, configuration: configuration)
     for round in 0..<3 {
-      _ = try await log.append((0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
+      _ = try await log.append(
+        (0..<10).map { NewEvent(type: "t\(($0 + round) % 3)", payload: Array("x".utf8)) })
     }
     let child = try Child("ferry-test-worker", ["append-with-projections", path, "attackB:2", "300"])
     #expect(try await child.waitForLine(startingWith: "head ") == "head 330")
@@ -111,7 +119,8 @@ import Testing
   /// A read catches up the projection of this code's version (A) and still refuses the one stored
   /// at another version (B), which stays as the other process left it.
   @Test func aReadCatchesUpItsVersionAndLeavesAnothersAlone() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let log = try await mixedVersions(path)
     defer { log.close() }
@@ -123,7 +132,9 @@ import Testing
       #expect(isNotCurrent(error), "\(error)")
     }
     let problems = try log.verify().problems.map { "\($0)" }
-    #expect(problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") }, "\(problems)")
+    #expect(
+      problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") },
+      "\(problems)")
     #expect(!problems.contains { $0.contains("'attackA'") }, "\(problems)")
   }
 
@@ -132,7 +143,8 @@ import Testing
   /// by the other process — to this code's version 1 (catchUpInline refuses a changed version
   /// with `projectionNotCurrent`; the far-behind path must not get round that).
   @Test func anAppendFarBehindDoesNotResetAnotherProcesssVersion() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-attack-mixed-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let log = try await mixedVersions(path)
     defer { log.close() }
@@ -143,7 +155,9 @@ import Testing
       #expect(isNotCurrent(error), "\(error)")
     }
     let problems = try log.verify().problems.map { "\($0)" }
-    #expect(problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") }, "\(problems)")
+    #expect(
+      problems.contains { $0.contains("'attackB'") && $0.contains("stored version 2, code version 1") },
+      "\(problems)")
   }
 
   /// A read inside the compaction's own predicate runs on the writer's thread, inside its write
@@ -151,10 +165,12 @@ import Testing
   /// without it): it must get `projectionNotCurrent` (or the rows), never wait for the writer —
   /// itself.
   @Test func aReadOnTheWriterThreadInsideACompactionNeverWaitsForItself() async throws {
-    let path = FileManager.default.temporaryDirectory.path + "/ferry-attack-writer-\(UUID().uuidString.prefix(8))"
+    let path =
+      FileManager.default.temporaryDirectory.path + "/ferry-attack-writer-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let log = try EventLog.open(
-      at: path, configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackA", version: 1)]))
+      at: path,
+      configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackA", version: 1)]))
     defer { log.close() }
     _ = try await log.append((0..<20).map { NewEvent(type: "t\($0 % 3)", payload: Array("x".utf8)) })
     let child = try Child("ferry-test-worker", ["append-with-projections", path, "-", "100"])
@@ -165,7 +181,8 @@ import Testing
       try await log.compact(removing: { event in
         let outcome: String
         do {
-          outcome = "rows \(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackA")) }.values.reduce(0, +))"
+          outcome =
+            "rows \(try log.read { try EventTypeCounts.counts(in: $0.tables(of: "attackA")) }.values.reduce(0, +))"
         } catch {
           outcome = isNotCurrent(error) ? "notCurrent" : "error \(error)"
         }
@@ -228,7 +245,8 @@ import Testing
     defer { queue.close() }
     let ids = try await addJobs(queue, 2_000)
     let input = Pipe()
-    let child = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: input.fileHandleForReading)
+    let child = try Child(
+      "ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: input.fileHandleForReading)
     defer { if child.process.isRunning { child.kill() } }
     _ = try await child.waitForLine(startingWith: "open")
     let handlerReads = Atomic<Int>(0)
@@ -275,8 +293,10 @@ import Testing
     let ids = try await addJobs(queue, 1_500)
     let inputs = [Pipe(), Pipe()]
     let children = try [
-      Child("ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: inputs[0].fileHandleForReading),
-      Child("ferry-test-worker", ["store-rebuild", fixture.path, "7"], stdin: inputs[1].fileHandleForReading),
+      Child(
+        "ferry-test-worker", ["store-rebuild", fixture.path, "5"], stdin: inputs[0].fileHandleForReading),
+      Child(
+        "ferry-test-worker", ["store-rebuild", fixture.path, "7"], stdin: inputs[1].fileHandleForReading),
     ]
     defer { for child in children where child.process.isRunning { child.kill() } }
     for child in children { _ = try await child.waitForLine(startingWith: "open") }
@@ -446,7 +466,8 @@ import Testing
     defer { queue.close() }
     _ = try await addJobs(queue, 12_000)
     let input = Pipe()
-    let child = try Child("ferry-test-worker", ["store-rebuild", fixture.path, "2"], stdin: input.fileHandleForReading)
+    let child = try Child(
+      "ferry-test-worker", ["store-rebuild", fixture.path, "2"], stdin: input.fileHandleForReading)
     defer {
       kill(child.pid, SIGCONT)
       if child.process.isRunning { child.kill() }
@@ -481,7 +502,7 @@ import Testing
     // Once the other process goes on, a read has the rows.
     var rows: Int?
     while rows == nil {
-      do throws(any Error) { rows = try queue.pendingTasks().count } catch where isNotCurrent(error) {
+      do throws(any Error) { rows = try queue.pendingTasks().count } catch  where isNotCurrent(error) {
         try await Task.sleep(for: .milliseconds(5))
       }
     }
@@ -494,7 +515,8 @@ import Testing
   @Test func closeDuringALongCatchUpEndsEveryRead() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let queue = try await TaskQueue.open(at: fixture.path, configuration: fixture.configuration { $0.rebuildChunkSize = 20 })
+    let queue = try await TaskQueue.open(
+      at: fixture.path, configuration: fixture.configuration { $0.rebuildChunkSize = 20 })
     let ids = try await addJobs(queue, 10_000)
     try await killedRebuild(fixture.path, chunk: 100)
     let outcomes = Mutex<[String]>([])
@@ -553,7 +575,8 @@ import Testing
 
     let readerInput = Pipe()
     let reader = try Child(
-      "ferry-test-worker", ["segment-read-then-add", fixture.path, "10"], stdin: readerInput.fileHandleForReading,
+      "ferry-test-worker", ["segment-read-then-add", fixture.path, "10"],
+      stdin: readerInput.fileHandleForReading,
       environment: ["FERRY_CRASH_POINT": "rebuild.chunk"])
     defer { if reader.process.isRunning { reader.kill() } }
     _ = try await reader.waitForLine(startingWith: "open")
@@ -564,13 +587,15 @@ import Testing
 
     let nextInput = Pipe()
     let next = try Child(
-      "ferry-test-worker", ["segment-read-then-add", fixture.path, "50"], stdin: nextInput.fileHandleForReading)
+      "ferry-test-worker", ["segment-read-then-add", fixture.path, "50"],
+      stdin: nextInput.fileHandleForReading)
     defer { if next.process.isRunning { next.kill() } }
     _ = try await next.waitForLine(startingWith: "open")
     say("go", to: nextInput)
     _ = try await next.waitForLine(startingWith: "holding")
     next.kill()
-    #expect(next.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 800", "\(next.output)")
+    #expect(
+      next.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 800", "\(next.output)")
     let late = next.acknowledgedIds
     #expect(late.count == 50)
     acknowledged.formUnion(late)
@@ -591,8 +616,11 @@ import Testing
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       defer { store.close() }
       ids = try await addJobs(store.queue, 600)
-      let adderInput = Pipe()  // kept open to the kill below: at end of input the adder would close the store itself
-      let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "3000"], stdin: adderInput.fileHandleForReading)
+      // kept open to the kill below: at end of input the adder would close the store itself
+      let adderInput = Pipe()
+      let adder = try Child(
+        "ferry-test-worker", ["store-segment-add", fixture.path, "3000"],
+        stdin: adderInput.fileHandleForReading)
       defer { if adder.process.isRunning { adder.kill() } }
       func acks() -> Int { adder.output.count { $0.hasPrefix("ack ") } }
       while acks() < 300 && adder.process.isRunning { try await Task.sleep(for: .milliseconds(1)) }
@@ -613,7 +641,9 @@ import Testing
       }
       #expect(rebuilder.output.contains("closed"), "\(rebuilder.output.suffix(3))")
       withExtendedLifetime(adderInput) { adder.kill() }
-      #expect(adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))")
+      #expect(
+        adder.process.terminationReason == .uncaughtSignal,
+        "the adder closed the store itself: \(adder.output.suffix(2))")
       let acknowledged = adder.acknowledgedIds
       acknowledgedCount = acknowledged.count
       #expect(acknowledged.count >= 1_500)
@@ -623,7 +653,9 @@ import Testing
       let reopened = try await fixture.openStore { $0.writeAheadSegment = true }
       defer { reopened.close() }
       let after = Set(try reopened.queue.pendingTasks().map(\.id))
-      #expect(Set(ids + acknowledged).subtracting(after).isEmpty, "lost: \(Set(ids + acknowledged).subtracting(after).count)")
+      #expect(
+        Set(ids + acknowledged).subtracting(after).isEmpty,
+        "lost: \(Set(ids + acknowledged).subtracting(after).count)")
       // The adder adds one at a time: at most one task was committed but not yet acknowledged.
       #expect((ids.count + acknowledged.count)...(ids.count + acknowledged.count + 1) ~= after.count)
       let report = try reopened.log.verify()
@@ -645,14 +677,17 @@ import Testing
     // The reader opens first (an open would catch up by itself), reads after the killed rebuild.
     let readerInput = Pipe()
     let reader = try Child(
-      "ferry-test-worker", ["segment-read-then-add", fixture.path, "100"], stdin: readerInput.fileHandleForReading)
+      "ferry-test-worker", ["segment-read-then-add", fixture.path, "100"],
+      stdin: readerInput.fileHandleForReading)
     defer { if reader.process.isRunning { reader.kill() } }
     _ = try await reader.waitForLine(startingWith: "open")
     try await killedRebuild(fixture.path, chunk: 50, segment: true)
     say("go", to: readerInput)
     _ = try await reader.waitForLine(startingWith: "holding")
     reader.kill()
-    #expect(reader.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 600", "\(reader.output)")
+    #expect(
+      reader.output.first { $0.hasPrefix("read ") || $0.hasPrefix("error ") } == "read 600",
+      "\(reader.output)")
     let late = reader.acknowledgedIds
     #expect(late.count == 100)
     acknowledged.formUnion(late)
@@ -665,15 +700,19 @@ import Testing
 /// while it holds the store (its commits past the last checkpoint left as frames to replay);
 /// returns the ids it acknowledged. Its input stays open to the kill: at end of input it would
 /// close the store itself, racing the kill, and leave no frames.
-func killedSegmentAdder(_ path: String, adds: Int, sourceLocation: SourceLocation = #_sourceLocation)
+func killedSegmentAdder(
+  _ path: String, adds: Int, sourceLocation: SourceLocation = #_sourceLocation
+)
   async throws -> Set<TaskID>
 {
   let input = Pipe()
-  let adder = try Child("ferry-test-worker", ["store-segment-add", path, "\(adds)"], stdin: input.fileHandleForReading)
+  let adder = try Child(
+    "ferry-test-worker", ["store-segment-add", path, "\(adds)"], stdin: input.fileHandleForReading)
   _ = try await adder.waitForLine(startingWith: "holding")
   withExtendedLifetime(input) { adder.kill() }
   #expect(
-    adder.process.terminationReason == .uncaughtSignal, "the adder closed the store itself: \(adder.output.suffix(2))",
+    adder.process.terminationReason == .uncaughtSignal,
+    "the adder closed the store itself: \(adder.output.suffix(2))",
     sourceLocation: sourceLocation)
   return Set(adder.acknowledgedIds)
 }
@@ -681,13 +720,15 @@ func killedSegmentAdder(_ path: String, adds: Int, sourceLocation: SourceLocatio
 /// Opens the store with the segment (recovering it): every acknowledged task is queued, `count`
 /// in all, and the store verifies healthy.
 func expectEveryAcknowledgedTaskQueued(
-  _ fixture: QueueFixture, _ acknowledged: Set<TaskID>, count: Int, sourceLocation: SourceLocation = #_sourceLocation
+  _ fixture: QueueFixture, _ acknowledged: Set<TaskID>, count: Int,
+  sourceLocation: SourceLocation = #_sourceLocation
 ) async throws {
   let store = try await fixture.openStore { $0.writeAheadSegment = true }
   defer { store.close() }
   let pending = Set(try store.queue.pendingTasks().map(\.id))
   #expect(
-    acknowledged.subtracting(pending).isEmpty, "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))",
+    acknowledged.subtracting(pending).isEmpty,
+    "lost: \(acknowledged.subtracting(pending).sorted().prefix(10))",
     sourceLocation: sourceLocation)
   #expect(pending.count == count, sourceLocation: sourceLocation)
   let report = try store.log.verify()

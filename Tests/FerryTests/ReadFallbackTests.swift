@@ -259,8 +259,10 @@ import Testing
       // even after the lock's release: then the read gives up as documented — and its body must
       // never have run, then or later (what this test is about is that a body the writer has
       // begun is never abandoned).
-      print("the writer did not begin the read's body within its bound (machine load): gave up after \(seen.1)")
-      #expect(bodyOnWriter.load(ordering: .sequentiallyConsistent) == 0, "a body the writer began was abandoned")
+      print(
+        "the writer did not begin the read's body within its bound (machine load): gave up after \(seen.1)")
+      #expect(
+        bodyOnWriter.load(ordering: .sequentiallyConsistent) == 0, "a body the writer began was abandoned")
       #expect(queue.log.readsRunInWriter == 0)
     } else {
       #expect(seen.0 == "rows \(ids.count)", "\(seen.0)")

@@ -237,7 +237,8 @@ import Testing
 
     let input = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"] + flag, stdin: input.fileHandleForReading)
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"] + flag,
+      stdin: input.fileHandleForReading)
     _ = try await rebuilder.waitForLine(startingWith: "open")
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
     let runners = try twoRunners(fixture.path, segment: segment)
@@ -252,7 +253,7 @@ import Testing
       do throws(any Error) {
         _ = try queue.pendingTasks()
         reads += 1
-      } catch where isNotCurrent(error) {
+      } catch  where isNotCurrent(error) {
         notCurrent += 1
         if !"\(error)".contains("did not get to the read within") { lostRaces.append("\(error)") }
       }
@@ -293,10 +294,12 @@ import Testing
 
     let rebuildInput = Pipe()
     let rebuilder = try Child(
-      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"], stdin: rebuildInput.fileHandleForReading)
+      "ferry-test-worker", ["rebuild-until-line", fixture.path, "40"],
+      stdin: rebuildInput.fileHandleForReading)
     let compactInput = Pipe()
     let compactor = try Child(
-      "ferry-test-worker", ["compact-until-line", fixture.path, "7"], stdin: compactInput.fileHandleForReading)
+      "ferry-test-worker", ["compact-until-line", fixture.path, "7"], stdin: compactInput.fileHandleForReading
+    )
     _ = try await rebuilder.waitForLine(startingWith: "round 0")
     _ = try await compactor.waitForLine(startingWith: "compacted 0")
     let runners = try twoRunners(fixture.path, segment: false)
@@ -345,7 +348,8 @@ import Testing
     while runners.contains(where: { $0.process.isRunning }) {
       let input = Pipe()
       let compactor = try Child(
-        "ferry-test-worker", ["compact-until-line", fixture.path, "7"] + flag, stdin: input.fileHandleForReading,
+        "ferry-test-worker", ["compact-until-line", fixture.path, "7"] + flag,
+        stdin: input.fileHandleForReading,
         environment: ["FERRY_CRASH_POINT": "compaction", "FERRY_CRASH_AFTER": "\(1 + killed % 3)"])
       try await waitForExit(compactor)
       if compactor.process.terminationReason == .uncaughtSignal {

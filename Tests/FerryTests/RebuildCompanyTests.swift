@@ -82,7 +82,8 @@ import Testing
     let ids = try await addJobs(queue, 600)
     try await killedRebuild(fixture.path, chunk: 100)
     let input = Pipe()
-    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    let locker = try Child(
+      "ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
     defer { locker.kill() }
     _ = try await locker.waitForLine(startingWith: "locked")
     let release = Task {
@@ -112,7 +113,8 @@ import Testing
       return try await addJobs(queue, 50)
     }()
     let input = Pipe()
-    let locker = try Child("ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
+    let locker = try Child(
+      "ferry-test-worker", ["hold-write-lock", fixture.path], stdin: input.fileHandleForReading)
     defer { locker.kill() }
     _ = try await locker.waitForLine(startingWith: "locked")
     let released = Mutex(false)
@@ -226,7 +228,8 @@ func killedRebuild(_ path: String, chunk: Int, segment: Bool = false) async thro
   _ = try await child.waitForLine(startingWith: "open")
   say("go", to: input)
   try await waitForExit(child)
-  try #require(child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
+  try #require(
+    child.process.terminationReason == .uncaughtSignal, "the worker was to die after its first chunk")
   return child
 }
 

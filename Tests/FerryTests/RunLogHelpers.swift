@@ -20,7 +20,9 @@ func resultWithin<T: Sendable>(
 }
 
 /// The runs of each task as the log tells them: (starts, successes, finishes, interruptions).
-func runsByTask(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int, finishes: Int, interruptions: Int)] {
+func runsByTask(
+  _ log: EventLog
+) throws -> [TaskID: (starts: Int, successes: Int, finishes: Int, interruptions: Int)] {
   var runs: [TaskID: (starts: Int, successes: Int, finishes: Int, interruptions: Int)] = [:]
   try log.forEachEvent { event in
     guard TaskEvent.typeSet.contains(event.type) else { return }
@@ -29,7 +31,8 @@ func runsByTask(_ log: EventLog) throws -> [TaskID: (starts: Int, successes: Int
     case .runSucceeded(let id, _):
       runs[id, default: (0, 0, 0, 0)].successes += 1
       runs[id, default: (0, 0, 0, 0)].finishes += 1
-    case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true): runs[id, default: (0, 0, 0, 0)].finishes += 1
+    case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
+      runs[id, default: (0, 0, 0, 0)].finishes += 1
     case .runInterrupted(let id): runs[id, default: (0, 0, 0, 0)].interruptions += 1
     default: break
     }
@@ -45,7 +48,8 @@ func runTimeline(_ log: EventLog) throws -> [TaskID: [(kind: Character, owner: S
     switch try TaskEvent(event) {
     case .runStarted(let id, _, let owner, _, _): timeline[id, default: []].append(("S", owner))
     case .runSucceeded(let id, _): timeline[id, default: []].append(("F", "ok"))
-    case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true): timeline[id, default: []].append(("F", ""))
+    case .runFailed(let id, _, _, _), .errorRecorded(let id, _, true):
+      timeline[id, default: []].append(("F", ""))
     case .runInterrupted(let id): timeline[id, default: []].append(("I", ""))
     default: break
     }

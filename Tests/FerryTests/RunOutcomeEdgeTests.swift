@@ -31,7 +31,8 @@ import Testing
       #expect(try store.ledger.record("notes")?.isInvalidated == true)
       // What the log keeps is what counts: the valid key, once.
       let stale = try store.log.events(after: 0, limit: 100).compactMap { event -> [String]? in
-        guard event.type == "task.runSucceeded", case .runSucceeded(_, let details) = try TaskEvent(event) else {
+        guard event.type == "task.runSucceeded", case .runSucceeded(_, let details) = try TaskEvent(event)
+        else {
           return nil
         }
         return details.invalidates
@@ -82,7 +83,8 @@ import Testing
       run.register(tag: "t") { _ in .succeeded(invalidating: keys) }
       #expect(try await run.run().succeeded == 1)
       #expect(try store.queue.task(id) == nil)
-      let success = try #require(try store.log.events(after: 0, limit: 100).first { $0.type == "task.runSucceeded" })
+      let success = try #require(
+        try store.log.events(after: 0, limit: 100).first { $0.type == "task.runSucceeded" })
       guard case .runSucceeded(_, let details) = try TaskEvent(success) else { return }
       #expect(details.invalidates == Array(keys.prefix(TaskRunner.maxStaleKeys)))
     }

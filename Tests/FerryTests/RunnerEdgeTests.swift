@@ -159,8 +159,10 @@ func waitFor(
   }
 
   @Test func retryPoliciesNeverTrapOnStrangeNumbers() {
-    #expect(RetryPolicy(initialDelay: .seconds(1), jitter: .nan).delay(afterAttempt: 1, random: 0.5) == .seconds(1))
-    #expect(RetryPolicy(initialDelay: .seconds(1), jitter: 0.2).delay(afterAttempt: 1, random: .nan) == .seconds(1))
+    #expect(
+      RetryPolicy(initialDelay: .seconds(1), jitter: .nan).delay(afterAttempt: 1, random: 0.5) == .seconds(1))
+    #expect(
+      RetryPolicy(initialDelay: .seconds(1), jitter: 0.2).delay(afterAttempt: 1, random: .nan) == .seconds(1))
     let huge = RetryPolicy(
       maxAttempts: 100, initialDelay: .seconds(1), multiplier: .infinity, maxDelay: .seconds(60))
     #expect(huge.delay(afterAttempt: 50, random: 0.5) == .seconds(60))
@@ -188,7 +190,8 @@ func waitFor(
     defer { queue.close() }
     let old = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     let updates = queue.updates()
-    let new = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
+    let new = try await queue.add(
+      tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
     var seen: [TaskUpdate] = []
     for await update in updates {
       seen.append(update)

@@ -21,10 +21,13 @@ import Testing
     let queue = store.queue
     let farthest = try await queue.add(
       tag: "t", payload: Item(name: "far"), options: [.schedule(.at(Date(timeIntervalSince1970: 9.2e15)))])
-    let future = try await queue.add(tag: "t", payload: Item(name: "future"), options: [.schedule(.at(.distantFuture))])
-    let past = try await queue.add(tag: "t", payload: Item(name: "past"), options: [.schedule(.at(.distantPast))])
+    let future = try await queue.add(
+      tag: "t", payload: Item(name: "future"), options: [.schedule(.at(.distantFuture))])
+    let past = try await queue.add(
+      tag: "t", payload: Item(name: "past"), options: [.schedule(.at(.distantPast))])
     let longest = Duration.milliseconds(Int64.max / 2 - 1)
-    let series = try await queue.add(tag: "t", payload: Item(name: "series"), options: [.schedule(.every(longest))])
+    let series = try await queue.add(
+      tag: "t", payload: Item(name: "series"), options: [.schedule(.every(longest))])
     #expect(
       try queue.task(past)?.status
         == .scheduled(at: Date(unixMilliseconds: Date.distantPast.unixMilliseconds)))
@@ -56,7 +59,8 @@ import Testing
       let queue = store.queue
       let run = runner(queue)
       run.register(tag: "sync") { _ in .succeeded }
-      try await queue.add(tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
+      try await queue.add(
+        tag: "sync", payload: Item(name: "inbox"), options: [.schedule(.every(.seconds(60)))])
       let done = fixture.time
       #expect(try await run.run().succeeded == 1)
       let next = try #require(try queue.pendingTasks().first)

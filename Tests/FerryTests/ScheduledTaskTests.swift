@@ -27,7 +27,8 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     try await withStore { store, _, fixture in
       let queue = store.queue
       let start = fixture.time + 60_000
-      let later = try await queue.add(tag: "t", payload: Item(name: "later"), options: [.schedule(.after(.seconds(60)))])
+      let later = try await queue.add(
+        tag: "t", payload: Item(name: "later"), options: [.schedule(.after(.seconds(60)))])
       let now = try await queue.add(tag: "t", payload: Item(name: "now"))
       let run = runner(queue)
       run.register(tag: "t") { _ in .succeeded }
@@ -58,7 +59,9 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       let store = try await fixture.openStore()
       defer { store.close() }
       for n in 0..<5 {
-        scheduled.append(try await store.queue.add(tag: "t", payload: Item(name: "\(n)"), options: [.schedule(.at(at(start)))]))
+        scheduled.append(
+          try await store.queue.add(
+            tag: "t", payload: Item(name: "\(n)"), options: [.schedule(.at(at(start)))]))
         // Work that finishes, so that the compaction has events to remove.
         try await store.queue.add(tag: "t", payload: Item(name: "done \(n)"))
       }
@@ -108,7 +111,8 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     try await withStore { store, _, fixture in
       let queue = store.queue
       let start = fixture.time + 5_000
-      let head = try await queue.add(tag: "t", payload: Item(name: "head"), groupId: "g", options: [.schedule(.at(at(start)))])
+      let head = try await queue.add(
+        tag: "t", payload: Item(name: "head"), groupId: "g", options: [.schedule(.at(at(start)))])
       let behind = try await queue.add(tag: "t", payload: Item(name: "behind"), groupId: "g")
       #expect(try queue.task(behind)?.status == .waitingForGroup(behind: head))
       try await queue.recordError(head, message: "check the address")
@@ -148,12 +152,15 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       ]
       for (schedule, manual, deadline) in cases {
         await #expect(throws: FerryError.self, "\(schedule)") {
-          try await queue.add(tag: "t", payload: Item(name: "x"), options: TaskOptions(manual: manual, deadline: deadline, schedule: schedule))
+          try await queue.add(
+            tag: "t", payload: Item(name: "x"),
+            options: TaskOptions(manual: manual, deadline: deadline, schedule: schedule))
         }
       }
       // In a group, each repetition would hold every change added after it.
       await #expect(throws: FerryError.self) {
-        try await queue.add(tag: "t", payload: Item(name: "x"), groupId: "mail", options: [.schedule(.every(.seconds(60)))])
+        try await queue.add(
+          tag: "t", payload: Item(name: "x"), groupId: "mail", options: [.schedule(.every(.seconds(60)))])
       }
       #expect(try queue.pendingTasks().isEmpty)
       #expect(try queue.log.head() == 0)
@@ -162,7 +169,8 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
 
   @Test func aDelayRoundsUpToTheMillisecond() async throws {
     try await withStore { store, _, fixture in
-      let id = try await store.queue.add(tag: "t", payload: Item(name: "a"), options: [.schedule(.after(.microseconds(1500)))])
+      let id = try await store.queue.add(
+        tag: "t", payload: Item(name: "a"), options: [.schedule(.after(.microseconds(1500)))])
       #expect(try store.queue.task(id)?.startAt == at(fixture.time + 2))
     }
   }
@@ -175,7 +183,8 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       // One commit for all of them: a loaded disk makes 10,000 durable adds slow.
       let adds = (0..<10_000).map { n in
         TaskEvent.added(
-          tag: "t", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false, unique: .append,
+          tag: "t", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false,
+          unique: .append,
           schedule: AddSchedule(startAt: fixture.time + 1_000 + Int64(n), interval: nil)
         ).newEvent
       }
@@ -207,9 +216,13 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
       for n in 0..<120 {
         let group = n % 3 == 0 ? "g\(n % 9)" : nil
         if n % 4 == 0 {
-          future.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.at(nextYear))]))
+          future.append(
+            try await queue.add(
+              tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.at(nextYear))]))
         } else {
-          due.append(try await queue.add(tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.after(.seconds(5)))]))
+          due.append(
+            try await queue.add(
+              tag: "job", payload: ["kind": "ok"], groupId: group, options: [.schedule(.after(.seconds(5)))]))
         }
       }
     }
@@ -223,7 +236,9 @@ func startTimes(_ log: EventLog, of id: TaskID) throws -> [Int64] {
     let runs = try runsByTask(queue.log)
     // A future task holds its group: what is behind it has not run either.
     let held = try Set(queue.pendingTasks().map(\.id))
-    for id in due where !held.contains(id) { #expect(runs[id]?.starts == 1 && runs[id]?.successes == 1, "task \(id)") }
+    for id in due where !held.contains(id) {
+      #expect(runs[id]?.starts == 1 && runs[id]?.successes == 1, "task \(id)")
+    }
     for id in future { #expect(runs[id] == nil, "task \(id) started before its start") }
     #expect(held.isSuperset(of: future))
     #expect(held.count < 60)

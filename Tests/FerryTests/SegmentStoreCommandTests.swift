@@ -14,7 +14,8 @@ import Testing
     defer { fixture.remove() }
     // The writer alive and holding the store: nothing to recover.
     let input = Pipe()
-    let adder = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "200"], stdin: input.fileHandleForReading)
+    let adder = try Child(
+      "ferry-test-worker", ["store-segment-add", fixture.path, "200"], stdin: input.fileHandleForReading)
     _ = try await adder.waitForLine(startingWith: "holding")
     let shared = try Child("ferry", ["recover", fixture.path, "--json"])
     #expect(try await shared.wait() == 0)
@@ -48,7 +49,8 @@ import Testing
     let recover = try Child("ferry", ["recover", fixture.path, "--json"])
     #expect(try await recover.wait() == 0)
     #expect(try recoverReport(recover) == RecoverReport(recovered: true, head: 200, writeAheadSegment: true))
-    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "the segment was turned off")
+    #expect(
+      FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "the segment was turned off")
     let again = try Child("ferry", ["recover", fixture.path])
     #expect(try await again.wait() == 0)
     #expect(again.output.contains { $0.hasPrefix("nothing to recover") }, "\(again.output)")
@@ -88,7 +90,9 @@ import Testing
       }
     let child = try Child("ferry", [command, fixture.path] + target)
     #expect(try await child.wait() == 0)
-    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"), "ferry \(command) turned the segment off")
+    #expect(
+      FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"),
+      "ferry \(command) turned the segment off")
     let store = try await fixture.openStore { $0.writeAheadSegment = true }
     defer { store.close() }
     #expect(try store.queue.isPaused() == (command == "pause"))
@@ -113,11 +117,14 @@ extension SegmentStoreCommandTests {
       let store = try await fixture.openStore { $0.writeAheadSegment = true }
       for n in 0..<300 { ids.insert(try await store.queue.add(tag: "t", payload: ["n": n])) }
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "t") { task in (task.id.rawValue % 2 == 0) ? .succeeded : .failed("later", retryable: false) }
+      runner.register(tag: "t") { task in
+        (task.id.rawValue % 2 == 0) ? .succeeded : .failed("later", retryable: false)
+      }
       _ = try await runner.run()
       store.close()
     }
-    let compact = try Child("ferry", ["compact", fixture.path, "--retention", "0"] + (copy ? ["--copy"] : []))
+    let compact = try Child(
+      "ferry", ["compact", fixture.path, "--retention", "0"] + (copy ? ["--copy"] : []))
     #expect(try await compact.wait() == 0)
     #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment") == !copy)
     let store = try await fixture.openStore { $0.writeAheadSegment = true }
@@ -180,7 +187,8 @@ extension SegmentStoreCommandTests {
 
     // A read-write open beside a live app gets in (it waited 30 s for the mark, then failed).
     let appInput = Pipe()
-    let app = try Child("ferry-test-worker", ["hold-open", fixture.path], stdin: appInput.fileHandleForReading)
+    let app = try Child(
+      "ferry-test-worker", ["hold-open", fixture.path], stdin: appInput.fileHandleForReading)
     _ = try await app.waitForLine(startingWith: "open ")
     let began = ContinuousClock.now
     let pause = try Child("ferry", ["pause", fixture.path])
@@ -203,7 +211,8 @@ extension SegmentStoreCommandTests {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let input = Pipe()
-    let app = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "300"], stdin: input.fileHandleForReading)
+    let app = try Child(
+      "ferry-test-worker", ["store-segment-add", fixture.path, "300"], stdin: input.fileHandleForReading)
     defer { withExtendedLifetime(input) { app.kill() } }
     _ = try await app.waitForLine(startingWith: "holding")
     #expect(unlink(fixture.path + "/ferry-open.lock") == 0)
@@ -220,7 +229,8 @@ extension SegmentStoreCommandTests {
     say("close", to: input)
     _ = try await app.waitForLine(startingWith: "closed")
     let more = Pipe()
-    let second = try Child("ferry-test-worker", ["store-segment-add", fixture.path, "20"], stdin: more.fileHandleForReading)
+    let second = try Child(
+      "ferry-test-worker", ["store-segment-add", fixture.path, "20"], stdin: more.fileHandleForReading)
     _ = try await second.waitForLine(startingWith: "holding")
     say("close", to: more)
     _ = try await second.waitForLine(startingWith: "closed")

@@ -34,7 +34,9 @@ import Testing
     }
     #expect(results.count == 40)
     let ids = results.compactMap { $0 }
-    await #expect(throws: FerryError.closed) { try await store.queue.add(tag: "t", payload: Item(name: "late")) }
+    await #expect(throws: FerryError.closed) {
+      try await store.queue.add(tag: "t", payload: Item(name: "late"))
+    }
     let reopened = try await fixture.openStore()
     defer { reopened.close() }
     let queued = Set(try reopened.queue.pendingTasks().map(\.id))

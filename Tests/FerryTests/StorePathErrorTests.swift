@@ -46,8 +46,11 @@ import Testing
     try Data("not a directory".utf8).write(to: URL(fileURLWithPath: file))
     for readOnly in [false, true] {
       let error = await failure { () async throws(FerryError) in
-        if readOnly { _ = try FerryStore.openReadOnly(at: file + "/store") }
-        else { _ = try await FerryStore.open(at: file + "/store") }
+        if readOnly {
+          _ = try FerryStore.openReadOnly(at: file + "/store")
+        } else {
+          _ = try await FerryStore.open(at: file + "/store")
+        }
       }
       guard case .notAStore(let path, let reason) = error else {
         Issue.record("opening below a plain file (read-only: \(readOnly)) threw \(String(describing: error))")
@@ -84,7 +87,8 @@ import Testing
     _ = try await store.queue.add(tag: "t", payload: Item(name: "a"))
     store.close()
     try FileManager.default.removeItem(atPath: fixture.path + "/lock.mdb")
-    try FileManager.default.createDirectory(atPath: fixture.path + "/lock.mdb", withIntermediateDirectories: false)
+    try FileManager.default.createDirectory(
+      atPath: fixture.path + "/lock.mdb", withIntermediateDirectories: false)
     let error = await failure { () async throws(FerryError) in
       _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration())
     }

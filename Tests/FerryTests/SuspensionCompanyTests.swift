@@ -1,10 +1,11 @@
-@_spi(Engine) @_spi(Experimental) @testable import Ferry
 import FerryLog
 import FerryTesting
 import Foundation
 import Synchronization
 import TestSupport
 import Testing
+
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 /// Attacks on `FerryStore.suspend()` / `resume()` with real processes and files: what the app
 /// does to its runners while the store is suspended, observers across a suspension, a resume

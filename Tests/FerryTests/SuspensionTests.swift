@@ -1,10 +1,11 @@
-@_spi(Engine) @_spi(Experimental) @testable import Ferry
 import FerryLog
 import FerryTesting
 import Foundation
 import Synchronization
 import TestSupport
 import Testing
+
+@_spi(Engine) @_spi(Experimental) @testable import Ferry
 
 #if canImport(Glibc)
   import Glibc
@@ -170,7 +171,11 @@ import Testing
     let run = runner(store.queue)
     run.register(tag: "t") { _ in
       if calls.add(1, ordering: .relaxed).newValue == 1 {
-        await withTaskCancellationHandler { await gate.wait() } onCancel: { gate.open() }
+        await withTaskCancellationHandler {
+          await gate.wait()
+        } onCancel: {
+          gate.open()
+        }
         return .failed("cut short", retryable: true)
       }
       return .succeeded
@@ -317,7 +322,9 @@ import Testing
     #expect(acked.count + refused == adders * each)
     #expect(Set(acked).count == acked.count)
     var added: [TaskID] = []
-    try store.log.forEachEvent { event in if event.type == "task.added" { added.append(TaskID(rawValue: event.sequence)) } }
+    try store.log.forEachEvent { event in
+      if event.type == "task.added" { added.append(TaskID(rawValue: event.sequence)) }
+    }
     #expect(Set(added) == Set(acked), "acknowledged \(acked.count), logged \(added.count)")
     #expect(try store.log.verify().isHealthy)
   }

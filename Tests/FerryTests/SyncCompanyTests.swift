@@ -19,7 +19,8 @@ import Testing
     var edits: [TaskID: TaskID] = [:]  // edit → its create
     func note(_ n: Int) async throws {
       let create = try await store.queue.add(
-        tag: "create", payload: ["kind": n % 8 == 3 ? "crash" : "ok"], dataId: "local-\(n)", groupId: "local-\(n)")
+        tag: "create", payload: ["kind": n % 8 == 3 ? "crash" : "ok"], dataId: "local-\(n)",
+        groupId: "local-\(n)")
       creates.append(create)
       for text in ["a", "b"] {
         let edit = try await store.queue.add(
@@ -43,7 +44,8 @@ import Testing
       let killed = status == SIGKILL && child.process.terminationReason == .uncaughtSignal
       #expect(status == 0 || killed, "a runner process ended otherwise: \(status) \(child.output.suffix(3))")
       if killed, children.count < 16, try !store.queue.pendingTasks().isEmpty {
-        let next = try Child("ferry-test-worker", ["sync-run", fixture.path, children.count % 2 == 0 ? "1" : "3"])
+        let next = try Child(
+          "ferry-test-worker", ["sync-run", fixture.path, children.count % 2 == 0 ? "1" : "3"])
         children.append(next)
         live.append(next)
       }
@@ -73,7 +75,9 @@ import Testing
     for event in try store.log.events(after: 0, limit: 100_000) where event.type == "task.runSucceeded" {
       if case .runSucceeded(let id, _) = try TaskEvent(event) { successes[id, default: 0] += 1 }
     }
-    for id in creates + Array(edits.keys) { #expect(successes[id] == 1, "task \(id): \(successes[id] ?? 0) successes") }
+    for id in creates + Array(edits.keys) {
+      #expect(successes[id] == 1, "task \(id): \(successes[id] ?? 0) successes")
+    }
     // A create's key is the same on every attempt, in every process; no two tasks share one.
     var keys: [TaskID: Set<String>] = [:]
     for line in said where line.hasPrefix("key ") {
@@ -124,7 +128,9 @@ import Testing
       return network.isOnline ? .succeeded : .failed("The network connection was lost.")
     }
     var ids: [TaskID] = []
-    for n in 0..<200 { ids.append(try await store.queue.add(tag: "save", payload: Item(name: "\(n)"), groupId: "g\(n % 7)")) }
+    for n in 0..<200 {
+      ids.append(try await store.queue.add(tag: "save", payload: Item(name: "\(n)"), groupId: "g\(n % 7)"))
+    }
     run.startAutomaticRunning()
     defer { run.stop() }
     var flips = 0
@@ -148,7 +154,9 @@ import Testing
       }
     }
     #expect(failed == 0, "a failure while the network flapped was counted as an attempt")
-    print("connectivity flapping: \(flips) flips, \(deferred) runs deferred, \(ids.count) tasks each succeeded once")
+    print(
+      "connectivity flapping: \(flips) flips, \(deferred) runs deferred, \(ids.count) tasks each succeeded once"
+    )
     #expect(ids.allSatisfy { succeeded[$0] == 1 })
     let report = try store.log.verify()
     #expect(report.isHealthy, "\(report.problems)")

@@ -31,14 +31,16 @@ import Testing
       #expect(try store.ledger.record("notes")?.isInvalidated == true)
       // What a rebuild without a usable snapshot replays: the log as it is now.
       let stale = try store.log.events(after: 0, limit: 1000).compactMap { event -> [String]? in
-        guard event.type == "task.runSucceeded", case .runSucceeded(_, let details) = try TaskEvent(event) else {
+        guard event.type == "task.runSucceeded", case .runSucceeded(_, let details) = try TaskEvent(event)
+        else {
           return nil
         }
         return details.invalidates
       }
       #expect(stale == [["notes", "other"]], "the push's invalidation was compacted away")
       _ = try await store.log.rebuild()
-      #expect(try store.ledger.record("notes")?.isInvalidated == true, "the push's invalidation was compacted away")
+      #expect(
+        try store.ledger.record("notes")?.isInvalidated == true, "the push's invalidation was compacted away")
       #expect(try store.ledger.record("other")?.isInvalidated == false)
       let report = try store.log.verify()
       #expect(report.isHealthy, "\(report.problems)")

@@ -53,7 +53,9 @@ import Testing
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
     var ids: [TaskID] = []
-    for n in 0..<200 { ids.append(try await queue.add(tag: "t", payload: ["n": n], groupId: n % 3 == 0 ? "g" : nil)) }
+    for n in 0..<200 {
+      ids.append(try await queue.add(tag: "t", payload: ["n": n], groupId: n % 3 == 0 ? "g" : nil))
+    }
     var configuration = TaskRunner.Configuration()
     configuration.maxConcurrentTasks = 3
     let runner = TaskRunner(queue: queue, configuration: configuration)
@@ -71,7 +73,9 @@ import Testing
     let runs = try runsByTask(queue.log)
     for id in ids {
       let r = runs[id]
-      #expect(r?.successes == 1 && r.map { $0.starts == $0.finishes + $0.interruptions } == true, "task \(id): \(String(describing: r))")
+      #expect(
+        r?.successes == 1 && r.map { $0.starts == $0.finishes + $0.interruptions } == true,
+        "task \(id): \(String(describing: r))")
     }
     #expect(try queue.pendingTasks().isEmpty)
   }
@@ -96,7 +100,9 @@ import Testing
       runner.startAutomaticRunning()
     }
     for n in 0..<300 {
-      try await queue.add(tag: "save", payload: ["v": n], dataId: "note-\(n % 3)", options: [.unique(n % 2 == 0 ? .replace : .keep)])
+      try await queue.add(
+        tag: "save", payload: ["v": n], dataId: "note-\(n % 3)",
+        options: [.unique(n % 2 == 0 ? .replace : .keep)])
     }
     while try !queue.pendingTasks().isEmpty { try await Task.sleep(for: .milliseconds(20)) }
     for runner in runners { runner.stop() }

@@ -48,12 +48,21 @@ import Testing
 
   @Test(arguments: [
     ("upcast-002-task-runStarted-v1", TaskEvent.runStarted(42, attempt: 3, owner: "", runner: 0)),
-    ("upcast-003-task-errorRecorded-v1", TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: true)),
+    (
+      "upcast-003-task-errorRecorded-v1",
+      TaskEvent.errorRecorded(42, message: "Log in to upload", endsRun: true)
+    ),
     ("upcast-004-task-added-v1", Self.noteAdd(priority: 0, deadline: nil)),
     ("upcast-005-task-runSucceeded-v1", TaskEvent.runSucceeded(42)),
     ("upcast-006-task-added-v2", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
-    ("upcast-007-task-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
-    ("task-001-runStarted-v2", TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)),
+    (
+      "upcast-007-task-runStarted-v2",
+      TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)
+    ),
+    (
+      "task-001-runStarted-v2",
+      TaskEvent.runStarted(42, attempt: 3, owner: "1f2e-00112233aabbccdd", runner: 7)
+    ),
     // Records of version 2 that were current once: they read as version 3 now.
     ("task-004-added-v2-high-deadline", Self.noteAdd(priority: 1, deadline: 1_768_467_660_123)),
     ("task-005-added-v2-low", Self.noteAdd(priority: -1, deadline: nil)),
@@ -84,7 +93,8 @@ import Testing
     ("task-006-expired", TaskEvent.expired(42)),
     (
       "task-009-added-v3-start",
-      Self.noteAdd(priority: 0, deadline: nil, schedule: AddSchedule(startAt: 1_768_471_200_000, interval: nil))
+      Self.noteAdd(
+        priority: 0, deadline: nil, schedule: AddSchedule(startAt: 1_768_471_200_000, interval: nil))
     ),
     (
       "task-010-added-v3-every",

@@ -19,7 +19,8 @@ import Testing
     defer { store.close() }
     let queue = store.queue
     // Offline: the create and two edits of the same note are queued in its group.
-    let create = try await queue.add(tag: "create", payload: Item(name: "note"), dataId: "local-1", groupId: "local-1")
+    let create = try await queue.add(
+      tag: "create", payload: Item(name: "note"), dataId: "local-1", groupId: "local-1")
     for text in ["one", "two"] {
       try await queue.add(tag: "edit", payload: Edit(createTask: create, text: text), groupId: "local-1")
     }
@@ -72,7 +73,9 @@ import Testing
   }
 
   @Test func anOutputTooLargeOrNotJSONIsRefusedBeforeAnythingIsLogged() throws {
-    #expect(throws: FerryError.self) { try TaskOutput(bytes: [UInt8](repeating: 0x20, count: TaskOutput.maxSize + 1)) }
+    #expect(throws: FerryError.self) {
+      try TaskOutput(bytes: [UInt8](repeating: 0x20, count: TaskOutput.maxSize + 1))
+    }
     #expect(throws: FerryError.self) { try TaskOutput(Double.nan) }
     #expect(try TaskOutput("x").decode(as: String.self) == "x")
     #expect(throws: FerryError.self) { try TaskOutput("x").decode(as: Int.self) }
@@ -87,7 +90,9 @@ import Testing
     defer { store.close() }
     let id = try await store.queue.add(tag: "create", payload: Item(name: "n"), dataId: "d")
     let run = runner(store.queue)
-    run.register(tag: "create") { _ in .succeeded(output: try TaskOutput(["etag": "W/1"]), invalidating: ["notes"]) }
+    run.register(tag: "create") { _ in
+      .succeeded(output: try TaskOutput(["etag": "W/1"]), invalidating: ["notes"])
+    }
     _ = try await run.run()
     let history = try store.queue.history(of: id).map(\.event)
     #expect(history.last == .runSucceeded)
@@ -99,7 +104,10 @@ import Testing
       return
     }
     #expect(details.invalidates == ["notes"])
-    #expect(details.output.map { try? JSONDecoder().decode([String: String].self, from: Data($0)) } == ["etag": "W/1"])
+    #expect(
+      details.output.map { try? JSONDecoder().decode([String: String].self, from: Data($0)) } == [
+        "etag": "W/1"
+      ])
   }
 
   @Test func compactionKeepsAnOutputsEventsWhileAQueuedTaskMayReadIt() async throws {
@@ -108,17 +116,22 @@ import Testing
     let store = try await fixture.openStore()
     defer { store.close() }
     let queue = store.queue
-    let readBy = try await queue.add(tag: "create", payload: Item(name: "a"), dataId: "local-a", groupId: "local-a")
-    let alone = try await queue.add(tag: "create", payload: Item(name: "b"), dataId: "local-b", groupId: "local-b")
+    let readBy = try await queue.add(
+      tag: "create", payload: Item(name: "a"), dataId: "local-a", groupId: "local-a")
+    let alone = try await queue.add(
+      tag: "create", payload: Item(name: "b"), dataId: "local-b", groupId: "local-b")
     let run = runner(queue)
-    run.register(tag: "create") { task in .succeeded(output: try TaskOutput(Created(serverId: "s\(task.id)"))) }
+    run.register(tag: "create") { task in .succeeded(output: try TaskOutput(Created(serverId: "s\(task.id)")))
+    }
     #expect(try await run.run().succeeded == 2)
     // An edit of note a is queued (offline, say); nothing is queued for note b.
     try await queue.add(tag: "edit", payload: Edit(createTask: readBy, text: "x"), groupId: "local-a")
     fixture.time += 3_600_000
     _ = try await store.compact(retention: .zero)
     let successes = try store.log.events(after: 0, limit: 100).compactMap { event -> TaskID? in
-      guard event.type == "task.runSucceeded", case .runSucceeded(let id, _) = try TaskEvent(event) else { return nil }
+      guard event.type == "task.runSucceeded", case .runSucceeded(let id, _) = try TaskEvent(event) else {
+        return nil
+      }
       return id
     }
     // A rebuild from the log alone (no snapshot) still finds the output an edit may read.

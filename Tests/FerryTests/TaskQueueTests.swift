@@ -106,7 +106,8 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let queue = try await fixture.open()
     defer { queue.close() }
     let original = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
-    let kept = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.keep)])
+    let kept = try await queue.add(
+      tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.keep)])
     #expect(kept == original)
     #expect(try queue.payload(of: original, as: Item.self).name == "v1")
     let replacement = try await queue.add(
@@ -115,7 +116,8 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     let appended = try await queue.add(tag: "save", payload: Item(name: "v4"), dataId: "doc")
     #expect(try queue.pendingTasks().map(\.id) == [replacement, appended])
     // Another tag with the same data id is another task.
-    let other = try await queue.add(tag: "delete", payload: Item(name: "x"), dataId: "doc", options: [.unique(.keep)])
+    let other = try await queue.add(
+      tag: "delete", payload: Item(name: "x"), dataId: "doc", options: [.unique(.keep)])
     #expect(other > appended)
     await #expect(throws: FerryError.self) {
       try await queue.add(tag: "save", payload: Item(name: "?"), options: [.unique(.keep)])
@@ -133,7 +135,8 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     defer { queue.close() }
     let running = try await queue.add(tag: "save", payload: Item(name: "v1"), dataId: "doc")
     _ = try await queue.record([.runStarted(running, attempt: 1, owner: "", runner: 0)])
-    let next = try await queue.add(tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
+    let next = try await queue.add(
+      tag: "save", payload: Item(name: "v2"), dataId: "doc", options: [.unique(.replace)])
     #expect(try queue.pendingTasks().map(\.id) == [next])
     #expect(try queue.log.event(at: next.rawValue - 1).map { try TaskEvent($0) } == .cancelled(running))
     #expect(try queue.history(of: running).last?.event == .replaced(by: next))
@@ -197,7 +200,8 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
     #expect(try queue.task(a)?.attempts == 2)
 
     _ = try await queue.record([
-      .runStarted(a, attempt: 3, owner: "", runner: 0), .runFailed(a, message: "400", retryable: false, nextEligibleAt: nil),
+      .runStarted(a, attempt: 3, owner: "", runner: 0),
+      .runFailed(a, message: "400", retryable: false, nextEligibleAt: nil),
     ])
     #expect(try queue.task(a)?.status == .dead)
     #expect(try queue.nextRunnable() == nil)  // a dead head holds its group
@@ -299,7 +303,9 @@ func expectConsistent(_ queue: TaskQueue, sourceLocation: SourceLocation = #_sou
           .added(tag: "t", payload: payload, dataId: nil, groupId: group, manual: false, unique: .append))
       }
       let ids = try await queue.record(events)
-      if batch < 10 { blockedHeads += stride(from: 0, to: ids.count, by: 2).map { TaskID(rawValue: ids[$0]) } }
+      if batch < 10 {
+        blockedHeads += stride(from: 0, to: ids.count, by: 2).map { TaskID(rawValue: ids[$0]) }
+      }
     }
     _ = try await queue.record(blockedHeads.map { .errorRecorded($0, message: "blocked", endsRun: false) })
     #expect(try queue.pendingTasks().count == 100_000)

@@ -73,8 +73,9 @@ func runner(
     let queue = try await fixture.open()
     defer { queue.close() }
     let run = runner(queue)
-    run.register(tag: "t", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), multiplier: 2, jitter: 0.2))
-    { task in
+    run.register(
+      tag: "t", retry: RetryPolicy(maxAttempts: 3, initialDelay: .seconds(1), multiplier: 2, jitter: 0.2)
+    ) { task in
       try task.payload(as: Item.self).name == "bad" ? .failed("offline") : .succeeded
     }
     let bad = try await queue.add(tag: "t", payload: Item(name: "bad"), groupId: "g")
@@ -91,7 +92,8 @@ func runner(
 
     report = try await run.run()
     #expect(report.entries.isEmpty)  // nothing runnable: a waiting task costs a pass nothing
-    #expect(try await run.run(.task(bad)).outcome(of: bad) == .skipped(.waitingForRetry(until: at(start + 1000))))
+    #expect(
+      try await run.run(.task(bad)).outcome(of: bad) == .skipped(.waitingForRetry(until: at(start + 1000))))
     #expect(try queue.task(after)?.status == .waitingForGroup(behind: bad))
 
     fixture.time = start + 1000

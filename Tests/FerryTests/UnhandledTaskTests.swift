@@ -30,7 +30,8 @@ import Testing
       // for a register() to land while one is in the writer).
       let events = (0..<6000).map { n in
         TaskEvent.added(
-          tag: "x", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false, unique: .append
+          tag: "x", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false,
+          unique: .append
         ).newEvent
       }
       _ = try await queue.log.append(events)
@@ -76,7 +77,9 @@ import Testing
     b.register(tag: "b", handler: handler)
     var ids: [TaskID] = []
     for n in 0..<200 {
-      ids.append(try await queue.add(tag: n % 2 == 0 ? "a" : "b", payload: ["n": n], groupId: n % 3 == 0 ? "g\(n % 4)" : nil))
+      ids.append(
+        try await queue.add(
+          tag: n % 2 == 0 ? "a" : "b", payload: ["n": n], groupId: n % 3 == 0 ? "g\(n % 4)" : nil))
     }
     let noHandlerReports = Mutex<[TaskID: Int]>([:])
     for _ in 0..<20 {
@@ -92,7 +95,9 @@ import Testing
     let leftOver = try queue.pendingTasks().map(\.id)
     #expect(leftOver.isEmpty, "left: \(leftOver)")
     #expect(ran.withLock { $0.values.allSatisfy { $0 == 1 } && $0.count == ids.count })
-    #expect(noHandlerReports.withLock { $0.values.allSatisfy { $0 == 1 } }, "a task was reported noHandler twice by one runner")
+    #expect(
+      noHandlerReports.withLock { $0.values.allSatisfy { $0 == 1 } },
+      "a task was reported noHandler twice by one runner")
   }
 
   // MARK: Cost of a pass
@@ -106,7 +111,10 @@ import Testing
     let queue = try await TaskQueue.open(at: fixture.path)
     defer { queue.close() }
     let batch = (0..<20_000).map { n in
-      TaskEvent.added(tag: "other", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false, unique: .append).newEvent
+      TaskEvent.added(
+        tag: "other", payload: Array("{\"n\":\(n)}".utf8), dataId: nil, groupId: nil, manual: false,
+        unique: .append
+      ).newEvent
     }
     let batchFirst = try #require(try await queue.log.append(batch).first)
     let runnable = try await queue.add(tag: "t", payload: ["n": 1])
@@ -116,7 +124,9 @@ import Testing
     let report = try await runner.run()
     let elapsed = ContinuousClock.now - start
     #expect(report.outcome(of: runnable) == .succeeded)
-    print("UnhandledTaskTests: a pass with 20,000 handler-less tasks reported \(report.entries.count) entries in \(elapsed)")
+    print(
+      "UnhandledTaskTests: a pass with 20,000 handler-less tasks reported \(report.entries.count) entries in \(elapsed)"
+    )
     #expect(report.outcome(of: TaskID(rawValue: batchFirst)) == .skipped(.noHandler))
     let again = ContinuousClock.now
     let second = try await runner.run()

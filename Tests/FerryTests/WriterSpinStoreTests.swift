@@ -96,7 +96,8 @@ import Testing
       ids.append(try await store.queue.add(tag: "job", payload: ["kind": "ok"], dataId: "early-\(i)"))
     }
     let input = Pipe()
-    let otherRunner = try Child("ferry-test-worker", ["spin-run-tasks", path], stdin: input.fileHandleForReading)
+    let otherRunner = try Child(
+      "ferry-test-worker", ["spin-run-tasks", path], stdin: input.fileHandleForReading)
     let adder = try Child("ferry-test-worker", ["spin-add-tasks", path, "\(count)", "late"])
 
     let runner = TaskRunner(queue: store.queue)
@@ -125,12 +126,16 @@ import Testing
     let ledger = try RunLedger(store.log)
     ledger.expectEachTaskRanOnce(ids)
     for id in ids {
-      #expect(ledger.tasks[id]?.successes == 1, "task \(id): \(ledger.tasks[id].map { "\($0)" } ?? "not in the log")")
+      #expect(
+        ledger.tasks[id]?.successes == 1,
+        "task \(id): \(ledger.tasks[id].map { "\($0)" } ?? "not in the log")")
       #expect(ledger.tasks[id]?.starts.count == 1, "task \(id)")
     }
     #expect(ledger.tasks.count == 2 * count)
     let ranThere = otherRunner.output.filter { $0.hasPrefix("ran ") }.count
-    print("WriterSpinStoreAttack runners: \(ranThere) of \(2 * count) ran in the other process; spins here \(store.log.statistics.writerSpins), there: \(otherRunner.output.first { $0.hasPrefix("spins ") } ?? "?")")
+    print(
+      "WriterSpinStoreAttack runners: \(ranThere) of \(2 * count) ran in the other process; spins here \(store.log.statistics.writerSpins), there: \(otherRunner.output.first { $0.hasPrefix("spins ") } ?? "?")"
+    )
     #expect(store.log.statistics.writerSpins > 0)
   }
 }

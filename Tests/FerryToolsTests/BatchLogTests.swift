@@ -27,12 +27,20 @@ import Testing
     #expect(log.status == 0, "\(log.stderr)")
     let starts = log.stdout.split(separator: "\n").filter { $0.contains("run started") }
     #expect(starts.count == 6)
-    #expect(starts.filter { $0.contains("task \(ids[0]) run started") && $0.contains("first of a batch") }.count == 1)
+    #expect(
+      starts.filter { $0.contains("task \(ids[0]) run started") && $0.contains("first of a batch") }.count
+        == 1)
     for id in ids[1..<3] {
-      #expect(starts.contains { $0.contains("task \(id) run started") && $0.contains("in the batch of task \(ids[0])") })
+      #expect(
+        starts.contains {
+          $0.contains("task \(id) run started") && $0.contains("in the batch of task \(ids[0])")
+        })
     }
     #expect(starts.contains { $0.contains("task \(ids[3]) run started") && $0.contains("first of a batch") })
-    #expect(starts.contains { $0.contains("task \(ids[4]) run started") && $0.contains("in the batch of task \(ids[3])") })
+    #expect(
+      starts.contains {
+        $0.contains("task \(ids[4]) run started") && $0.contains("in the batch of task \(ids[3])")
+      })
     #expect(starts.filter { $0.contains("batch") }.count == 5, "the run of its own names no batch")
   }
 }

@@ -124,7 +124,9 @@ struct DemoStore {
     }
     let table = try ferry(["inspect", demo.path])
     #expect(table.status == 0)
-    let behind = table.stdout.split(separator: "\n").first { $0.contains("waiting for its group (behind task 1)") }
+    let behind = table.stdout.split(separator: "\n").first {
+      $0.contains("waiting for its group (behind task 1)")
+    }
     #expect(behind?.contains("after task 1") == true, "\(table.stdout)")
     #expect(table.stdout.contains("1 waiting for their group"))
     let json = try ferry(["inspect", demo.path, "--json"])
@@ -149,7 +151,8 @@ struct DemoStore {
       _ = try await store.queue.add(
         tag: "save-note", payload: ["text": "late"], options: [.deadline(Date().addingTimeInterval(-1))])
       _ = try await store.queue.add(
-        tag: "save-note", payload: ["text": "urgent"], options: [.manual, .priority(.high), .deadline(Date(timeIntervalSince1970: Double(deadline) / 1000))])
+        tag: "save-note", payload: ["text": "urgent"],
+        options: [.manual, .priority(.high), .deadline(Date(timeIntervalSince1970: Double(deadline) / 1000))])
       let report = try await TaskRunner(queue: store.queue).run()  // no handler: it only sweeps
       #expect(report.outcome(of: 1) == .expired)
     }

@@ -1,6 +1,6 @@
 @_spi(Engine) import Ferry
-import FerryLog
 import FerryCrashWorkload
+import FerryLog
 import Foundation
 import LMDB
 import Synchronization

@@ -513,7 +513,8 @@ func rawControls(_ data: Data) -> [Int] {
 /// Starts `ferry-test-worker hold-open DIR` (it keeps the store open until `input` ends) and reads
 /// its first line, "open HEAD" (what it said, whole, when it failed instead).
 func startHoldingOpen(_ dir: String, input: Pipe) throws -> (Process, Pipe, Pipe, said: String) {
-  let (holder, holderOut, holderErr) = try start(productURL("ferry-test-worker"), ["hold-open", dir], input: input)
+  let (holder, holderOut, holderErr) = try start(
+    productURL("ferry-test-worker"), ["hold-open", dir], input: input)
   var said = ""
   while !said.contains("\n") {
     let data = holderOut.fileHandleForReading.availableData

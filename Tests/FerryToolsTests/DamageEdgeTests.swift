@@ -67,7 +67,8 @@ import Testing
     // Either the write was refused and nothing changed, or it went through keeping every event.
     let now = try Data(contentsOf: URL(fileURLWithPath: dir + "/data.mdb"))
     let untouched = write.status != 0 && !write.signaled && now == damaged
-    let kept = untouched || (after.status == 0 && Array(after.lines.prefix(before.lines.count)) == before.lines)
+    let kept =
+      untouched || (after.status == 0 && Array(after.lines.prefix(before.lines.count)) == before.lines)
     #expect(
       kept,
       "the app's write (status \(write.status), signalled \(write.signaled)) destroyed acknowledged events: export now \(after.status), \(after.lines.count) lines"

@@ -38,7 +38,9 @@ struct NamedTree {
     var found: Int?
     while let page = stack.popLast() {
       let base = page * pageSize
-      guard found == nil, page >= 2, base + pageSize <= file.count, seen.insert(page).inserted else { continue }
+      guard found == nil, page >= 2, base + pageSize <= file.count, seen.insert(page).inserted else {
+        continue
+      }
       let count = max(0, (u16(base + 12) - 16) / 2)
       for index in 0..<count {
         let node = base + u16(base + 16 + 2 * index)

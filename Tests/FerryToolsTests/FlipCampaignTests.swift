@@ -139,7 +139,9 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
   process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { $1 }
   try process.run()
   process.waitUntilExit()
-  if process.terminationReason == .uncaughtSignal { return .crashedWriting("signal \(process.terminationStatus)") }
+  if process.terminationReason == .uncaughtSignal {
+    return .crashedWriting("signal \(process.terminationStatus)")
+  }
   guard process.terminationStatus == 0 else { return .refused }
   guard case .exited(0, let after) = try runFerry(["export", path], limit: 30) else { return .lostOnWrite }
   let old = String(decoding: before, as: UTF8.self).split(separator: "\n").dropFirst()
@@ -156,10 +158,14 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
       var ids: [TaskID] = []
       for i in 0..<500 {
         let big = i % 9 == 0 ? String(repeating: "payload \(i) ", count: 600) : "note \(i)"
-        ids.append(try await store.queue.add(tag: "note", payload: ["text": big], groupId: i % 3 == 0 ? "g\(i % 4)" : nil))
+        ids.append(
+          try await store.queue.add(
+            tag: "note", payload: ["text": big], groupId: i % 3 == 0 ? "g\(i % 4)" : nil))
       }
       for id in ids.prefix(200) { try await store.queue.cancel(id) }
-      for i in 0..<100 { try await store.ledger.recordFetch(key: "list-\(i % 20)", outcome: .success(isEmpty: false)) }
+      for i in 0..<100 {
+        try await store.ledger.recordFetch(key: "list-\(i % 20)", outcome: .success(isEmpty: false))
+      }
       try await Task.sleep(for: .milliseconds(5))
       _ = try await store.compact(retention: .zero)
       for i in 0..<800 {
@@ -188,7 +194,8 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
     let original = try [UInt8](Data(contentsOf: URL(fileURLWithPath: pristine + "/data.mdb")))
     let map = try PageMap(file: original)
     let flipsPerKind = Int(ProcessInfo.processInfo.environment["FERRY_FLIPS_PER_KIND"] ?? "") ?? 110
-    var generator = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["FERRY_FLIP_SEED"] ?? "") ?? 12)
+    var generator = SeededRandom(
+      seed: UInt64(ProcessInfo.processInfo.environment["FERRY_FLIP_SEED"] ?? "") ?? 12)
     var plan: [(kind: PageKind, offset: Int, mask: UInt8)] = []
     for kind in PageKind.allCases {
       let pages = map.pages(of: kind)
@@ -209,13 +216,15 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
           if inUse && Int.random(in: 0..<4, using: &generator) != 0 {
             within =
               Bool.random(using: &generator)
-              ? Int.random(in: 0..<lower, using: &generator) : Int.random(in: upper..<map.pageSize, using: &generator)
+              ? Int.random(in: 0..<lower, using: &generator)
+              : Int.random(in: upper..<map.pageSize, using: &generator)
           } else {
             within = Int.random(in: 0..<map.pageSize, using: &generator)
           }
         case .overflow, .free: within = Int.random(in: 0..<map.pageSize, using: &generator)
         }
-        plan.append((kind, page * map.pageSize + within, UInt8(1) << UInt8.random(in: 0...7, using: &generator)))
+        plan.append(
+          (kind, page * map.pageSize + within, UInt8(1) << UInt8.random(in: 0...7, using: &generator)))
       }
     }
 
@@ -234,7 +243,8 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
       damaged[flip.offset] ^= flip.mask
       try Data(damaged).write(to: URL(fileURLWithPath: work + "/data.mdb"))
       try FileManager.default.copyItem(atPath: pristine + "/ferry-head", toPath: work + "/ferry-head")
-      let label = "flip \(index): \(flip.kind) page \(flip.offset / map.pageSize), byte \(flip.offset % map.pageSize), mask \(flip.mask)"
+      let label =
+        "flip \(index): \(flip.kind) page \(flip.offset / map.pageSize), byte \(flip.offset % map.pageSize), mask \(flip.mask)"
       switch try runFerry(["export", work], limit: 30) {
       case .hung: hung.append(label)
       case .signalled(let signal): crashed.append(label + " (signal \(signal))")

@@ -4,7 +4,8 @@ import Testing
 
 @Suite(.timeLimit(.minutes(20))) struct HelpTextTests {
   static let commands = [
-    "demo", "inspect", "log", "replay", "verify", "export", "import", "stats", "compact", "recover", "salvage", "cancel",
+    "demo", "inspect", "log", "replay", "verify", "export", "import", "stats", "compact", "recover",
+    "salvage", "cancel",
     "revive", "resolve", "forget", "pause", "resume",
   ]
 

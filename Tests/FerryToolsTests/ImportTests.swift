@@ -284,7 +284,8 @@ func contents(of directory: String) throws -> [String: Data] {
       let added = worker.finish()
       let acks: [(id: TaskID, n: Int)] = added.stdout.split(separator: "\n").compactMap { line in
         let parts = line.split(separator: " ")
-        guard parts.count == 3, parts[0] == "ack", let id = TaskID(String(parts[1])), let n = Int(parts[2]) else {
+        guard parts.count == 3, parts[0] == "ack", let id = TaskID(String(parts[1])), let n = Int(parts[2])
+        else {
           return nil
         }
         return (id, n)

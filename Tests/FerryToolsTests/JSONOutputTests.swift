@@ -13,7 +13,8 @@ let hostileMessage = "bad\r\nnews\u{07}"
 func hostileStore() async throws -> DemoStore {
   let demo = DemoStore()
   let store = try await FerryStore.open(at: demo.path)
-  let blocked = try await store.queue.add(tag: hostileTag, payload: ["note": "milk\u{1B}]0;title\u{07}"], options: [.manual])
+  let blocked = try await store.queue.add(
+    tag: hostileTag, payload: ["note": "milk\u{1B}]0;title\u{07}"], options: [.manual])
   let runner = TaskRunner(queue: store.queue)
   runner.register(tag: hostileTag) { _ in .recordError(hostileMessage) }
   _ = try await runner.run(.task(blocked))
@@ -27,7 +28,9 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
   let bad = text.unicodeScalars.filter {
     ($0.value < 0x20 && $0 != "\n") || (0x7F...0x9F).contains($0.value) || $0 == "\u{202E}"
   }
-  #expect(bad.isEmpty, "control characters in output: \(bad.map { String($0.value, radix: 16) })", sourceLocation: sourceLocation)
+  #expect(
+    bad.isEmpty, "control characters in output: \(bad.map { String($0.value, radix: 16) })",
+    sourceLocation: sourceLocation)
 }
 
 @Suite(.timeLimit(.minutes(20)), .serialized) struct JSONOutputTests {
@@ -79,8 +82,10 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let demo = try await hostileStore()
     defer { demo.remove() }
     for arguments in [
-      ["inspect", demo.path], ["inspect", demo.path, "--json"], ["log", demo.path], ["log", demo.path, "--json"],
-      ["export", demo.path], ["stats", demo.path], ["stats", demo.path, "--json"], ["verify", demo.path, "--json"],
+      ["inspect", demo.path], ["inspect", demo.path, "--json"], ["log", demo.path],
+      ["log", demo.path, "--json"],
+      ["export", demo.path], ["stats", demo.path], ["stats", demo.path, "--json"],
+      ["verify", demo.path, "--json"],
     ] {
       let run = try ferry(arguments)
       #expect(run.status == 0, "\(arguments): \(run.stderr)")
@@ -102,10 +107,13 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     defer { demo.remove() }
     let store = try await FerryStore.open(at: demo.path)
     let first = try await store.queue.add(
-      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1", options: [.unique(.replace)])
+      tag: "save", payload: ["item": "milk\u{1B}[1m", "size": "2l"], dataId: "note-1",
+      options: [.unique(.replace)])
     let second = try await store.queue.add(
-      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", options: [.unique(.replace)])
-    let other = try await store.queue.add(tag: "save", payload: [1, 2, 3], dataId: "note-2", options: [.unique(.replace)])
+      tag: "save", payload: ["item": "oat milk", "size": "1l"], dataId: "note-1", options: [.unique(.replace)]
+    )
+    let other = try await store.queue.add(
+      tag: "save", payload: [1, 2, 3], dataId: "note-2", options: [.unique(.replace)])
     store.close()
 
     struct Exported: Decodable {
@@ -145,7 +153,8 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     #expect(logged.count == 2)
     #expect(logged.last?["replaces"] as? Int == Int(first.rawValue))
     #expect((logged.last?["payloadJSON"] as? [String: Any])?["item"] as? String == "oat milk")
-    #expect(try ferry(["log", demo.path, "--task", other.description]).stdout.split(separator: "\n").count == 1)
+    #expect(
+      try ferry(["log", demo.path, "--task", other.description]).stdout.split(separator: "\n").count == 1)
   }
 }
 
@@ -160,7 +169,8 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let version: UInt32 = 1
     let tables = ["count"]
     func apply(_ event: LoggedEvent, to tables: ProjectionTables) throws {
-      let now = try tables.value("count", key: [0]) { bytes in bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? 0
+      let now =
+        try tables.value("count", key: [0]) { bytes in bytes.reduce(UInt64(0)) { $0 << 8 | UInt64($1) } } ?? 0
       try tables.put("count", key: [0], value: withUnsafeBytes(of: (now + 1).bigEndian, Array.init))
     }
   }
@@ -172,7 +182,8 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let first = try await app.queue.add(tag: "t", payload: ["n": 1])
     app.close()
     // Another version of the app opens the store with a projection of its own (folded to the head).
-    let other = try EventLog.open(at: store.path, configuration: EventLog.Configuration(projections: [Tally()]))
+    let other = try EventLog.open(
+      at: store.path, configuration: EventLog.Configuration(projections: [Tally()]))
     other.close()
     // This version runs and finishes tasks: the other version's projection is left behind.
     let again = try await FerryStore.open(at: store.path)
@@ -186,13 +197,16 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let human = try ferry(["compact", store.path, "--retention", "0"])
     #expect(human.status == 0, "\(human.stderr)")
     #expect(human.stdout.contains("removed 0 events"), "\(human.stdout)")
-    #expect(human.stdout.contains("nothing was removed: a projection another version of the app keeps"), "\(human.stdout)")
+    #expect(
+      human.stdout.contains("nothing was removed: a projection another version of the app keeps"),
+      "\(human.stdout)")
     #expect(human.stdout.contains("tally (version 1, at "), "\(human.stdout)")
     let json = try ferry(["compact", store.path, "--retention", "0", "--json"])
     #expect(json.status == 0, "\(json.stderr)")
     let report = try JSONDecoder().decode(CompactJSON.self, from: Data(json.stdout.utf8))
     #expect(report.removed == 0)
-    #expect(report.heldBackBy.count == 1 && report.heldBackBy[0].hasPrefix("tally (version 1, at "), "\(report)")
+    #expect(
+      report.heldBackBy.count == 1 && report.heldBackBy[0].hasPrefix("tally (version 1, at "), "\(report)")
     #expect(report.heldBackBy[0].hasSuffix("not configured here)"), "\(report)")
   }
 }
@@ -205,9 +219,12 @@ func expectNoControls(_ text: String, sourceLocation: SourceLocation = #_sourceL
     let store = DemoStore()
     defer { store.remove() }
     let app = try await FerryStore.open(at: store.path)
-    let first = try await app.queue.add(tag: "t", payload: ["v": 1], dataId: "caf\u{E9}", options: [.unique(.replace)])
-    let second = try await app.queue.add(tag: "t", payload: ["v": 2], dataId: "cafe\u{301}", options: [.unique(.replace)])
-    let third = try await app.queue.add(tag: "t", payload: ["v": 3], dataId: "caf\u{E9}", options: [.unique(.replace)])
+    let first = try await app.queue.add(
+      tag: "t", payload: ["v": 1], dataId: "caf\u{E9}", options: [.unique(.replace)])
+    let second = try await app.queue.add(
+      tag: "t", payload: ["v": 2], dataId: "cafe\u{301}", options: [.unique(.replace)])
+    let third = try await app.queue.add(
+      tag: "t", payload: ["v": 3], dataId: "caf\u{E9}", options: [.unique(.replace)])
     #expect(try app.queue.task(first) == nil, "the same spelling replaces")
     #expect(try app.queue.task(second) != nil, "another spelling is another data id")
     app.close()

@@ -27,7 +27,8 @@ enum LongLived {
   static func runner(_ store: FerryStore) -> TaskRunner {
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "ok") { _ in .succeeded }
-    runner.register(tag: "flaky", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1), jitter: 0)) { task in
+    runner.register(tag: "flaky", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1), jitter: 0)) {
+      task in
       task.attempt == 1 ? .failed("try again", retryable: true) : .succeeded
     }
     runner.register(tag: "stuck") { task in task.attempt == 1 ? .recordError("fix me") : .succeeded }
@@ -43,7 +44,8 @@ enum LongLived {
     for task in try queue.pendingTasks() where task.status == .dead { try await queue.cancel(task.id) }
     // Groups and data ids come and go (a conversation, a photo): each is new.
     _ = try await queue.add(tag: "ok", payload: ["i": i], groupId: "g\(i)")
-    _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", options: [.unique(.keep)])
+    _ = try await queue.add(
+      tag: "ok", payload: ["i": i], dataId: "u\(i)", groupId: "g\(i)", options: [.unique(.keep)])
     _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i % 4)", options: [.unique(.replace)])
     _ = try await queue.add(tag: "ok", payload: ["i": i], dataId: "d\(i)", options: [.unique(.replace)])
     _ = try await queue.add(tag: "flaky", payload: ["i": i])
@@ -77,12 +79,15 @@ enum LongLived {
 }
 
 @Suite(.timeLimit(.minutes(20)), .serialized) struct LongLivedStoreTests {
-  @Test(arguments: [false, true]) func hundredsOfCompactionCyclesStayBoundedAndWhole(segment: Bool) async throws {
+  @Test(arguments: [false, true]) func hundredsOfCompactionCyclesStayBoundedAndWhole(
+    segment: Bool
+  ) async throws {
     let path = FileManager.default.temporaryDirectory.path + "/ferry-long-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: path) }
     let clock = ManualClock(date: Date(timeIntervalSince1970: 1_700_000_000))
     let cycles = ProcessInfo.processInfo.environment["FERRY_LONG_CYCLES"].flatMap(Int.init) ?? 100
-    var store = try await FerryStore.open(at: path, configuration: LongLived.configuration(clock, segment: segment))
+    var store = try await FerryStore.open(
+      at: path, configuration: LongLived.configuration(clock, segment: segment))
     var runner = LongLived.runner(store)
     var figures: [String] = []
     var largestRemaining = 0
@@ -115,7 +120,8 @@ enum LongLived {
           try await compact(path: path, retentionMs: 0, copy: true, output: Output(line: { _ in }))
           figures.append("  after --copy: data \(LongLived.size(path + "/data.mdb"))")
         }
-        store = try await FerryStore.open(at: path, configuration: LongLived.configuration(clock, segment: segment))
+        store = try await FerryStore.open(
+          at: path, configuration: LongLived.configuration(clock, segment: segment))
         runner = LongLived.runner(store)
         let owners = (try? FileManager.default.contentsOfDirectory(atPath: path + "/owners")) ?? []
         #expect(owners.count <= 2, "owner tokens left after \(i / 25 + 1) sessions: \(owners.count)")
@@ -135,7 +141,9 @@ enum LongLived {
     try store.log.forEachEvent { types[$0.type, default: 0] += 1 }
     print("remaining by type: \(types.sorted { $0.key < $1.key })")
     print("long-lived (segment \(segment)):\n" + figures.joined(separator: "\n"))
-    print("largest remaining \(largestRemaining), data at warm-up \(dataAtWarmup), largest data \(largestData), largest segment \(largestSegment)")
+    print(
+      "largest remaining \(largestRemaining), data at warm-up \(dataAtWarmup), largest data \(largestData), largest segment \(largestSegment)"
+    )
     // The live data is bounded (a few dozen tasks, six cache keys): so are the log and the file.
     #expect(largestRemaining < 400)
     #expect(largestData <= 2 * max(dataAtWarmup, 1))

@@ -159,10 +159,12 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
 
     // Exactly the events the library appends, and none about the worker's run.
     let events = try worked.events(after: start)
-    #expect(events.map(\.type) == [
-      "task.cancelled", "task.cancelled", "task.revived", "task.errorResolved", "cache.forgotten", "queue.paused",
-      "queue.resumed",
-    ])
+    #expect(
+      events.map(\.type) == [
+        "task.cancelled", "task.cancelled", "task.revived", "task.errorResolved", "cache.forgotten",
+        "queue.paused",
+        "queue.resumed",
+      ])
     #expect(events.map(\.taskId) == [behind, loose, doomed, blocked, nil, nil, nil])
     #expect(events[4].key == "lists")
 
@@ -209,8 +211,12 @@ func decodeReport(_ run: CommandResult) throws -> OperatorJSONReport {
     let store = try await FerryStore.open(at: path)
     var dead: [TaskID] = []
     var blocked: [TaskID] = []
-    for n in 0..<3 { dead.append(try await store.queue.add(tag: "die", payload: ["n": n], options: [.manual])) }
-    for n in 0..<2 { blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], options: [.manual])) }
+    for n in 0..<3 {
+      dead.append(try await store.queue.add(tag: "die", payload: ["n": n], options: [.manual]))
+    }
+    for n in 0..<2 {
+      blocked.append(try await store.queue.add(tag: "err", payload: ["n": n], options: [.manual]))
+    }
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "die") { _ in .failed("refused", retryable: false) }
     runner.register(tag: "err") { _ in .recordError("fix it") }

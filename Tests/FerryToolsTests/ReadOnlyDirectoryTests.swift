@@ -59,7 +59,10 @@ import Testing
       print("skipped: this process can write to any directory here")
       return
     }
-    for command in [["cancel", demo.path, "1"], ["pause", demo.path], ["compact", demo.path], ["compact", demo.path, "--copy"]] {
+    for command in [
+      ["cancel", demo.path, "1"], ["pause", demo.path], ["compact", demo.path],
+      ["compact", demo.path, "--copy"],
+    ] {
       let run = try ferry(command)
       #expect(run.status == 7, "\(command[0]): \(run.status) \(run.stderr)")
       #expect(run.stderr.contains("permission denied"), "\(command[0]): \(run.stderr)")

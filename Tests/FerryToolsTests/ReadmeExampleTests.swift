@@ -69,18 +69,21 @@ import Testing
       Issue.record("README \(name) line \(index + 1): \"\(shown)\" but the example has \"\(compiled)\"")
       break
     }
-    #expect(block.count == example.count, "README \(name) has \(block.count) lines, the example \(example.count)")
+    #expect(
+      block.count == example.count, "README \(name) has \(block.count) lines, the example \(example.count)")
   }
 
   /// The install section's manifest compiles (SwiftPM evaluates it, in a package of its own beside a
   /// link to this checkout at the path it names), and the products it links are this package's.
   @Test func theInstallManifestCompiles() throws {
     let manifest = try #require(try Self.readmeBlock(Self.manifest), "README.md has no manifest block")
-    let app = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-readme-app-\(UUID().uuidString)")
+    let app = FileManager.default.temporaryDirectory.appendingPathComponent(
+      "ferry-readme-app-\(UUID().uuidString)")
     defer { try? FileManager.default.removeItem(at: app) }
     try FileManager.default.createDirectory(
       at: app.appendingPathComponent("Sources/NotesApp"), withIntermediateDirectories: true)
-    try FileManager.default.createDirectory(at: app.appendingPathComponent("Packages"), withIntermediateDirectories: true)
+    try FileManager.default.createDirectory(
+      at: app.appendingPathComponent("Packages"), withIntermediateDirectories: true)
     try FileManager.default.createSymbolicLink(
       at: app.appendingPathComponent("Packages/ferry"), withDestinationURL: Self.root)
     try (manifest.joined(separator: "\n") + "\n").write(
@@ -94,7 +97,8 @@ import Testing
       process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
       process.arguments = [
         "swift", "package", "--package-path", package.path,
-        "--scratch-path", app.appendingPathComponent(".scratch-\(package.lastPathComponent)").path, "dump-package",
+        "--scratch-path", app.appendingPathComponent(".scratch-\(package.lastPathComponent)").path,
+        "dump-package",
       ]
       let out = Pipe()
       let errors = app.appendingPathComponent("stderr-\(package.lastPathComponent)")
@@ -104,7 +108,9 @@ import Testing
       try process.run()
       let output = String(decoding: out.fileHandleForReading.readAll(), as: UTF8.self)
       process.waitUntilExit()
-      if process.terminationStatus != 0 { return (process.terminationStatus, try String(contentsOf: errors, encoding: .utf8)) }
+      if process.terminationStatus != 0 {
+        return (process.terminationStatus, try String(contentsOf: errors, encoding: .utf8))
+      }
       return (process.terminationStatus, output)
     }
     struct Dump: Decodable {
@@ -125,7 +131,9 @@ import Testing
     let products = Set(
       try JSONDecoder().decode(Dump.self, from: Data(ferryDump.output.utf8)).products?.map(\.name) ?? [])
     #expect(linked == ["Ferry"], "the manifest links \(linked)")
-    #expect(Set(linked).isSubset(of: products), "not products of this package: \(Set(linked).subtracting(products))")
+    #expect(
+      Set(linked).isSubset(of: products), "not products of this package: \(Set(linked).subtracting(products))"
+    )
   }
 
   /// The examples run to the end on real stores (in a temporary directory) and print what the
@@ -150,10 +158,13 @@ import Testing
   /// Tools/readme-examples/Sync.swift, which the example run executes.
   @Test func theSyncArticlesExamplesAreCompiledLines() throws {
     let article = try String(
-      contentsOf: Self.root.appendingPathComponent("Sources/Ferry/Ferry.docc/SyncingWithAServer.md"), encoding: .utf8)
+      contentsOf: Self.root.appendingPathComponent("Sources/Ferry/Ferry.docc/SyncingWithAServer.md"),
+      encoding: .utf8)
     let compiled = Set(
-      try String(contentsOf: Self.root.appendingPathComponent("Tools/readme-examples/Sync.swift"), encoding: .utf8)
-        .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
+      try String(
+        contentsOf: Self.root.appendingPathComponent("Tools/readme-examples/Sync.swift"), encoding: .utf8
+      )
+      .split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
     var blocks: [[String]] = []
     var current: [String]?
     for line in article.split(separator: "\n", omittingEmptySubsequences: false).map(String.init) {

@@ -231,7 +231,8 @@ func occurs(_ needle: [UInt8], in haystack: Data) -> Bool { haystack.range(of: D
     try overwrite(place.data, at: Int(victim) * tree.pageSize, with: garbage(tree.pageSize, seed: 12))
     // Lost: what was on the page and has no intact copy anywhere else in the file.
     let damaged = try Data(contentsOf: URL(fileURLWithPath: place.data))
-    let unrecoverable = try onPage.filter { !occurs(try #require(original.records[$0]), in: damaged) }.sorted()
+    let unrecoverable = try onPage.filter { !occurs(try #require(original.records[$0]), in: damaged) }
+      .sorted()
     try #require(!unrecoverable.isEmpty, "the page's events have no other copy")
 
     let (status, report, stderr) = try salvageJSON(place)

@@ -16,9 +16,11 @@ import Testing
     do {
       let store = try await FerryStore.open(at: source)
       defer { store.close() }
-      reminder = try await store.queue.add(tag: "remind", payload: ["text": "call"], options: [.schedule(.at(start))])
+      reminder = try await store.queue.add(
+        tag: "remind", payload: ["text": "call"], options: [.schedule(.at(start))])
       sync = try await store.queue.add(
-        tag: "sync-inbox", payload: ["box": "inbox"], dataId: "inbox", options: [.unique(.keep), .schedule(.every(.seconds(900), startingAt: start))])
+        tag: "sync-inbox", payload: ["box": "inbox"], dataId: "inbox",
+        options: [.unique(.keep), .schedule(.every(.seconds(900), startingAt: start))])
     }
     let log = try ferry(["log", source])
     #expect(log.status == 0)
@@ -33,7 +35,8 @@ import Testing
     let tasks = try store.queue.pendingTasks()
     store.close()
     #expect(tasks.map(\.id) == [reminder, sync])
-    #expect(tasks.allSatisfy { $0.status == .scheduled(at: Date(timeIntervalSince1970: Double(startMs) / 1000)) })
+    #expect(
+      tasks.allSatisfy { $0.status == .scheduled(at: Date(timeIntervalSince1970: Double(startMs) / 1000)) })
     #expect(tasks.map(\.repeatInterval) == [nil, .seconds(900)])
 
     let inspect = try ferry(["inspect", place.target])

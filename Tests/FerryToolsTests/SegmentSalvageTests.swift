@@ -48,7 +48,8 @@ import Testing
     let said = writer.finish().stdout
     if cut { try settled.write(to: URL(fileURLWithPath: path + "/data.mdb")) }
     let acknowledged = said.split(separator: "\n").compactMap { line -> TaskID? in
-      line.hasPrefix("ack ") ? line.split(separator: " ").dropFirst().first.flatMap { TaskID(String($0)) } : nil
+      line.hasPrefix("ack ")
+        ? line.split(separator: " ").dropFirst().first.flatMap { TaskID(String($0)) } : nil
     }
     return Killed(settledHead: settledHead, earlyIds: earlyIds, acknowledgedIds: acknowledged)
   }

@@ -6,7 +6,8 @@ import Testing
 
 @Suite(.timeLimit(.minutes(20)), .serialized) struct TimeFlagTests {
   @Test(arguments: [
-    ("7d", Int64(604_800_000)), ("36h", 129_600_000), ("90m", 5_400_000), ("45s", 45_000), ("604800", 604_800_000),
+    ("7d", Int64(604_800_000)), ("36h", 129_600_000), ("90m", 5_400_000), ("45s", 45_000),
+    ("604800", 604_800_000),
     ("0", 0), ("1h30m", 5_400_000), ("500ms", 500), ("2w", 1_209_600_000),
     ("99999999999999999999d", Int64.max),
   ])
@@ -60,12 +61,15 @@ import Testing
   /// (the directory does not exist).
   @Test(arguments: ["7x", "soon", "1.5h", "h7", "-5", "7 d", "2026-13-45T99:00:00Z"])
   func badTimeFlagValuesExitWithAUsageError(value: String) throws {
-    let missing = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-no-store-\(UUID())").path
+    let missing = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-no-store-\(UUID())")
+      .path
     for (command, flag, syntax) in Self.timeFlags {
       let arguments = [command[0], missing] + command.dropFirst() + ["\(flag)=\(value)"]
       let result = try ferry(arguments)
       #expect(result.status == ExitStatus.badFlags.rawValue, "\(arguments): \(result.stderr)")
-      #expect(result.stderr.contains("The value '\(value)' is invalid for '\(flag) "), "\(arguments): \(result.stderr)")
+      #expect(
+        result.stderr.contains("The value '\(value)' is invalid for '\(flag) "),
+        "\(arguments): \(result.stderr)")
       let oneLine = result.stderr.split(whereSeparator: \.isWhitespace).joined(separator: " ")
       #expect(oneLine.contains(syntax), "\(arguments): \(result.stderr)")
       #expect(result.stdout.isEmpty)
@@ -95,7 +99,8 @@ import Testing
     defer { demo.remove() }
 
     let inspected = try JSONDecoder().decode(
-      InspectReport.self, from: Data(try ferry(["inspect", demo.path, "--max-age", "90m", "--json"]).stdout.utf8))
+      InspectReport.self,
+      from: Data(try ferry(["inspect", demo.path, "--max-age", "90m", "--json"]).stdout.utf8))
     #expect(inspected.maxAgeMs == 5_400_000)
 
     let recent = try ferry(["log", demo.path, "--since", "2h"])

@@ -13,12 +13,15 @@ import Testing
 
   /// LMDB 1.0 in development calls itself 0.9.90 (`mdb.master3`, 24-byte page headers); any
   /// other major or minor is a layout nobody checked.
-  @Test(arguments: [(0, 9, 90), (0, 9, 99), (1, 0, 0), (1, 9, 5), (0, 10, 0), (0, 8, 9), (2, 0, 0), (0, 9, -1)])
+  @Test(arguments: [
+    (0, 9, 90), (0, 9, 99), (1, 0, 0), (1, 9, 5), (0, 10, 0), (0, 8, 9), (2, 0, 0), (0, 9, -1),
+  ])
   func anotherLayoutIsRefused(major: Int, minor: Int, patch: Int) {
     let version = LMDBVersion(major: major, minor: minor, patch: patch)
     #expect(!version.isSupported)
     let refusal = #expect(throws: LMDBError.versionMismatch) { try LMDBVersion.requireSupported(version) }
-    #expect(refusal?.message.contains("LMDB \(major).\(minor).\(patch),") == true, "\(String(describing: refusal))")
+    #expect(
+      refusal?.message.contains("LMDB \(major).\(minor).\(patch),") == true, "\(String(describing: refusal))")
     #expect(refusal?.message.contains(LMDBVersion.supportedRange) == true)
   }
 
@@ -35,7 +38,9 @@ import Testing
     defer { scratch.remove() }
     var other = Environment.Options()
     other.lmdbVersionInPlaceOfLinked = LMDBVersion(major: 0, minor: 9, patch: 90)
-    let refusal = #expect(throws: LMDBError.versionMismatch) { try Environment.open(path: scratch.path, options: other) }
+    let refusal = #expect(throws: LMDBError.versionMismatch) {
+      try Environment.open(path: scratch.path, options: other)
+    }
     #expect(refusal?.message.contains("LMDB 0.9.90,") == true)
     #expect(!FileManager.default.fileExists(atPath: scratch.path), "the refused open created the directory")
 

@@ -45,7 +45,9 @@ func appendAdds(_ log: EventLog, _ count: Int) async throws {
   var written = 0
   while written < count {
     let batch = min(5_000, count - written)
-    let events = (0..<batch).map { NewEvent(type: "task.added", schemaVersion: 3, payload: addPayload(written + $0)) }
+    let events = (0..<batch).map {
+      NewEvent(type: "task.added", schemaVersion: 3, payload: addPayload(written + $0))
+    }
     _ = try await log.append(events)
     written += batch
   }

@@ -23,7 +23,8 @@ let cacheModes: [String: Mode] = [
     call.expect(1...1)
     let count = call.number(0)
     call.runAsync {
-      let store = try await FerryStore.open(at: call.directory, configuration: storeConfiguration(existing: true))
+      let store = try await FerryStore.open(
+        at: call.directory, configuration: storeConfiguration(existing: true))
       let message = String(repeating: "x", count: 60 * 1024)
       for i in 0..<count {
         try await store.ledger.recordFetch(key: "big-\(i)", outcome: .failure(message + "\(i)"))

@@ -75,7 +75,9 @@ let environmentModes: [String: Mode] = [
         return mdb_put(txn, dbi, &keyValue, &dataValue, 0)
       }
     }
-    guard put == MDB_SUCCESS, mdb_txn_commit(txn) == MDB_SUCCESS else { fail("the unpublished commit failed") }
+    guard put == MDB_SUCCESS, mdb_txn_commit(txn) == MDB_SUCCESS else {
+      fail("the unpublished commit failed")
+    }
     mdb_env_close(env)
     say("committed \(id)")
   },

@@ -10,7 +10,8 @@ let logModes: [String: Mode] = [
     call.runAsync {
       let log = try EventLog.open(at: call.directory)
       for i in 0..<count {
-        let sequence = try await log.append(NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
+        let sequence = try await log.append(
+          NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
         say("ack \(sequence)")
       }
       log.close()

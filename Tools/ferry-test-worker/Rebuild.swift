@@ -105,7 +105,9 @@ let rebuildModes: [String: Mode] = [
     do {
       let log = try EventLog.open(
         at: call.directory,
-        configuration: EventLog.Configuration(projections: [EventTypeCounts(name: "attackCounts", version: version)]))
+        configuration: EventLog.Configuration(projections: [
+          EventTypeCounts(name: "attackCounts", version: version)
+        ]))
       say("open \(try log.head())")
       _ = readLine()
       log.close()

@@ -96,7 +96,8 @@ let runModes: [String: Mode] = [
     call.runAsync {
       let store = try await FerryStore.open(at: call.directory)
       let runner = TaskRunner(queue: store.queue)
-      runner.register(tag: "note", batchSize: size, retry: RetryPolicy(initialDelay: .zero, jitter: 0)) { tasks in
+      runner.register(tag: "note", batchSize: size, retry: RetryPolicy(initialDelay: .zero, jitter: 0)) {
+        tasks in
         say("batch " + tasks.map { "\($0.id):\($0.attempt):\($0.idempotencyKey)" }.joined(separator: " "))
         var results: [TaskID: TaskResult] = [:]
         for task in tasks {
@@ -165,7 +166,8 @@ let runModes: [String: Mode] = [
     let tags = call.words[1].split(separator: ",").map(String.init)
     let result = call.words[2]
     call.runAsync(announce: true) {
-      let queue = try await TaskQueue.open(at: call.directory, configuration: storeConfiguration(existing: true))
+      let queue = try await TaskQueue.open(
+        at: call.directory, configuration: storeConfiguration(existing: true))
       var configuration = TaskRunner.Configuration()
       configuration.random = { 0.5 }
       let runner = TaskRunner(queue: queue, configuration: configuration)

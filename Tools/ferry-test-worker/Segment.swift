@@ -58,7 +58,8 @@ let segmentModes: [String: Mode] = [
     call.expect(1...1)
     let count = call.number(0)
     call.runAsync {
-      let store = try await FerryStore.open(at: call.directory, configuration: storeConfiguration(segment: true))
+      let store = try await FerryStore.open(
+        at: call.directory, configuration: storeConfiguration(segment: true))
       for i in 0..<count {
         let id = try await store.queue.add(tag: "app", payload: ["n": i], dataId: "app-\(i)")
         say("ack \(id) \(i)")
@@ -78,7 +79,8 @@ let segmentModes: [String: Mode] = [
     let count = call.number(0)
     CrashPoint.armFromEnvironment()
     call.runAsync {
-      let store = try await FerryStore.open(at: call.directory, configuration: storeConfiguration(segment: true))
+      let store = try await FerryStore.open(
+        at: call.directory, configuration: storeConfiguration(segment: true))
       say("open")
       _ = readLine()
       do {

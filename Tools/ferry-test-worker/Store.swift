@@ -10,7 +10,8 @@ let storeModes: [String: Mode] = [
   // standard input ends; then closes it and says "closed".
   "hold-open": Mode(usage: "DIR") { call in
     call.runAsync {
-      let store = try await FerryStore.open(at: call.directory, configuration: storeConfiguration(existing: true))
+      let store = try await FerryStore.open(
+        at: call.directory, configuration: storeConfiguration(existing: true))
       say("open \(try store.log.head())")
       while let _ = readLine() {}
       store.close()
@@ -33,7 +34,8 @@ let storeModes: [String: Mode] = [
     CrashPoint.armFromEnvironment()
     call.runAsync {
       do throws(ToolError) {
-        let status = try await operate(path: call.directory, action, json: false, output: Output(line: { _ in }))
+        let status = try await operate(
+          path: call.directory, action, json: false, output: Output(line: { _ in }))
         say("status \(status.rawValue)")
       } catch {
         say("refused \(error.status.rawValue) \(error.message)")
@@ -56,7 +58,8 @@ let storeModes: [String: Mode] = [
       // One cycle in a closure of its own, so that its objects are gone when it returns (a runner
       // or store that outlived its cycle would hold descriptors until then, at one count only).
       let runCycle: @Sendable (Int) async throws -> Void = { cycle in
-        let store = try await FerryStore.open(at: call.directory, configuration: storeConfiguration(segment: segment))
+        let store = try await FerryStore.open(
+          at: call.directory, configuration: storeConfiguration(segment: segment))
         let id = try await store.queue.add(tag: "t", payload: ["cycle": cycle])
         let runner = TaskRunner(queue: store.queue)
         runner.register(tag: "t") { _ in .succeeded }

@@ -89,7 +89,9 @@ func fail(_ message: String) -> Never {
 
 /// A store configuration: `existing` never creates one, `segment` asks for the write-ahead
 /// segment, `chunk` sets the rebuild chunk size.
-func storeConfiguration(existing: Bool = false, segment: Bool = false, chunk: Int? = nil) -> FerryStore.Configuration {
+func storeConfiguration(
+  existing: Bool = false, segment: Bool = false, chunk: Int? = nil
+) -> FerryStore.Configuration {
   var configuration = FerryStore.Configuration()
   configuration.createIfMissing = !existing
   configuration.writeAheadSegment = segment

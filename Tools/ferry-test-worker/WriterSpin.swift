@@ -24,7 +24,8 @@ let writerSpinModes: [String: Mode] = [
       let segment = FileManager.default.fileExists(atPath: call.directory + "/ferry-segment")
       say("processors \(ProcessInfo.processInfo.activeProcessorCount) segment \(segment)")
       for i in 0..<count {
-        let sequence = try await log.append(NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
+        let sequence = try await log.append(
+          NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))
         say("ack \(sequence) \(i) \(log.statistics.writerSpins)")
       }
       let statistics = log.statistics

@@ -17,4 +17,5 @@ guard arguments.count >= 3, let mode = modes[arguments[1]] else {
   fail("usage: ferry-test-worker MODE DIR [ARGUMENTS]\n\(usage)")
 }
 mode.run(
-  Invocation(mode: arguments[1], usage: mode.usage, directory: arguments[2], words: Array(arguments.dropFirst(3))))
+  Invocation(
+    mode: arguments[1], usage: mode.usage, directory: arguments[2], words: Array(arguments.dropFirst(3))))

@@ -5,7 +5,8 @@ import FerryTools
 struct FerryCommand: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
     commandName: "ferry",
-    abstract: "Run the demo; inspect, replay, verify, export and import Ferry stores; cancel, revive, resolve, forget, pause and resume.",
+    abstract:
+      "Run the demo; inspect, replay, verify, export and import Ferry stores; cancel, revive, resolve, forget, pause and resume.",
     discussion: """
       Read-only commands never write to the store and work while an app writes to it. They read it in a \
       child process of their own: if reading a damaged store crashes, ferry says the store is damaged \
@@ -14,7 +15,8 @@ struct FerryCommand: AsyncParsableCommand {
     version: "0.1.0",
     subcommands: [
       Demo.self, Inspect.self, Log.self, Replay.self, Verify.self, Export.self, Import.self, Stats.self,
-      Compact.self, Recover.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self, Pause.self, Resume.self,
+      Compact.self, Recover.self, Salvage.self, Cancel.self, Revive.self, Resolve.self, Forget.self,
+      Pause.self, Resume.self,
     ]
   )
 }

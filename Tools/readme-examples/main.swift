@@ -10,7 +10,8 @@ do {
   try await pushExample(storePath: directory + "/push", api: ExampleAPI())
   try await pullExample(storePath: directory + "/pull", api: ExampleAPI(), database: ExampleDatabase())
   try await syncExample(
-    storePath: directory + "/sync", api: SyncAPI(), notesURL: URL(fileURLWithPath: "/notes-are-not-fetched-here"))
+    storePath: directory + "/sync", api: SyncAPI(),
+    notesURL: URL(fileURLWithPath: "/notes-are-not-fetched-here"))
   print("readme examples: ok")
 } catch {
   print("readme examples failed: \(error)")

@@ -22,8 +22,10 @@ public struct TaskPriority: RawRepresentable, Hashable, Comparable, Sendable, Cu
   /// Runs before the normal and low tasks that may start.
   public static let high = TaskPriority(rawValue: 1)
 
+  /// Whether `lhs` is less urgent than `rhs`.
   public static func < (lhs: TaskPriority, rhs: TaskPriority) -> Bool { lhs.rawValue < rhs.rawValue }
 
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .low: return "low"

@@ -325,7 +325,9 @@ extension TaskRunner {
     let nextDue = end == .paused ? nil : try queue.nextDue(excluding: waitingForCondition)
     return WindowReport(
       end: end,
-      entries: outcomes.sorted { $0.key < $1.key }.map { PassReport.Entry(taskId: $0.key, outcome: $0.value) },
+      entries: outcomes.sorted { $0.key < $1.key }.map {
+        PassReport.Entry(taskId: $0.key, outcome: $0.value)
+      },
       nextDue: nextDue.map(TaskQueue.date(unixMilliseconds:)))
   }
 

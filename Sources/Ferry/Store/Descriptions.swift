@@ -24,6 +24,7 @@ func readableTime(_ milliseconds: Int64) -> String {
 }
 
 extension TaskStatus: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .ready: return "ready"
@@ -38,6 +39,7 @@ extension TaskStatus: CustomStringConvertible {
 }
 
 extension SkipReason: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .partOfFailedGroup: return "an earlier task of its group failed"
@@ -57,6 +59,7 @@ extension SkipReason: CustomStringConvertible {
 }
 
 extension RunOutcome: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .succeeded: return "succeeded"
@@ -72,6 +75,7 @@ extension RunOutcome: CustomStringConvertible {
 }
 
 extension TaskUpdate: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .current(let id, let status): return "task \(id): " + (status.map { "\($0)" } ?? "not queued")
@@ -97,6 +101,7 @@ extension TaskUpdate: CustomStringConvertible {
 }
 
 extension CacheAge: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .noCache: return "no cache"
@@ -109,6 +114,7 @@ extension CacheAge: CustomStringConvertible {
 }
 
 extension RefreshSkipReason: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .notTooOld: return "the cache is not too old"
@@ -119,6 +125,7 @@ extension RefreshSkipReason: CustomStringConvertible {
 }
 
 extension RefreshOutcome: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .successful: return "successful"
@@ -129,9 +136,11 @@ extension RefreshOutcome: CustomStringConvertible {
 }
 
 extension FerryError: LocalizedError {
+  /// The same as `description`, for `LocalizedError`.
   public var errorDescription: String? { description }
 }
 
 extension RefreshError: LocalizedError {
+  /// The same as `description`, for `LocalizedError`.
   public var errorDescription: String? { description }
 }

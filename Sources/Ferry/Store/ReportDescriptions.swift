@@ -5,6 +5,7 @@ import Foundation
 // smaller enums read as phrases too (Descriptions.swift has the statuses and updates).
 
 extension UniquePolicy: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .append: return "append"
@@ -15,6 +16,7 @@ extension UniquePolicy: CustomStringConvertible {
 }
 
 extension TaskResult: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .succeeded: return "succeeded"
@@ -31,6 +33,7 @@ extension TaskResult: CustomStringConvertible {
 }
 
 extension RunFilter: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .all: return "all tasks"
@@ -42,6 +45,7 @@ extension RunFilter: CustomStringConvertible {
 }
 
 extension PassReport.Entry: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String { "task \(taskId): \(outcome)" }
 }
 
@@ -62,6 +66,7 @@ extension PassReport: CustomStringConvertible {
 }
 
 extension CancelReport: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     let cancelled = self.cancelled.isEmpty ? "none" : self.cancelled.map(String.init).joined(separator: ", ")
     let running =
@@ -71,6 +76,7 @@ extension CancelReport: CustomStringConvertible {
 }
 
 extension FetchResult: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .success(let isEmpty): return isEmpty ? "success (empty)" : "success"
@@ -80,6 +86,7 @@ extension FetchResult: CustomStringConvertible {
 }
 
 extension LoadMoreResult: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .loaded: return "loaded the next page"
@@ -90,6 +97,7 @@ extension LoadMoreResult: CustomStringConvertible {
 }
 
 extension RefreshError.Stage: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .pendingTasks: return "running the pending tasks first"
@@ -118,12 +126,14 @@ extension PendingTask: CustomStringConvertible {
 }
 
 extension RecordedError: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     "error \(errorId) on task \(taskId) at \(readableTime(recordedAt)): \(message)"
   }
 }
 
 extension TaskHistoryEntry.Kind: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .added: return "added"
@@ -146,10 +156,12 @@ extension TaskHistoryEntry.Kind: CustomStringConvertible {
 }
 
 extension TaskHistoryEntry: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String { "\(sequence) \(readableTime(timestamp)) \(event)" }
 }
 
 extension CacheRecord: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     var parts = ["\(key): \(fetchCount) fetch" + (fetchCount == 1 ? "" : "es")]
     if let lastSuccess {
@@ -165,6 +177,7 @@ extension CacheRecord: CustomStringConvertible {
 }
 
 extension CacheState.Content: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     switch self {
     case .noCache: return "no cache"
@@ -177,6 +190,7 @@ extension CacheState.Content: CustomStringConvertible {
 }
 
 extension CacheState: CustomStringConvertible {
+  /// A one-line summary, as logs and the CLI print it.
   public var description: String {
     var text = content.description
     if isRefreshing { text += ", refreshing" }

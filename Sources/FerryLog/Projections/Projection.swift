@@ -63,8 +63,10 @@ public protocol ProjectionTableReading {
 }
 
 extension ProjectionTableReading {
+  /// Whether `table` certainly has no entries (false when unsure).
   public func isCertainlyEmpty(_ table: String) throws -> Bool { try count(table) == 0 }
 
+  /// The value under `key` in `table`, decoded by `decode`, or nil.
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     try get(table, key: key).map(decode)
   }
@@ -223,6 +225,7 @@ public final class ProjectionTables: ProjectionTableReading {
   /// The longest key a table can hold, in bytes.
   public var maxKeySize: Int { transaction.environment.maxKeySize }
 
+  /// The value under `key` in `table`, decoded by `decode`, or nil.
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     let (index, db, overlay) = try entry(table)
     if memoTable == index && memoKey == key {
@@ -286,6 +289,7 @@ public final class ProjectionTables: ProjectionTableReading {
     return try transaction.withCursor(db) { cursor in try cursor.scan(from: start, body) }
   }
 
+  /// Whether `table` certainly has no entries (false when unsure).
   public func isCertainlyEmpty(_ table: String) throws -> Bool {
     let (index, db, overlay) = try entry(table)
     if let overlay, !overlay.isEmpty { return false }
@@ -431,6 +435,7 @@ public struct ProjectionReader: ProjectionTableReading {
   /// The value under `key` in `table`, or nil.
   public func get(_ table: String, key: [UInt8]) throws -> [UInt8]? { try tables.get(table, key: key) }
 
+  /// The value under `key` in `table`, decoded by `decode`, or nil.
   public func value<T>(_ table: String, key: [UInt8], as decode: ([UInt8]) throws -> T) throws -> T? {
     try tables.value(table, key: key, as: decode)
   }
@@ -447,5 +452,6 @@ public struct ProjectionReader: ProjectionTableReading {
   /// The number of entries in `table`.
   public func count(_ table: String) throws -> Int { try tables.count(table) }
 
+  /// Whether `table` certainly has no entries (false when unsure).
   public func isCertainlyEmpty(_ table: String) throws -> Bool { try tables.isCertainlyEmpty(table) }
 }

@@ -547,6 +547,7 @@ public struct CompactionReport: Sendable, Equatable {
   /// dropped, say — the log is never compacted.
   public var heldBackBy: [String] = []
 
+  /// A report with these figures.
   public init(
     snapshotSequence: UInt64, removed: Int, removedBytes: Int, remaining: Int, snapshotRows: UInt64,
     heldBackBy: [String] = []

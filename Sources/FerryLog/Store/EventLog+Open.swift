@@ -607,7 +607,9 @@ extension EventLog {
       // data.mdb was checked to be a file before LMDB opened it: the directory is the lock file.
       return .damagedStore(
         path: path,
-        reason: "its lock file lock.mdb is a directory, not a file: remove that directory (LMDB makes the file anew)")
+        reason:
+          "its lock file lock.mdb is a directory, not a file: remove that directory (LMDB makes the file anew)"
+      )
     default: return FerryLogError(error, path: path)
     }
   }

@@ -15,7 +15,10 @@ struct Compact: AsyncParsableCommand {
 
   @OptionGroup var store: StoreArgument
 
-  @Option(help: "How long to keep the events of finished tasks: a duration such as 7d, 36h, 90m, 45s, 1h30m or plain seconds.")
+  @Option(
+    help:
+      "How long to keep the events of finished tasks: a duration such as 7d, 36h, 90m, 45s, 1h30m or plain seconds."
+  )
   var retention = TimeSpan(7 * 86_400_000, written: "7d")
 
   @Flag(help: "Then write a compacted copy of the file and swap it in, to give freed space back.")

@@ -11,7 +11,10 @@ struct Inspect: AsyncParsableCommand {
   @Flag(help: "Print stable JSON instead of tables.")
   var json = false
 
-  @Option(help: "The max age that cache ages are judged by: a duration such as 1h, 90m, 7d, 45s, 1h30m or plain seconds.")
+  @Option(
+    help:
+      "The max age that cache ages are judged by: a duration such as 1h, 90m, 7d, 45s, 1h30m or plain seconds."
+  )
   var maxAge = TimeSpan(3_600_000, written: "1h")
 
   func run() async throws {

@@ -14,7 +14,10 @@ struct Log: AsyncParsableCommand {
   @Option(help: "Only events of this type (e.g. task.runFailed).") var type: String?
   @Option(help: "Only events about this task id.") var task: TaskID?
   @Option(help: "Only events about this cache key.") var key: String?
-  @Option(help: "Only events appended since then: a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z).")
+  @Option(
+    help:
+      "Only events appended since then: a duration back from now (2h, 7d, 90m) or an ISO 8601 time (2026-01-15T09:00:00Z)."
+  )
   var since: SinceFlag?
   @Flag(help: "One JSON object per line.") var json = false
   @Flag(help: "Keep printing new events as they are appended (until interrupted).") var follow = false

@@ -35,7 +35,8 @@ struct OperatorJSON: ParsableArguments {
 struct Cancel: OperatorCommand {
   static let configuration = CommandConfiguration(
     abstract: "Cancel queued tasks: by id, or every task of a tag or a group.",
-    discussion: writes + "\n\nExamples: ferry cancel /tmp/groceries 4 7   ferry cancel /tmp/groceries --tag sync   "
+    discussion: writes
+      + "\n\nExamples: ferry cancel /tmp/groceries 4 7   ferry cancel /tmp/groceries --tag sync   "
       + "ferry cancel /tmp/groceries --group list")
 
   @OptionGroup var store: StoreArgument
@@ -46,7 +47,9 @@ struct Cancel: OperatorCommand {
 
   func validate() throws {
     let chosen = (tasks.isEmpty ? 0 : 1) + (tag == nil ? 0 : 1) + (group == nil ? 0 : 1)
-    guard chosen == 1 else { throw ValidationError("give task ids, or --tag, or --group (exactly one of them)") }
+    guard chosen == 1 else {
+      throw ValidationError("give task ids, or --tag, or --group (exactly one of them)")
+    }
   }
 
   var action: OperatorAction {
@@ -65,14 +68,18 @@ struct TaskChoice: ParsableArguments {
 
   func validate() throws {
     let chosen = (task == nil ? 0 : 1) + (tag == nil ? 0 : 1) + (group == nil ? 0 : 1) + (all ? 1 : 0)
-    guard chosen == 1 else { throw ValidationError("give a task id, or --tag, or --group, or --all (exactly one of them)") }
+    guard chosen == 1 else {
+      throw ValidationError("give a task id, or --tag, or --group, or --all (exactly one of them)")
+    }
   }
 }
 
 struct Revive: OperatorCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Make dead tasks ready again (their attempt counts are kept): one, or every one of a tag, a group or the queue.",
-    discussion: writes + "\n\nExamples: ferry revive /tmp/groceries 4   ferry revive /tmp/groceries --tag sync   "
+    abstract:
+      "Make dead tasks ready again (their attempt counts are kept): one, or every one of a tag, a group or the queue.",
+    discussion: writes
+      + "\n\nExamples: ferry revive /tmp/groceries 4   ferry revive /tmp/groceries --tag sync   "
       + "ferry revive /tmp/groceries --all")
 
   @OptionGroup var store: StoreArgument
@@ -87,8 +94,10 @@ struct Revive: OperatorCommand {
 
 struct Resolve: OperatorCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Resolve recorded errors: the tasks, and their groups, may run again — one, or every one of a tag, a group or the queue.",
-    discussion: writes + "\n\nExamples: ferry resolve /tmp/groceries 4   ferry resolve /tmp/groceries --group list   "
+    abstract:
+      "Resolve recorded errors: the tasks, and their groups, may run again — one, or every one of a tag, a group or the queue.",
+    discussion: writes
+      + "\n\nExamples: ferry resolve /tmp/groceries 4   ferry resolve /tmp/groceries --group list   "
       + "ferry resolve /tmp/groceries --all")
 
   @OptionGroup var store: StoreArgument

@@ -3,7 +3,8 @@ import FerryTools
 
 struct Recover: AsyncParsableCommand {
   static let configuration = CommandConfiguration(
-    abstract: "Replay the commits a dead writer left in a store's write-ahead segment, so that it reads again.",
+    abstract:
+      "Replay the commits a dead writer left in a store's write-ahead segment, so that it reads again.",
     discussion: """
       A store with a write-ahead segment whose writer was killed, or whose machine lost power, holds \
       commits that only a read-write open can replay: until then every read command exits 7 ("needs \

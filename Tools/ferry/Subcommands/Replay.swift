@@ -15,7 +15,10 @@ struct Replay: AsyncParsableCommand {
   @OptionGroup var store: StoreArgument
   @Option(help: "Show the state as of this sequence number.") var until: UInt64?
   @Flag(help: "Print JSON.") var json = false
-  @Option(help: "The max age that cache ages are judged by: a duration such as 1h, 90m, 7d, 45s, 1h30m or plain seconds.")
+  @Option(
+    help:
+      "The max age that cache ages are judged by: a duration such as 1h, 90m, 7d, 45s, 1h30m or plain seconds."
+  )
   var maxAge = TimeSpan(3_600_000, written: "1h")
 
   func run() async throws {

@@ -7,7 +7,8 @@ struct Stats: AsyncParsableCommand {
     discussion: "Example: ferry stats /tmp/groceries")
 
   @OptionGroup var store: StoreArgument
-  @Flag(help: "Print one JSON object (keys: events, head, types, dataFileBytes, oldest, newest, …).") var json = false
+  @Flag(help: "Print one JSON object (keys: events, head, types, dataFileBytes, oldest, newest, …).")
+  var json = false
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in

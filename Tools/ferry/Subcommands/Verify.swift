@@ -9,7 +9,8 @@ struct Verify: AsyncParsableCommand {
   )
 
   @OptionGroup var store: StoreArgument
-  @Flag(help: "Print one JSON object (keys: healthy, head, recordsChecked, rowsCompared, problems, …).") var json = false
+  @Flag(help: "Print one JSON object (keys: healthy, head, recordsChecked, rowsCompared, problems, …).")
+  var json = false
 
   func run() async throws {
     try await performContained(store: store.dir) { () throws(ToolError) -> ExitStatus in

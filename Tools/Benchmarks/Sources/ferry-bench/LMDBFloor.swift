@@ -125,7 +125,9 @@ func bareFlushes(path: String, count: Int, size: Int) throws -> Double {
     guard fsync(fd) == 0 else { throw POSIXError(.EIO) }
     let flush = { fcntl(fd, F_FULLFSYNC) == 0 }
   #else
-    guard posix_fallocate(fd, 0, off_t(frame.count * count)) == 0, fsync(fd) == 0 else { throw POSIXError(.EIO) }
+    guard posix_fallocate(fd, 0, off_t(frame.count * count)) == 0, fsync(fd) == 0 else {
+      throw POSIXError(.EIO)
+    }
     let flush = { fdatasync(fd) == 0 }
   #endif
   let start = ContinuousClock.now

@@ -4,7 +4,9 @@ import Foundation
 
 /// Times `body` `count` times, in microseconds, stopping early once `budget` seconds have gone by
 /// (after at least `minimum` samples).
-func sampleMicroseconds(_ count: Int, budget: Double, minimum: Int = 50, _ body: () throws -> Void) rethrows
+func sampleMicroseconds(
+  _ count: Int, budget: Double, minimum: Int = 50, _ body: () throws -> Void
+) rethrows
   -> [Double]
 {
   var samples: [Double] = []
@@ -98,7 +100,9 @@ func dueRetryLookups(_ sizes: Sizes) async throws -> [Figure] {
   var runnerConfiguration = TaskRunner.Configuration()
   runnerConfiguration.maxConcurrentTasks = 8
   let runner = TaskRunner(queue: store.queue, configuration: runnerConfiguration)
-  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1))) { _ in .failed("offline") }
+  runner.register(tag: "r", retry: RetryPolicy(maxAttempts: 5, initialDelay: .seconds(1))) { _ in
+    .failed("offline")
+  }
   let failed = try await runner.run().failed
   _ = try await fill(store, pending - retries)  // ready, tag "t"
 
@@ -142,7 +146,8 @@ func delayedLookups(_ sizes: Sizes) async throws -> [Figure] {
   let p50 = percentile(times, 50)
   return [
     Figure(
-      workload: "4 next runnable (\(pending) pending, \(delayed) delayed)", metric: "p50", ferry: p50, sqlite: nil,
+      workload: "4 next runnable (\(pending) pending, \(delayed) delayed)", metric: "p50", ferry: p50,
+      sqlite: nil,
       floor: nil, unit: "µs", target: "p50 ≤ 20 µs", meets: p50 <= 20)
   ]
 }

@@ -23,7 +23,10 @@ final class SQLitePeer: Sendable {
       if durable { try db.execute(sql: "PRAGMA synchronous = FULL") }
       let level = try Int.fetchOne(db, sql: "PRAGMA synchronous")
       guard level == (durable ? 2 : 1) else {
-        throw DatabaseError(message: "the SQLite peer's writer runs synchronous = \(level.map(String.init) ?? "?"), not \(durable ? "FULL (2)" : "NORMAL (1)")")
+        throw DatabaseError(
+          message:
+            "the SQLite peer's writer runs synchronous = \(level.map(String.init) ?? "?"), not \(durable ? "FULL (2)" : "NORMAL (1)")"
+        )
       }
     }
     try pool.write { db in

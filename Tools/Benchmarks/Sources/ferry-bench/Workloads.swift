@@ -123,20 +123,24 @@ func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
     Figure(
       workload: "1 LMDB alone, an add's four trees a commit", metric: "adds/s", ferry: f, sqlite: nil,
       floor: median(addShaped), unit: "/s",
-      target: "(reported: the floor of a commit that writes what an add writes; the line above needs Ferry at \(String(format: "%.2f", 0.9 * fl / max(median(addShaped), 1)))× of it)",
+      target:
+        "(reported: the floor of a commit that writes what an add writes; the line above needs Ferry at \(String(format: "%.2f", 0.9 * fl / max(median(addShaped), 1)))× of it)",
       meets: nil, baseline: "add-shaped LMDB"),
     Figure(
       workload: "1 the same, write-ahead segment (one flush)", metric: "adds/s", ferry: median(segmented),
-      sqlite: median(sqlite), floor: fl, unit: "/s", target: "≥ 0.9× SQLite", meets: median(segmented) >= 0.9 * median(sqlite)),
+      sqlite: median(sqlite), floor: fl, unit: "/s", target: "≥ 0.9× SQLite",
+      meets: median(segmented) >= 0.9 * median(sqlite)),
     Figure(
       workload: "1 the disk: a bare pwrite + fdatasync", metric: "flushes/s", ferry: median(segmented),
       sqlite: median(sqlite), floor: median(flushes), unit: "/s",
-      target: "(reported: no one-flush commit beats it; 0.9× SQLite needs the segment within \(String(format: "%.0f", 100 * 0.9 * median(sqlite) / max(median(flushes), 1)))% of it)",
+      target:
+        "(reported: no one-flush commit beats it; 0.9× SQLite needs the segment within \(String(format: "%.0f", 100 * 0.9 * median(sqlite) / max(median(flushes), 1)))% of it)",
       meets: nil, baseline: "bare flush"),
     Figure(
       workload: "1 SQLite as a GRDB pool leaves it (NORMAL)", metric: "adds/s", ferry: median(segmented),
       sqlite: median(sqliteNormal), floor: nil, unit: "/s",
-      target: "(reported: WAL with synchronous = NORMAL is not flushed per commit; the sqlite column elsewhere is FULL)",
+      target:
+        "(reported: WAL with synchronous = NORMAL is not flushed per commit; the sqlite column elsewhere is FULL)",
       meets: nil),
   ]
 }
@@ -170,7 +174,9 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
             try await group.waitForAll()
           }
         })
-      if segment { segmented.append(rate) } else {
+      if segment {
+        segmented.append(rate)
+      } else {
         ferry.append(rate)
         batchSizes.append(Double(n) / Double(max(1, store.log.statistics.commits - commitsBefore)))
       }
@@ -216,11 +222,13 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   return [
     Figure(
       workload: "2 concurrent adds (\(n), \(sizes.callers) callers)", metric: "adds/s", ferry: f, sqlite: s,
-      floor: fl, unit: "/s", target: "≥ 0.8× floor (10× SQLite is above the floor here)", meets: f >= 0.8 * fl),
+      floor: fl, unit: "/s", target: "≥ 0.8× floor (10× SQLite is above the floor here)", meets: f >= 0.8 * fl
+    ),
     Figure(
       workload: "2 LMDB alone, an add's four trees, Ferry's batches", metric: "adds/s", ferry: f, sqlite: nil,
       floor: median(addShaped), unit: "/s",
-      target: "(reported: \(String(format: "%.1f", median(batchSizes))) adds a commit as Ferry made them; the line above needs Ferry at \(String(format: "%.2f", 0.8 * fl / max(median(addShaped), 1)))× of it)",
+      target:
+        "(reported: \(String(format: "%.1f", median(batchSizes))) adds a commit as Ferry made them; the line above needs Ferry at \(String(format: "%.2f", 0.8 * fl / max(median(addShaped), 1)))× of it)",
       meets: nil, baseline: "add-shaped LMDB"),
     Figure(
       workload: "2 the same, write-ahead segment", metric: "adds/s", ferry: median(segmented), sqlite: s,
@@ -247,7 +255,8 @@ func fill(
         var i = caller
         while i < count {
           ids.append(
-            try await store.queue.add(tag: tag, payload: Item(name: "milk"), groupId: groupOf(i), options: [.schedule(schedule(i))]))
+            try await store.queue.add(
+              tag: tag, payload: Item(name: "milk"), groupId: groupOf(i), options: [.schedule(schedule(i))]))
           i += callers
         }
         return ids
@@ -283,7 +292,8 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   let n = sizes.runLoop
   for _ in 0..<sizes.runs {
     for (groups, segment, other) in [
-      (0, false, false), (8, false, false), (0, true, false), (8, true, false), (0, false, true), (0, true, true),
+      (0, false, false), (8, false, false), (0, true, false), (8, true, false), (0, false, true),
+      (0, true, true),
     ] {
       let fp = scratchPath("w3f")
       var storeConfiguration = FerryStore.Configuration()
@@ -332,19 +342,24 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
       floor: nil,
       unit: "/s", target: "≥ 3× SQLite serial", meets: p >= 3 * s),
     Figure(
-      workload: "3 run loop serial, write-ahead segment", metric: "tasks/s", ferry: median(segmented), sqlite: s,
+      workload: "3 run loop serial, write-ahead segment", metric: "tasks/s", ferry: median(segmented),
+      sqlite: s,
       floor: nil, unit: "/s", target: "≥ 1× SQLite serial", meets: median(segmented) >= s),
     Figure(
       workload: "3 8 groups × 8, write-ahead segment", metric: "tasks/s", ferry: median(segmentedParallel),
-      sqlite: s, floor: nil, unit: "/s", target: "≥ 3× SQLite serial", meets: median(segmentedParallel) >= 3 * s),
+      sqlite: s, floor: nil, unit: "/s", target: "≥ 3× SQLite serial",
+      meets: median(segmentedParallel) >= 3 * s),
     Figure(
-      workload: "3 serial, the writer polls 50 µs (writerSpin)", metric: "tasks/s", ferry: median(serialPolling),
+      workload: "3 serial, the writer polls 50 µs (writerSpin)", metric: "tasks/s",
+      ferry: median(serialPolling),
       sqlite: s, floor: f, unit: "/s",
       target: "(reported: the poll between commits, off by default without the segment)", meets: nil,
       baseline: "default"),
     Figure(
-      workload: "3 serial, segment, the writer never polls", metric: "tasks/s", ferry: median(segmentedNoPoll),
-      sqlite: s, floor: median(segmented), unit: "/s", target: "(reported: the segment's default polls 50 µs)",
+      workload: "3 serial, segment, the writer never polls", metric: "tasks/s",
+      ferry: median(segmentedNoPoll),
+      sqlite: s, floor: median(segmented), unit: "/s",
+      target: "(reported: the segment's default polls 50 µs)",
       meets: nil, baseline: "default"),
   ]
 }
@@ -376,7 +391,8 @@ func batchedRunLoop(_ sizes: Sizes) async throws -> [Figure] {
   }
   return [
     Figure(
-      workload: "3 run loop, batches of 16 (\(n), serial)", metric: "tasks/s", ferry: median(batched), sqlite: nil,
+      workload: "3 run loop, batches of 16 (\(n), serial)", metric: "tasks/s", ferry: median(batched),
+      sqlite: nil,
       floor: median(single), unit: "/s", target: "(reported: against single runs)", meets: nil,
       baseline: "single runs")
   ]

@@ -47,7 +47,8 @@ if let index = arguments.firstIndex(of: "--profile-rebuild"),
       let peak = sampler.stop()
       print(
         String(
-          format: "rebuilt %d events at %.0f events/s; anonymous RSS %.1f MiB before, %.1f MiB at most during it",
+          format:
+            "rebuilt %d events at %.0f events/s; anonymous RSS %.1f MiB before, %.1f MiB at most during it",
           count, rate, Double(before) / 1_048_576, Double(peak) / 1_048_576))
       store.close()
     } catch {
@@ -68,7 +69,9 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
 {
   let segment = arguments.contains("segment")
   // `callers=K`: K callers adding at once (one by default).
-  let callers = arguments.compactMap { $0.hasPrefix("callers=") ? Int($0.dropFirst(8)) : nil }.first.map { max(1, $0) } ?? 1
+  let callers =
+    arguments.compactMap { $0.hasPrefix("callers=") ? Int($0.dropFirst(8)) : nil }.first.map { max(1, $0) }
+    ?? 1
   let finished = DispatchSemaphore(value: 0)
   Task.detached {
     let path = scratchPath("profile")
@@ -88,7 +91,9 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
           try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<callers {
               group.addTask {
-                for _ in 0..<(count / callers) { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+                for _ in 0..<(count / callers) {
+                  try await store.queue.add(tag: "t", payload: Item(name: "milk"))
+                }
               }
             }
             try await group.waitForAll()
@@ -96,12 +101,14 @@ if let index = arguments.firstIndex(of: "--profile-adds"),
         })
       let commits = store.log.statistics.commits - before
       let polls = store.log.statistics.writerSpins
-      let sizeBefore = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
+      let sizeBefore =
+        (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       store.close()
       let after = (try? FileManager.default.attributesOfItem(atPath: path + "/data.mdb")[.size] as? Int) ?? 0
       print(
         String(
-          format: "%d adds by %d caller(s) at %.0f/s%@, %.1f a commit; data file %.1f MiB (%.1f MiB after close); the writer polled %d times",
+          format:
+            "%d adds by %d caller(s) at %.0f/s%@, %.1f a commit; data file %.1f MiB (%.1f MiB after close); the writer polled %d times",
           count / callers * callers, callers, rate, segment ? " (write-ahead segment)" : "",
           Double(count / callers * callers) / Double(max(1, commits)), Double(sizeBefore) / 1_048_576,
           Double(after) / 1_048_576, polls))
@@ -151,7 +158,8 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       let rate = Double(count) / (try await seconds { _ = try await runner.run() })
       print(
         String(
-          format: "ran %d tasks in %d lanes at %.0f tasks/s, %d commits; the writer polled %d times, %d caught",
+          format:
+            "ran %d tasks in %d lanes at %.0f tasks/s, %d commits; the writer polled %d times, %d caught",
           count, lanes, rate, queue.log.statistics.commits - before, queue.log.statistics.writerSpins,
           queue.log.statistics.writerSpinsCaught))
       queue.close()

@@ -37,7 +37,9 @@ struct NotesAPI: Sendable {
     self.session = URLSession(configuration: configuration)
   }
 
-  func send(_ method: String, _ path: String, body: some Encodable, idempotencyKey: String?) async throws -> Answer {
+  func send(
+    _ method: String, _ path: String, body: some Encodable, idempotencyKey: String?
+  ) async throws -> Answer {
     var request = URLRequest(url: base.appendingPathComponent(path))
     request.httpMethod = method
     request.setValue("application/json", forHTTPHeaderField: "Content-Type")

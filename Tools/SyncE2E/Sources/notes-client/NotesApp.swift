@@ -108,7 +108,8 @@ final class NotesApp: Sendable {
         for task in tasks {
           // A change with no group holds no other back.
           let group = task.groupId
-          if let group, stopped.contains(group) { continue }  // never sent ahead of its group's earlier change
+          // never sent ahead of its group's earlier change
+          if let group, stopped.contains(group) { continue }
           if tag == Tags.create {
             let note = try task.payload(as: CreatePayload.self)
             items.append(
@@ -118,7 +119,8 @@ final class NotesApp: Sendable {
           } else {
             let edit = try task.payload(as: EditPayload.self)
             guard let output = try queue.output(dataId: edit.localId, tag: Tags.create) else {
-              results[task.id] = .failed("note \(edit.localId) has no server id yet (its create has not succeeded)")
+              results[task.id] = .failed(
+                "note \(edit.localId) has no server id yet (its create has not succeeded)")
               if let group { stopped.insert(group) }
               continue
             }
@@ -133,18 +135,25 @@ final class NotesApp: Sendable {
         if items.isEmpty { return results }
         switch try await api.send("POST", "batch", body: BatchRequest(items: items), idempotencyKey: nil) {
         case .ok(let data):
-          guard let answer = try? JSONDecoder().decode(BatchAnswer.self, from: data), answer.results.count == sent.count
-          else { return Self.all(sent, .failed("the server's answer to a batch does not match it"), into: results) }
+          guard let answer = try? JSONDecoder().decode(BatchAnswer.self, from: data),
+            answer.results.count == sent.count
+          else {
+            return Self.all(sent, .failed("the server's answer to a batch does not match it"), into: results)
+          }
           for (task, item) in zip(sent, answer.results) {
             guard (200..<300).contains(item.status) else {
-              let message = (try? JSONDecoder().decode([String: String].self, from: Data(item.body.utf8)))?["error"]
+              let message = (try? JSONDecoder().decode([String: String].self, from: Data(item.body.utf8)))?[
+                "error"]
               // 409: not applied because an earlier change of its note was not: try it again later.
               results[task.id] =
-                item.status == 409 ? .failed(message ?? "not applied") : Self.result(status: item.status, message: message ?? item.body)
+                item.status == 409
+                ? .failed(message ?? "not applied")
+                : Self.result(status: item.status, message: message ?? item.body)
               continue
             }
             if tag == Tags.create {
-              guard let created = try? JSONDecoder().decode(CreatedBody.self, from: Data(item.body.utf8)) else {
+              guard let created = try? JSONDecoder().decode(CreatedBody.self, from: Data(item.body.utf8))
+              else {
                 results[task.id] = .failed("a batch's create answer has no id: \(item.body.prefix(200))")
                 continue
               }
@@ -159,7 +168,8 @@ final class NotesApp: Sendable {
           return Self.all(sent, Self.result(status: status, message: message), into: results)
         case .unreachable(let message):
           return Self.all(
-            sent, connectivity.isOnline ? .failed("server unreachable: \(message)") : .deferred("offline"), into: results)
+            sent, connectivity.isOnline ? .failed("server unreachable: \(message)") : .deferred("offline"),
+            into: results)
         }
       }
     }
@@ -182,11 +192,13 @@ final class NotesApp: Sendable {
       guard connectivity.isOnline else { return .deferred("offline") }
       let note = try task.payload(as: CreatePayload.self)
       let answer = try await api.send(
-        "POST", "notes", body: CreateBody(title: note.title, body: note.body), idempotencyKey: task.idempotencyKey)
+        "POST", "notes", body: CreateBody(title: note.title, body: note.body),
+        idempotencyKey: task.idempotencyKey)
       switch answer {
       case .ok(let data):
         guard let created = try? JSONDecoder().decode(CreatedBody.self, from: data) else {
-          return .failed("the server's answer to a create has no id: \(String(decoding: data.prefix(200), as: UTF8.self))")
+          return .failed(
+            "the server's answer to a create has no id: \(String(decoding: data.prefix(200), as: UTF8.self))")
         }
         // The server's id, for the edits queued behind this create; and the notes cache is stale.
         return .succeeded(output: try TaskOutput(CreateOutput(serverId: created.id)), invalidating: ["notes"])
@@ -205,7 +217,8 @@ final class NotesApp: Sendable {
       }
       let serverId = try output.decode(as: CreateOutput.self).serverId
       let answer = try await api.send(
-        "PUT", "notes/\(serverId)", body: EditBody(title: edit.title, body: edit.body, revision: edit.revision),
+        "PUT", "notes/\(serverId)",
+        body: EditBody(title: edit.title, body: edit.body, revision: edit.revision),
         idempotencyKey: task.idempotencyKey)
       switch answer {
       case .ok: return .succeeded(invalidating: ["notes"])
@@ -291,7 +304,8 @@ final class NotesApp: Sendable {
       let stuck = pending.filter { $0.status == .blockedByError || $0.status == .dead }
       let stuckGroups = Set(stuck.compactMap(\.groupId))
       let left = pending.filter { task in
-        task.status != .blockedByError && task.status != .dead && !(task.groupId.map(stuckGroups.contains) ?? false)
+        task.status != .blockedByError && task.status != .dead
+          && !(task.groupId.map(stuckGroups.contains) ?? false)
       }
       if left.isEmpty { return .done }
       if ContinuousClock.now >= deadline { return .timeUp }
@@ -388,7 +402,8 @@ final class NotesApp: Sendable {
   }
 
   private func saveRevisions(_ revisions: [String: Int]) throws {
-    try JSONEncoder().encode(revisions).write(to: URL(fileURLWithPath: home + "/revisions.json"), options: .atomic)
+    try JSONEncoder().encode(revisions).write(
+      to: URL(fileURLWithPath: home + "/revisions.json"), options: .atomic)
   }
 }
 

@@ -100,7 +100,9 @@ func describe(_ result: RefreshOutcome) -> String {
 }
 
 func run(_ invocation: Invocation) async throws -> Int32 {
-  guard let server = URL(string: invocation.server) else { throw ClientError.usage("--server \(invocation.server)") }
+  guard let server = URL(string: invocation.server) else {
+    throw ClientError.usage("--server \(invocation.server)")
+  }
   let command = invocation.command
   guard let verb = command.first else { throw ClientError.usage("no command") }
   let app = try await NotesApp(
@@ -128,7 +130,8 @@ func run(_ invocation: Invocation) async throws -> Int32 {
     let elapsed = ContinuousClock.now - started
     try printJSON(
       Synced(
-        end: end.rawValue, seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+        end: end.rawValue,
+        seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
         status: try app.status()))
     return end == .done ? 0 : 3
   case ("fix", 3):

@@ -167,14 +167,17 @@ actor NotesBook {
     // The request as decoded and encoded again with sorted keys: a retry from another process
     // may order the JSON's keys differently, and is still the same request.
     let decodedBody = try? JSONDecoder().decode(ChangeBody.self, from: Data(body))
-    let canonical = decodedBody.flatMap { try? encoder.encode($0) }.map { String(decoding: $0, as: UTF8.self) }
+    let canonical = decodedBody.flatMap { try? encoder.encode($0) }.map {
+      String(decoding: $0, as: UTF8.self)
+    }
     let fingerprint = method + " " + path + " " + (canonical ?? String(decoding: body, as: UTF8.self))
     if let first = applied[key] {
       if first.fingerprint != fingerprint {
         try append(
           method: method, path: path, key: key, outcome: .conflict, status: 422,
           message: "key first used for: \(first.fingerprint)")
-        return Answer(status: 422, body: errorBody("this Idempotency-Key was used for another request"), delay: false)
+        return Answer(
+          status: 422, body: errorBody("this Idempotency-Key was used for another request"), delay: false)
       }
       try append(
         method: method, path: path, key: key, outcome: .deduplicated, status: first.response.status,
@@ -207,7 +210,9 @@ actor NotesBook {
     let injected = Double.random(in: 0..<1) < faults.failRate
     let afterApply = injected && Double.random(in: 0..<1) < faults.failAfterApplyShare
     if injected && !afterApply {
-      try append(method: method, path: path, key: key, outcome: .failed, status: 500, message: "injected, before the apply")
+      try append(
+        method: method, path: path, key: key, outcome: .failed, status: 500,
+        message: "injected, before the apply")
       return Answer(status: 500, body: errorBody("injected failure"), delay: false)
     }
     // Applied: recorded (fsynced) before the state changes in memory, so the record never lacks
@@ -241,12 +246,15 @@ actor NotesBook {
       // A change with no group is applied on its own: it stops nothing, and nothing stops it.
       if let group = item.group, stopped.contains(group) {
         answers.append(
-          Answer(status: 409, body: errorBody("not applied: an earlier change of its group was not"), delay: false))
+          Answer(
+            status: 409, body: errorBody("not applied: an earlier change of its group was not"), delay: false)
+        )
         continue
       }
       let body = try encoder.encode(item.body)
       let noteId: String? = item.method == "PUT" ? String(item.path.dropFirst("/notes/".count)) : nil
-      let answer = try change(method: item.method, path: item.path, noteId: noteId, key: item.key, body: Array(body))
+      let answer = try change(
+        method: item.method, path: item.path, noteId: noteId, key: item.key, body: Array(body))
       if !(200..<300).contains(answer.status), let group = item.group { stopped.insert(group) }
       delay = delay || answer.delay
       answers.append(answer)
@@ -254,10 +262,13 @@ actor NotesBook {
     return (answers, delay)
   }
 
-  private func refuse(_ method: String, _ path: String, _ key: String?, _ status: Int, _ message: String, note: Note?)
+  private func refuse(
+    _ method: String, _ path: String, _ key: String?, _ status: Int, _ message: String, note: Note?
+  )
     throws -> Answer
   {
-    try append(method: method, path: path, key: key, outcome: .rejected, status: status, note: note, message: message)
+    try append(
+      method: method, path: path, key: key, outcome: .rejected, status: status, note: note, message: message)
     return Answer(status: status, body: errorBody(message), delay: false)
   }
 
@@ -270,7 +281,8 @@ actor NotesBook {
     response: RecordLine.StoredResponse? = nil, fingerprint: String? = nil, message: String? = nil
   ) throws {
     let line = RecordLine(
-      seq: nextSeq, time: (Date().timeIntervalSince1970 * 1_000_000).rounded() / 1000, method: method, path: path,
+      seq: nextSeq, time: (Date().timeIntervalSince1970 * 1_000_000).rounded() / 1000, method: method,
+      path: path,
       key: key, outcome: outcome, status: status, note: note, response: response, fingerprint: fingerprint,
       message: message)
     var bytes = [UInt8](try encoder.encode(line))

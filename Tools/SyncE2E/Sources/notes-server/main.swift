@@ -35,7 +35,9 @@ func parseOptions(_ arguments: [String]) -> Result<Options, UsageError> {
     switch flag {
     case "--port":
       parsed = value(flag).flatMap { v in
-        guard let port = Int(v), (1...65535).contains(port) else { return .failure(UsageError("--port \(v)")) }
+        guard let port = Int(v), (1...65535).contains(port) else {
+          return .failure(UsageError("--port \(v)"))
+        }
         options.port = port
         return .success(())
       }
@@ -43,8 +45,14 @@ func parseOptions(_ arguments: [String]) -> Result<Options, UsageError> {
       parsed = value(flag).map { options.directory = $0 }
     case "--fail-rate", "--fail-after-apply":
       parsed = value(flag).flatMap { v in
-        guard let rate = Double(v), (0...1).contains(rate) else { return .failure(UsageError("\(flag) \(v): 0...1")) }
-        if flag == "--fail-rate" { options.faults.failRate = rate } else { options.faults.failAfterApplyShare = rate }
+        guard let rate = Double(v), (0...1).contains(rate) else {
+          return .failure(UsageError("\(flag) \(v): 0...1"))
+        }
+        if flag == "--fail-rate" {
+          options.faults.failRate = rate
+        } else {
+          options.faults.failAfterApplyShare = rate
+        }
         return .success(())
       }
     case "--delay-ms":
