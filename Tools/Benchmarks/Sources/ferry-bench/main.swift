@@ -141,7 +141,8 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
       if let window = arguments.compactMap({ $0.hasPrefix("poll=") ? Int($0.dropFirst(5)) : nil }).first {
         storeConfiguration.writerSpin = .microseconds(window)
       }
-      let queue = try await TaskQueue.open(at: path, configuration: storeConfiguration)
+      let store = try await FerryStore.open(at: path, configuration: storeConfiguration)
+      let queue = store.queue
       let events = (0..<count).map { i in
         NewEvent(
           type: "task.added", schemaVersion: 3,
@@ -162,7 +163,7 @@ if let index = arguments.firstIndex(of: "--profile-runloop"),
             "ran %d tasks in %d lanes at %.0f tasks/s, %d commits; the writer polled %d times, %d caught",
           count, lanes, rate, queue.log.statistics.commits - before, queue.log.statistics.writerSpins,
           queue.log.statistics.writerSpinsCaught))
-      queue.close()
+      store.close()
     } catch {
       print("profile failed: \(error)")
     }
