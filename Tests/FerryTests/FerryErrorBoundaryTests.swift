@@ -7,16 +7,6 @@ import Testing
 /// The store's failures reach the app as ``FerryError`` — the case that names them, with a message
 /// a person can act on — and never as the engine's `FerryLogError`: real stores, real files.
 @Suite struct FerryErrorBoundaryTests {
-  /// The error `body` threw, or nil. Typed: the compiler proves nothing but a FerryError escapes.
-  private func failure(_ body: () async throws(FerryError) -> Void) async -> FerryError? {
-    do {
-      try await body()
-      return nil
-    } catch {
-      return error
-    }
-  }
-
   @Test func anAddAndARunAfterCloseAreClosed() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
@@ -24,14 +14,14 @@ import Testing
     let runner = TaskRunner(queue: store.queue)
     runner.register(tag: "t") { _ in .succeeded }
     store.close()
-    let add = await failure { () async throws(FerryError) in
+    let add = await thrownFerryError { () async throws(FerryError) in
       _ = try await store.queue.add(tag: "t", payload: Item(name: "a"))
     }
     #expect(add == .closed)
     #expect(add?.description == "the store is closed")
-    let run = await failure { () async throws(FerryError) in _ = try await runner.run() }
+    let run = await thrownFerryError { () async throws(FerryError) in _ = try await runner.run() }
     #expect(run == .closed)
-    let read = await failure { () async throws(FerryError) in
+    let read = await thrownFerryError { () async throws(FerryError) in
       _ = try store.ledger.state(key: "k", maxAge: .seconds(1))
     }
     #expect(read == .closed)
@@ -43,10 +33,10 @@ import Testing
     let store = try await fixture.openStore()
     defer { store.close() }
     await store.suspend()
-    let read = await failure { () async throws(FerryError) in _ = try store.queue.pendingTasks() }
+    let read = await thrownFerryError { () async throws(FerryError) in _ = try store.queue.pendingTasks() }
     #expect(read == .suspended)
     #expect(read?.description.contains("resume it") == true)
-    let add = await failure { () async throws(FerryError) in
+    let add = await thrownFerryError { () async throws(FerryError) in
       _ = try await store.queue.add(tag: "t", payload: Item(name: "a"))
     }
     #expect(add == .suspended)
@@ -60,7 +50,9 @@ import Testing
     try FileManager.default.createDirectory(atPath: fixture.path, withIntermediateDirectories: true)
     let file = fixture.path + "/notes.txt"
     try Data("not a store".utf8).write(to: URL(fileURLWithPath: file))
-    let error = await failure { () async throws(FerryError) in _ = try await FerryStore.open(at: file) }
+    let error = await thrownFerryError { () async throws(FerryError) in
+      _ = try await FerryStore.open(at: file)
+    }
     guard case .notAStore(let path, _) = error else {
       Issue.record("opening a plain file threw \(String(describing: error))")
       return
@@ -72,14 +64,14 @@ import Testing
   @Test func aMissingStoreWithoutCreateIsNoSuchStore() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let error = await failure { () async throws(FerryError) in
+    let error = await thrownFerryError { () async throws(FerryError) in
       var configuration = FerryStore.Configuration()
       configuration.createIfMissing = false
       _ = try await FerryStore.open(at: fixture.path, configuration: configuration)
     }
     #expect(error == .noSuchStore(path: fixture.path))
     #expect(error?.description.contains("no Ferry store at \(fixture.path)") == true)
-    let readOnly = await failure { () async throws(FerryError) in
+    let readOnly = await thrownFerryError { () async throws(FerryError) in
       _ = try FerryStore.openReadOnly(at: fixture.path)
     }
     #expect(readOnly == .noSuchStore(path: fixture.path))
@@ -90,7 +82,7 @@ import Testing
     defer { fixture.remove() }
     let store = try await fixture.openStore()
     defer { store.close() }
-    let error = await failure { () async throws(FerryError) in
+    let error = await thrownFerryError { () async throws(FerryError) in
       _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in })
     }
     guard case .alreadyOpen = error else {
@@ -117,7 +109,7 @@ import Testing
     try FileManager.default.removeItem(atPath: fixture.path + "/data.mdb")
     try FileManager.default.copyItem(atPath: copy, toPath: fixture.path + "/data.mdb")
 
-    let error = await failure { () async throws(FerryError) in
+    let error = await thrownFerryError { () async throws(FerryError) in
       _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration { _ in })
     }
     guard case .damaged(let path, let message) = error else {

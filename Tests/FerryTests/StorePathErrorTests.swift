@@ -6,21 +6,12 @@ import Testing
 /// Paths an app may get wrong reach it as the ``FerryError`` case that names the mistake — never a
 /// bare storage error, and never a store opened or created somewhere else.
 @Suite struct StorePathErrorTests {
-  private func failure(_ body: () async throws(FerryError) -> Void) async -> FerryError? {
-    do {
-      try await body()
-      return nil
-    } catch {
-      return error
-    }
-  }
-
   /// C stops reading a path at its first NUL: the open must refuse it, not create the store at
   /// the part before the NUL.
   @Test func aPathWithANulIsAnInvalidArgumentAndCreatesNothing() async throws {
     let fixture = QueueFixture()
     defer { fixture.remove() }
-    let error = await failure { () async throws(FerryError) in
+    let error = await thrownFerryError { () async throws(FerryError) in
       _ = try await FerryStore.open(at: fixture.path + "\0more")
     }
     guard case .invalidArgument(let message) = error else {
@@ -29,7 +20,7 @@ import Testing
     }
     #expect(message.contains("NUL"), "\(message)")
     #expect(!FileManager.default.fileExists(atPath: fixture.path))
-    let readOnly = await failure { () async throws(FerryError) in
+    let readOnly = await thrownFerryError { () async throws(FerryError) in
       _ = try FerryStore.openReadOnly(at: fixture.path + "\0more")
     }
     guard case .invalidArgument = readOnly else {
@@ -45,7 +36,7 @@ import Testing
     let file = fixture.path + "/notes.txt"
     try Data("not a directory".utf8).write(to: URL(fileURLWithPath: file))
     for readOnly in [false, true] {
-      let error = await failure { () async throws(FerryError) in
+      let error = await thrownFerryError { () async throws(FerryError) in
         if readOnly {
           _ = try FerryStore.openReadOnly(at: file + "/store")
         } else {
@@ -69,7 +60,9 @@ import Testing
       fixture.path + "/" + String(repeating: "n", count: 300),
       fixture.path + String(repeating: "/d", count: 2_100),
     ] {
-      let error = await failure { () async throws(FerryError) in _ = try await FerryStore.open(at: path) }
+      let error = await thrownFerryError { () async throws(FerryError) in
+        _ = try await FerryStore.open(at: path)
+      }
       guard case .invalidArgument(let message) = error else {
         Issue.record("a \(path.utf8.count)-byte path threw \(String(describing: error))")
         continue
@@ -89,7 +82,7 @@ import Testing
     try FileManager.default.removeItem(atPath: fixture.path + "/lock.mdb")
     try FileManager.default.createDirectory(
       atPath: fixture.path + "/lock.mdb", withIntermediateDirectories: false)
-    let error = await failure { () async throws(FerryError) in
+    let error = await thrownFerryError { () async throws(FerryError) in
       _ = try await FerryStore.open(at: fixture.path, configuration: fixture.configuration())
     }
     guard case .damaged(let path, let message) = error else {

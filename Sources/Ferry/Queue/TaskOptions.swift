@@ -1,7 +1,7 @@
 import Foundation
 
 /// How an added task runs, beyond its tag and payload: what
-/// ``TaskQueue/add(tag:payload:dataId:groupId:options:)`` takes as `options`.
+/// ``TaskQueue/add(tag:payload:dataId:groupId:options:)-(String,_,_,_,_)`` takes as `options`.
 ///
 /// The default (`[]`) is a task that runs as soon as a runner may take it, at normal priority,
 /// added even when a twin is queued. Name only what differs:
