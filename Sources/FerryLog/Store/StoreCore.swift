@@ -71,25 +71,20 @@ struct ProjectionState: Equatable, Sendable {
     return withUnsafeBytes(of: words) { Array($0) }
   }
 
-  init(version: UInt32, position: UInt64) {
-    self.version = version
-    self.position = position
-  }
+}
 
+// In an extension, so that the memberwise initializer stays.
+extension ProjectionState {
   init?(bytes: [UInt8]) {
-    guard bytes.count == 12, let version = UInt32(bigEndianBytes: bytes[0..<4]),
-      let position = UInt64(bigEndianBytes: bytes[4..<12])
-    else { return nil }
-    self.version = version
-    self.position = position
+    guard let state = bytes.withUnsafeBytes({ ProjectionState(buffer: $0) }) else { return nil }
+    self = state
   }
 
   init?(buffer: UnsafeRawBufferPointer) {
     guard buffer.count == 12, let version = UInt32(bigEndianBytes: buffer[0..<4]),
       let position = UInt64(bigEndianBytes: buffer[4..<12])
     else { return nil }
-    self.version = version
-    self.position = position
+    self.init(version: version, position: position)
   }
 }
 
@@ -115,13 +110,9 @@ struct SnapshotState: Equatable, Sendable {
     version.bigEndianBytes + sequence.bigEndianBytes + crc.bigEndianBytes + rows.bigEndianBytes
   }
 
-  init(version: UInt32, sequence: UInt64, crc: UInt32, rows: UInt64) {
-    self.version = version
-    self.sequence = sequence
-    self.crc = crc
-    self.rows = rows
-  }
+}
 
+extension SnapshotState {
   init?(bytes: [UInt8]) {
     guard bytes.count == 24, let version = UInt32(bigEndianBytes: bytes[0..<4]),
       let sequence = UInt64(bigEndianBytes: bytes[4..<12]), let crc = UInt32(bigEndianBytes: bytes[12..<16]),
@@ -137,12 +128,9 @@ struct CompactionState: Equatable, Sendable {
   var removed: UInt64
 
   var bytes: [UInt8] { through.bigEndianBytes + removed.bigEndianBytes }
+}
 
-  init(through: UInt64, removed: UInt64) {
-    self.through = through
-    self.removed = removed
-  }
-
+extension CompactionState {
   init?(bytes: [UInt8]) {
     guard bytes.count == 16, let through = UInt64(bigEndianBytes: bytes[0..<8]),
       let removed = UInt64(bigEndianBytes: bytes[8..<16])
