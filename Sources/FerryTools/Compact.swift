@@ -57,7 +57,7 @@ package func compact(
     var configuration = toolConfiguration(for: path)
     if copy { configuration.writeAheadSegment = false }
     let store = try await FerryStore.open(at: path, configuration: configuration)
-    let report: CompactionReport
+    let report: FerryStore.CompactionReport
     do {
       let shown = json ? output.withoutProgress : output
       report = try await store.compact(

@@ -390,6 +390,8 @@ public final class Environment: @unchecked Sendable {
         message: "a write transaction was begun inside another on the same thread (it would wait forever)")
     }
     try growAheadIfNeeded()
+    // Each begin counts its own adoptions; the retries after a full map are bounded by the map's
+    // growth, which stops at maxMapSize.
     while true {
       let pointer = try beginHoldingResizeLock(flags: 0, kind: "write")
       writingThread.withLock { $0 = me }
@@ -454,17 +456,15 @@ public final class Environment: @unchecked Sendable {
 
   @discardableResult
   private func read<R>(commitWhenDone: Bool, _ body: (Transaction) throws -> R) throws -> R {
-    while true {
-      let pointer = try beginHoldingResizeLock(flags: UInt32(MDB_RDONLY), kind: "read")
-      let txn = Transaction(txn: pointer, environment: self, readOnly: true)
-      defer {
-        txn.abortIfOpen()
-        resizeLock.unlockShared()
-      }
-      let result = try body(txn)
-      if commitWhenDone { try txn.commit() }
-      return result
+    let pointer = try beginHoldingResizeLock(flags: UInt32(MDB_RDONLY), kind: "read")
+    let txn = Transaction(txn: pointer, environment: self, readOnly: true)
+    defer {
+      txn.abortIfOpen()
+      resizeLock.unlockShared()
     }
+    let result = try body(txn)
+    if commitWhenDone { try txn.commit() }
+    return result
   }
 
   /// Begins a transaction with the resize lock held shared, adopting another process's larger map

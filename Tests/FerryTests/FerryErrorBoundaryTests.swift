@@ -174,6 +174,27 @@ import Testing
     let failed = FerryError(
       engine: .projectionFailed(projection: "queue", sequence: 3, underlying: FerryError.noSuchTask(3)))
     #expect(failed == .noSuchTask(3))
+    // A stored event that no longer decodes while folded is damage, as when it is read directly.
+    let undecodable = FerryError(
+      engine: .projectionFailed(projection: "queue", sequence: 3, underlying: PayloadError("truncated tag")))
+    guard case .damaged(nil, let foldMessage) = undecodable else {
+      Issue.record("an undecodable event met while folding is \(undecodable), not damage")
+      return
+    }
+    #expect(foldMessage.contains("truncated tag"))
+    // A schema this code does not know: newer software when stored, the caller's mistake when appended.
+    let storedSchema = FerryError(
+      engine: .unsupportedSchemaVersion(type: "task.added", version: 9, supported: 3, sequence: 12))
+    guard case .newerFormat = storedSchema else {
+      Issue.record("a stored event of a newer schema is \(storedSchema)")
+      return
+    }
+    let appendedSchema = FerryError(
+      engine: .unsupportedSchemaVersion(type: "task.added", version: 9, supported: 3, sequence: nil))
+    guard case .invalidArgument = appendedSchema else {
+      Issue.record("an appended event of an unknown schema is \(appendedSchema)")
+      return
+    }
     #expect(FerryError(CancellationError()) == .cancelled)
     #expect(FerryError(FerryError.taskRunning(5)) == .taskRunning(5))
   }

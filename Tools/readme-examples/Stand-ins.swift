@@ -1,3 +1,7 @@
+// snippet.hide
+// swift-format-ignore-file
+// Not formatted: the README shows these lines as they are written here (ReadmeExampleTests).
+// snippet.show
 import Foundation
 import Synchronization
 

@@ -1,3 +1,7 @@
+// snippet.hide
+// swift-format-ignore-file
+// Not formatted: the README shows these lines as they are written here (ReadmeExampleTests).
+// snippet.show
 import Foundation
 
 // Runs the README's examples (Push.swift, Pull.swift) on a real store in a temporary directory.
@@ -10,8 +14,7 @@ do {
   try await pushExample(storePath: directory + "/push", api: ExampleAPI())
   try await pullExample(storePath: directory + "/pull", api: ExampleAPI(), database: ExampleDatabase())
   try await syncExample(
-    storePath: directory + "/sync", api: SyncAPI(),
-    notesURL: URL(fileURLWithPath: "/notes-are-not-fetched-here"))
+    storePath: directory + "/sync", api: SyncAPI(), notesURL: URL(fileURLWithPath: "/notes-are-not-fetched-here"))
   print("readme examples: ok")
 } catch {
   print("readme examples failed: \(error)")

@@ -6,7 +6,7 @@ import Synchronization
 /// projection of it kept in the same transaction.
 ///
 /// ```swift
-/// let queue = try await TaskQueue.open(at: storePath)
+/// let queue = try await FerryStore.open(at: storePath).queue
 /// let id = try await queue.add(tag: "upload-photo", payload: Photo(name: "cat.jpg"), groupId: "album-1")
 /// let next = try queue.nextRunnable()
 /// ```
@@ -14,9 +14,6 @@ import Synchronization
 /// Running tasks (handlers, passes, retries, observation) is the runner's job; this type keeps
 /// what is queued, durable before each call returns.
 public final class TaskQueue: Sendable {
-  /// How a queue is opened: the store's configuration.
-  public typealias Configuration = FerryStore.Configuration
-
   /// The longest tag, in UTF-8 bytes.
   public static let maxTagLength = 200
   /// The longest data id or group id, in UTF-8 bytes.
@@ -68,7 +65,7 @@ public final class TaskQueue: Sendable {
   /// a `runInterrupted` event and is ready again, its attempt count kept (at-least-once delivery).
   /// A run whose process is alive (another app process, an extension) is left alone.
   package static func open(
-    at path: String, configuration: Configuration = Configuration()
+    at path: String, configuration: FerryStore.Configuration = FerryStore.Configuration()
   ) async throws(FerryError) -> TaskQueue {
     try await engine {
       try await FerryStore.open(at: path, configuration: configuration).queue

@@ -36,7 +36,7 @@ extension FerryStore {
   ///     negative.
   ///   - progress: Called with the events read so far and the head, every 10,000 events (on the writer's
   ///     thread), for a progress bar.
-  /// - Returns: What was removed and kept (FerryLog's `CompactionReport`).
+  /// - Returns: What was removed and kept.
   /// - Throws: ``FerryError/invalidArgument(_:)`` for a negative `retention`; ``FerryError/closed`` or
   ///   ``FerryError/suspended`` when the store is closed or suspended;
   ///   ``FerryError/permissionDenied(path:detail:)`` on a store opened read-only;
@@ -45,7 +45,7 @@ extension FerryStore {
   ///   ``FerryError/storage(_:)`` when the commit fails.
   public func compact(
     retention: Duration, progress: @escaping @Sendable (_ read: UInt64, _ head: UInt64) -> Void = { _, _ in }
-  ) async throws(FerryError) -> CompactionReport {
+  ) async throws(FerryError) -> FerryStore.CompactionReport {
     try await engine {
       guard retention >= .zero else { throw FerryError.invalidArgument("retention must not be negative") }
       // Saturating: with a clock before 1970 a long retention must not wrap to a cutoff in the
@@ -88,7 +88,7 @@ extension FerryStore {
       let report = try await log.compact(
         removing: { event in plan.withLock { $0.isRemovable(event, cutoff: cutoff) } }, progress: progress)
       compacted(report)
-      return report
+      return FerryStore.CompactionReport(report)
     }
   }
 
@@ -238,5 +238,34 @@ struct RetentionPlan: Sendable {
       }
     }
     return false
+  }
+}
+
+extension FerryStore {
+  /// What a compaction removed and kept (``FerryStore/compact(retention:progress:)``).
+  public struct CompactionReport: Sendable, Equatable {
+    /// The sequence the snapshot covers: every event at or below it was considered.
+    public var snapshotSequence: UInt64
+    /// Events removed now.
+    public var removed: Int
+    /// Bytes of records removed now.
+    public var removedBytes: Int
+    /// Events left in the log.
+    public var remaining: Int
+    /// Rows in the snapshot, over every projection.
+    public var snapshotRows: UInt64
+    /// The projections that kept this compaction from removing anything: stored at another
+    /// version than this code's, or not configured here, and behind the head. Empty when nothing
+    /// held it back; while one stays there the log is never compacted.
+    public var heldBackBy: [String]
+
+    init(_ engine: FerryLog.CompactionReport) {
+      snapshotSequence = engine.snapshotSequence
+      removed = engine.removed
+      removedBytes = engine.removedBytes
+      remaining = engine.remaining
+      snapshotRows = engine.snapshotRows
+      heldBackBy = engine.heldBackBy
+    }
   }
 }

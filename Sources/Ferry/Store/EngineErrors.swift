@@ -12,11 +12,11 @@ extension FerryError {
     case .alreadyOpen(let path): self = .alreadyOpen(path: path)
     case .permissionDenied(let path, let detail): self = .permissionDenied(path: path, detail: detail)
     case .newerFormat(let path, _, _): self = .newerFormat(path: path, message: error.description)
-    case .unsupportedRecordFormat, .unsupportedSchemaVersion:
+    case .unsupportedRecordFormat:
       self = .newerFormat(path: nil, message: error.description)
-    case .unknownEventType(_, let sequence):
-      // A stored event of a type this code does not know was written by newer software; one
-      // being appended is the caller's mistake.
+    case .unknownEventType(_, let sequence), .unsupportedSchemaVersion(_, _, _, let sequence):
+      // A stored event of a type or schema this code does not know was written by newer
+      // software; one being appended is the caller's mistake.
       self =
         sequence == nil
         ? .invalidArgument(error.description) : .newerFormat(path: nil, message: error.description)
@@ -35,6 +35,9 @@ extension FerryError {
     case .projectionFailed(_, _, let underlying as FerryError):
       // The queue's own projection refused an event: its error says why.
       self = underlying
+    case .projectionFailed(_, _, let underlying as PayloadError):
+      // A stored event that no longer decodes while folded: the same damage as read directly.
+      self.init(underlying)
     case .storage(let failure) where failure.isDamage:
       self = .damaged(
         path: nil,

@@ -425,7 +425,7 @@ extension FerryStore {
   }
 
   /// Logs a compaction.
-  func compacted(_ report: CompactionReport) {
+  func compacted(_ report: FerryLog.CompactionReport) {
     if !report.heldBackBy.isEmpty {
       queue.observer.logger?.warning(
         "log compaction removed nothing: projections of another version behind the head",

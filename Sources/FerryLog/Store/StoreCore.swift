@@ -70,7 +70,6 @@ struct ProjectionState: Equatable, Sendable {
     )
     return withUnsafeBytes(of: words) { Array($0) }
   }
-
 }
 
 // In an extension, so that the memberwise initializer stays.
@@ -109,7 +108,6 @@ struct SnapshotState: Equatable, Sendable {
   var bytes: [UInt8] {
     version.bigEndianBytes + sequence.bigEndianBytes + crc.bigEndianBytes + rows.bigEndianBytes
   }
-
 }
 
 extension SnapshotState {
