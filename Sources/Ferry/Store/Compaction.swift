@@ -244,28 +244,24 @@ struct RetentionPlan: Sendable {
 extension FerryStore {
   /// What a compaction removed and kept (``FerryStore/compact(retention:progress:)``).
   public struct CompactionReport: Sendable, Equatable {
+    /// The engine's report, read through the properties below.
+    let engine: FerryLog.CompactionReport
+
+    init(_ engine: FerryLog.CompactionReport) { self.engine = engine }
+
     /// The sequence the snapshot covers: every event at or below it was considered.
-    public var snapshotSequence: UInt64
+    public var snapshotSequence: UInt64 { engine.snapshotSequence }
     /// Events removed now.
-    public var removed: Int
+    public var removed: Int { engine.removed }
     /// Bytes of records removed now.
-    public var removedBytes: Int
+    public var removedBytes: Int { engine.removedBytes }
     /// Events left in the log.
-    public var remaining: Int
+    public var remaining: Int { engine.remaining }
     /// Rows in the snapshot, over every projection.
-    public var snapshotRows: UInt64
+    public var snapshotRows: UInt64 { engine.snapshotRows }
     /// The projections that kept this compaction from removing anything: stored at another
     /// version than this code's, or not configured here, and behind the head. Empty when nothing
     /// held it back; while one stays there the log is never compacted.
-    public var heldBackBy: [String]
-
-    init(_ engine: FerryLog.CompactionReport) {
-      snapshotSequence = engine.snapshotSequence
-      removed = engine.removed
-      removedBytes = engine.removedBytes
-      remaining = engine.remaining
-      snapshotRows = engine.snapshotRows
-      heldBackBy = engine.heldBackBy
-    }
+    public var heldBackBy: [String] { engine.heldBackBy }
   }
 }
