@@ -130,7 +130,7 @@ enum WriteOutcome {
 /// Appends three events to the store at `path` from another process (as an app would), then
 /// exports it: the events it had must all still be there, unless the write was refused.
 func writeThenExport(_ path: String) throws -> WriteOutcome {
-  guard case .exited(0, let before) = try runFerry(["export", path], limit: 30) else { return .refused }
+  guard case .exited(0, let before) = try runFerry(["export", path], limit: 120) else { return .refused }
   let process = Process()
   process.executableURL = productURL("ferry-test-worker")
   process.arguments = ["append", path, "3"]
@@ -143,13 +143,13 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
     return .crashedWriting("signal \(process.terminationStatus)")
   }
   guard process.terminationStatus == 0 else { return .refused }
-  guard case .exited(0, let after) = try runFerry(["export", path], limit: 30) else { return .lostOnWrite }
+  guard case .exited(0, let after) = try runFerry(["export", path], limit: 120) else { return .lostOnWrite }
   let old = String(decoding: before, as: UTF8.self).split(separator: "\n").dropFirst()
   let new = String(decoding: after, as: UTF8.self).split(separator: "\n").dropFirst()
   return Array(new.prefix(old.count)) == Array(old) && new.count == old.count + 3 ? .kept : .lostOnWrite
 }
 
-@Suite(.timeLimit(.minutes(20)), .serialized) struct FlipCampaignTests {
+@Suite(.timeLimit(.minutes(60)), .serialized) struct FlipCampaignTests {
   /// A store of more than a thousand events with every kind of page: big payloads (overflow pages),
   /// a compaction that frees pages, cache fetches, tasks run, and more events after.
   func makeStore(at path: String) async throws {
@@ -185,7 +185,7 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
     defer { try? FileManager.default.removeItem(atPath: root) }
     let pristine = root + "/pristine"
     try await makeStore(at: pristine)
-    guard case .exited(0, let expected) = try runFerry(["export", pristine], limit: 60) else {
+    guard case .exited(0, let expected) = try runFerry(["export", pristine], limit: 120) else {
       Issue.record("the undamaged store does not export")
       return
     }
@@ -245,7 +245,7 @@ func writeThenExport(_ path: String) throws -> WriteOutcome {
       try FileManager.default.copyItem(atPath: pristine + "/ferry-head", toPath: work + "/ferry-head")
       let label =
         "flip \(index): \(flip.kind) page \(flip.offset / map.pageSize), byte \(flip.offset % map.pageSize), mask \(flip.mask)"
-      switch try runFerry(["export", work], limit: 30) {
+      switch try runFerry(["export", work], limit: 120) {
       case .hung: hung.append(label)
       case .signalled(let signal): crashed.append(label + " (signal \(signal))")
       case .exited(0, let output):
