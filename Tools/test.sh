@@ -56,7 +56,7 @@ bash Tools/docs.sh
 export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-16}
 
 # A hang fails the run here, saying so, before CI's own limit: an hour, far above a full run on a
-# 2-core machine with three other builds beside it (which passed 1,800 s).
+# 2-core machine with three other builds beside it (which took over 1,800 s).
 # (`timeout` is GNU coreutils: where it is missing the tests run without the limit.)
 limited() {
   if command -v timeout >/dev/null 2>&1; then
