@@ -71,8 +71,8 @@ public func runCrashWorkload(
       }
     }
   }
-  // Let the acker catch up before a clean end.
-  let head = try store.log.head()
+  // Let the acker catch up before a clean end (to what is durable: a last claim may not be).
+  let head = EventLog.acknowledgedHead(in: store.log.path) ?? 0
   while acker.acked.withLock({ $0 }) < head { await Task.yield() }
 }
 
@@ -143,7 +143,9 @@ private func openCrashStore(_ path: String, rebuildChunkSize: Int?) async throws
   return (store, clock)
 }
 
-/// Acknowledges every event once it is durable: a tail that wakes right after each commit.
+/// Acknowledges every event once it is durable: a tail that wakes right after each commit, and
+/// waits for the store's head mark (raised after each flushed commit, by any process) to reach the
+/// event — a runner's claim with the write-ahead segment is visible before it is flushed.
 private final class Acker: Sendable {
   /// The last sequence acknowledged.
   let acked: Mutex<UInt64>
@@ -153,7 +155,11 @@ private final class Acker: Sendable {
     let start = try store.log.head()
     acked = Mutex(start)
     let task = Task { [self] in
+      let path = store.log.path
       for try await event in store.log.tail(after: start, pollInterval: pollInterval) {
+        while (EventLog.acknowledgedHead(in: path) ?? 0) < event.sequence {
+          try await Task.sleep(for: .milliseconds(1))
+        }
         guard let record = try store.log.record(at: event.sequence) else { continue }
         ack("ack \(event.sequence) \(event.type) \(String(CRC32C.checksum(record), radix: 16))")
         acked.withLock { $0 = event.sequence }

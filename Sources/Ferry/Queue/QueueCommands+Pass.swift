@@ -110,6 +110,8 @@ extension QueueCommand {
       }
       break
     }
+    // Claims alone need no flush of their own: the runs' outcomes are logged by a flushed commit.
+    if runs.isEmpty && !step.claims.isEmpty { context.mayDeferFlush() }
     return step
   }
 
@@ -141,6 +143,7 @@ extension QueueCommand {
     if let deadline = control.deadline, now >= deadline { return nil }
     let decision = try ClaimSearch.claim(
       task.id, context, owner: owner, runner: runner, now: now, handlers: handlers, checked: true)
+    if case .claimed = decision { context.mayDeferFlush() }
     guard case .claimed(let run) = decision, let size = handlers.batchSizes[run.task.tag] else {
       return (decision, nil)
     }

@@ -23,8 +23,10 @@ extension TaskRunner {
       let decision: SingleClaim
       do {
         decision = try await queue.log.execute { context in
-          try ClaimSearch.claim(
+          let decision = try ClaimSearch.claim(
             id, context, owner: owner, runner: runner, now: clock(), handlers: handlers, checked: isChecked)
+          if case .claimed = decision { context.mayDeferFlush() }
+          return decision
         }
       } catch {
         queue.endRuns(1)

@@ -387,6 +387,9 @@ extension EventLog {
     var headMark: HeadMark?
     if !configuration.readOnly {
       let opened = HeadMark(directory: path, storeId: markId)
+      // Another process's last frames may be unflushed claims (`CommandContext.mayDeferFlush`):
+      // flushed first, so the mark never names what a power cut could still take.
+      try segment?.flushFrames()
       opened.advance(to: logHead)
       headMark = opened
     }

@@ -78,6 +78,8 @@ public final class CommandContext {
   /// The sequences this command has appended, in order.
   @exclusivity(unchecked) public private(set) var sequences: [UInt64] = []
   @exclusivity(unchecked) private var isLive = true
+  /// Whether this command's appends may wait for the next flushed commit (``mayDeferFlush()``).
+  @exclusivity(unchecked) private(set) var defersFlush = false
 
   init(batch: BatchAppender, prepare: @escaping ([NewEvent]) throws -> [PreparedEvent]) {
     self.batch = batch
@@ -112,8 +114,17 @@ public final class CommandContext {
     }
   }
 
+  /// Lets what this command appends become durable with the next flushed commit instead of its
+  /// own: with the write-ahead segment, a commit whose every request allows it writes its frame
+  /// without flushing it, and `execute` returns once it is visible to every process. Only for
+  /// events whose loss in a power cut the store recovers from by itself — a runner's claim, which
+  /// its outcome's commit always follows (`Specs/one-sync-commit.md` §3). A process killed keeps
+  /// them: they are in the page cache. Without the segment every commit is flushed.
+  public func mayDeferFlush() { defersFlush = true }
+
   /// Appends events to the batch and folds them into the projections at once; returns their
-  /// sequence numbers (durable when the command's `execute` returns).
+  /// sequence numbers (durable when the command's `execute` returns, unless it called
+  /// ``mayDeferFlush()``).
   @discardableResult
   public func append(_ events: [NewEvent]) throws -> [UInt64] {
     try ensureLive()

@@ -258,13 +258,13 @@ final class GroupCommitWriter: @unchecked Sendable {
       let started = instruments.measures ? LogInstruments.now() : 0
       var bodyEnded: UInt64 = 0
       do {
-        let (results, head, _, duplicates, _, written) = try environment.write { txn in
+        let (results, head, _, duplicates, _, written, deferred) = try environment.write { txn in
           let begun = try segment?.beginCommit(environment: environment, txn: txn, core: core)
           let outcome = try appendBatch(live, txn)
           if let segment, let begun, let records = outcome.records, !records.isEmpty {
             try segment.writeFrame(
               environment: environment, txn: txn, core: core, begun: begun, first: outcome.first,
-              records: records)
+              records: records, flush: !outcome.defersFlush)
           }
           if outcome.head >= outcome.first {
             pending = outcome.first...outcome.head
@@ -289,7 +289,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           s.duplicatesSkipped += duplicates
           s.largestBatch = max(s.largestBatch, live.count)
         }
-        onDurable(head)
+        // An unflushed frame is not durable yet: the mark waits for the next flushed commit, whose
+        // flush of the same file carries this frame with it.
+        if !deferred { onDurable(head) }
         instruments.committed(
           events: eventsWritten - duplicates, bytes: batchBytes, calls: live.count, head: head,
           started: started,
@@ -341,7 +343,7 @@ final class GroupCommitWriter: @unchecked Sendable {
   ) throws -> (
     results: [Result<AppendOutcome, any Error>], head: UInt64, first: UInt64, duplicates: Int,
     records: [[UInt8]]?,
-    written: UInt64?
+    written: UInt64?, defersFlush: Bool
   ) {
     let start: UInt64
     let caughtUp: Bool
@@ -353,6 +355,9 @@ final class GroupCommitWriter: @unchecked Sendable {
       caughtUp = try catchUpInline(to: start, txn)
     }
     let batch = BatchAppender(core: core, txn: txn, head: start, collectsRecords: segment != nil)
+    // Whether every request lets its events wait for the next flushed commit (commands that
+    // called `mayDeferFlush`); plain appends never do.
+    var deferrable = segment != nil
     var results: [Result<AppendOutcome, any Error>] = []
     results.reserveCapacity(requests.count)
     for (index, request) in requests.enumerated() {
@@ -360,6 +365,7 @@ final class GroupCommitWriter: @unchecked Sendable {
       do {
         switch request.work {
         case .events(let events):
+          deferrable = false
           var sequences: [UInt64] = []
           sequences.reserveCapacity(events.count)
           for event in events { sequences.append(try batch.append(event)) }
@@ -369,6 +375,7 @@ final class GroupCommitWriter: @unchecked Sendable {
           defer { context.finish() }
           do {
             let result = try decide(context)
+            if !context.defersFlush { deferrable = false }
             results.append(.success(AppendOutcome(sequences: context.sequences, result: result)))
           } catch let error as LMDBError where error == .mapFull {
             throw error
@@ -401,7 +408,10 @@ final class GroupCommitWriter: @unchecked Sendable {
     }
     CrashPoint.reach(CrashPoint.beforeCommit)
     batchBytes = batch.bytesAppended
-    return (results, batch.head, start + 1, batch.duplicates, batch.records, wrote ? txn.id : nil)
+    return (
+      results, batch.head, start + 1, batch.duplicates, batch.records, wrote ? txn.id : nil,
+      deferrable && !results.isEmpty
+    )
   }
 
   /// Another process may have appended without this process's projections: fold what they missed

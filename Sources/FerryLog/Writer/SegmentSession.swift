@@ -221,12 +221,14 @@ final class SegmentSession: Sendable {
   }
 
   /// Writes the batch's sealed records as one frame at the cursor, records the next cursor in the
-  /// transaction and flushes the frame — the one flush the callers wait for. A frame that would run
-  /// past the file's end starts a new cycle (a checkpoint of the state before this transaction).
+  /// transaction and flushes the frame — the one flush the callers wait for — unless `flush` is
+  /// false (a claim's frame: the next flushed frame, of any process, carries it to the disk with
+  /// it, since a flush of the file covers every write before it). A frame that would run past the
+  /// file's end starts a new cycle (a checkpoint of the state before this transaction).
   func writeFrame(
     environment: Environment, txn: Transaction, core: StoreCore,
     begun: (cursor: WriteAheadSegment.Cursor, salt: UInt64),
-    first: UInt64, records: [[UInt8]]
+    first: UInt64, records: [[UInt8]], flush: Bool = true
   ) throws {
     var cursor = begun.cursor
     var salt = begun.salt
@@ -246,13 +248,20 @@ final class SegmentSession: Sendable {
       s.unconfirmedFrame = cursor.offset
       s.fileSize = max(s.fileSize, Int(next.offset))
     }
-    try WriteAheadSegment.flush(fd, directory: directory)
-    CrashPoint.reach(CrashPoint.frameFlushed)
+    if flush {
+      try WriteAheadSegment.flush(fd, directory: directory)
+      CrashPoint.reach(CrashPoint.frameFlushed)
+    }
     state.withLock { s in
       s.framesSinceCheckpoint += 1
       s.bytesSinceCheckpoint += bytes.count
       s.frames += 1
     }
+  }
+
+  /// Flushes every frame written so far, by any process (frames a claim left unflushed).
+  func flushFrames() throws {
+    try WriteAheadSegment.flush(fd, directory: directory)
   }
 
   /// The transaction of the last frame committed.

@@ -1,4 +1,4 @@
-import Ferry
+@_spi(Experimental) import Ferry
 import FerryTesting
 import Foundation
 
@@ -31,27 +31,34 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
   let blocked = sizes.lookupBlocked
   let behind = pending - blocked - 1
 
-  let fp = scratchPath("w3p")
-  defer { remove(fp) }
-  let store = try await FerryStore.open(at: fp)
-  defer { store.close() }
-  let heads = try await fill(store, blocked) { "b\($0)" }  // one per group: each the head of its group
-  try await recordErrors(store, heads)
-  _ = try await fill(store, behind) { "b\($0 % blocked)" }
-  try await store.queue.add(tag: "t", payload: Item(name: "milk"))
-  let runner = TaskRunner(queue: store.queue)
-  runner.register(tag: "t") { _ in .succeeded }
   var ferry: [Double] = []
+  var segmented: [Double] = []
   var entries: [Double] = []
   var ran: [Int] = []
-  let deadline = ContinuousClock.now + .milliseconds(Int64(sizes.timeBudget * 1000))
-  for pass in 0..<sizes.passes {
-    if pass > 0 { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
-    var report: PassReport?
-    ferry.append(try await seconds { report = try await runner.run() } * 1000)
-    entries.append(Double(report?.entries.count ?? 0))
-    ran.append(report?.ran ?? 0)
-    if ferry.count >= 5 && ContinuousClock.now > deadline { break }
+  for segment in [false, true] {
+    let fp = scratchPath("w3p")
+    defer { remove(fp) }
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = segment
+    let store = try await FerryStore.open(at: fp, configuration: configuration)
+    defer { store.close() }
+    let heads = try await fill(store, blocked) { "b\($0)" }  // one per group: each the head of its group
+    try await recordErrors(store, heads)
+    _ = try await fill(store, behind) { "b\($0 % blocked)" }
+    try await store.queue.add(tag: "t", payload: Item(name: "milk"))
+    let runner = TaskRunner(queue: store.queue)
+    runner.register(tag: "t") { _ in .succeeded }
+    let deadline = ContinuousClock.now + .milliseconds(Int64(sizes.timeBudget * 1000))
+    var times: [Double] = []
+    for pass in 0..<sizes.passes {
+      if pass > 0 { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
+      var report: PassReport?
+      times.append(try await seconds { report = try await runner.run() } * 1000)
+      entries.append(Double(report?.entries.count ?? 0))
+      ran.append(report?.ran ?? 0)
+      if times.count >= 5 && ContinuousClock.now > deadline { break }
+    }
+    if segment { segmented = times } else { ferry = times }
   }
 
   let sp = scratchPath("w3ps")
@@ -63,7 +70,7 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
   try await peer.addMany(behind) { "b\($0 % blocked)" }
   try await peer.add(tag: "t", payload: payloadData)
   var sqlite: [Double] = []
-  for pass in 0..<ferry.count {
+  for pass in 0..<max(ferry.count, segmented.count) {
     if pass > 0 { try await peer.add(tag: "t", payload: payloadData) }
     sqlite.append(
       try await seconds { while let id = try peer.nextRunnable() { try await peer.complete(id) } } * 1000)
@@ -71,14 +78,20 @@ func passWithOneRunnable(_ sizes: Sizes) async throws -> [Figure] {
   try peer.close()
 
   let f = median(ferry)
+  let g = median(segmented)
+  let s = median(sqlite)
   let ranNote = Set(ran) == [1] ? "1 ran" : "ran \(ran.min() ?? 0)–\(ran.max() ?? 0), not 1"
   return [
     Figure(
       workload: "3 pass over \(pending) pending with one runnable task", metric: "ms per pass", ferry: f,
-      sqlite: median(sqlite), floor: nil, unit: "ms", target: "≤ 1 ms", meets: f <= 1),
+      sqlite: s, floor: nil, unit: "ms", target: "≤ SQLite", meets: f <= s),
     Figure(
-      workload: "3 that pass's report (\(ferry.count) passes, \(ranNote))", metric: "report entries",
-      ferry: median(entries), sqlite: nil, floor: nil, unit: "entries", target: "(reported)", meets: nil),
+      workload: "3 the same pass, write-ahead segment", metric: "ms per pass", ferry: g,
+      sqlite: s, floor: nil, unit: "ms", target: "≤ SQLite", meets: g <= s),
+    Figure(
+      workload: "3 that pass's report (\(ferry.count + segmented.count) passes, \(ranNote))",
+      metric: "report entries", ferry: median(entries), sqlite: nil, floor: nil, unit: "entries",
+      target: "(reported)", meets: nil),
   ]
 }
 
