@@ -56,9 +56,12 @@ let package = Package(
     ),
     .executableTarget(
       name: "ferry-test-worker",
-      dependencies: ["Ferry", "FerryLog", "FerryTools", "LMDB", "CFerryLMDB"],
+      dependencies: ["Ferry", "FerryLog", "FerryTools", "LMDB", "CFerryLMDB", "CFerryFlushCount"],
       path: "Tools/ferry-test-worker"
     ),
+    // Counts the flushes a process makes (fsync, fdatasync, msync): the test worker's and the
+    // benchmark's, never the library's. Not a product.
+    .target(name: "CFerryFlushCount", path: "Sources/CFerryFlushCount"),
     // The README's push and pull examples, compiled and run by ReadmeExampleTests.
     .executableTarget(
       name: "ferry-readme-examples", dependencies: ["Ferry"], path: "Tools/readme-examples"),

@@ -21,9 +21,11 @@ let package = Package(
         .product(name: "FerryTesting", package: "FerryPackage"),
         .product(name: "GRDB", package: "GRDB.swift"),
         .product(name: "CoreMetrics", package: "swift-metrics"),
+        "CFerryFlushCount",
       ],
       path: "Sources/ferry-bench"
-    )
+    ),
+    .target(name: "CFerryFlushCount", path: "Sources/CFerryFlushCount"),
   ],
   swiftLanguageModes: [.v6]
 )

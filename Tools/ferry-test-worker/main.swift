@@ -5,7 +5,7 @@ import Foundation
 
 let modeGroups = [
   logModes, environmentModes, storeModes, queueModes, runModes, cacheModes, rebuildModes, compactionModes,
-  segmentModes, writerSpinModes,
+  segmentModes, writerSpinModes, flushModes,
 ]
 let modes = modeGroups.reduce(into: [String: Mode]()) { all, group in
   all.merge(group) { first, _ in fail("a mode is defined twice: \(first.usage)") }
