@@ -1,7 +1,7 @@
+import CFerryFlushCount
 // A mode that counts what a process flushes to the disk: the flushes behind each promise of
 // durability, counted by the C library's calls rather than by Ferry's own bookkeeping.
 @_spi(Experimental) import Ferry
-import CFerryFlushCount
 import Foundation
 
 let flushModes: [String: Mode] = [
