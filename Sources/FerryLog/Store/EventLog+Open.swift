@@ -38,6 +38,8 @@ extension EventLog {
     let segment: SegmentSession?
     let openLock: StoreOpenLock?
     let head: UInt64
+    /// The private copy this open reads instead of a store that needs recovery, if it does.
+    var recoveredCopy: RecoveredCopy? = nil
   }
 
   private static func openReporting(at path: String, configuration: Configuration) throws -> Opened {
@@ -81,7 +83,7 @@ extension EventLog {
     }
   }
 
-  private static func openStore(at path: String, configuration: Configuration) throws -> Opened {
+  static func openStore(at path: String, configuration: Configuration) throws -> Opened {
     // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
     // reads know LMDB 0.9's page layout only.
     try requireSupportedLMDB(configuration.lmdbVersionInPlaceOfLinked ?? .linked)
@@ -104,14 +106,23 @@ extension EventLog {
     var openLock: StoreOpenLock? = nil
     var isDirectory: ObjCBool = false
     if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-      openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly)
+      openLock = try StoreOpenLock.acquire(
+        directory: path, readOnly: configuration.readOnly, keepUnsettled: wantsCopy(configuration))
     }
     let segmentPresent = WriteAheadSegment.exists(in: path)
+    if let lock = openLock, lock.isUnsettled {
+      defer { lock.release() }
+      return try openRecoveredCopy(of: path, configuration: configuration)
+    }
     var restored: RestoredCheckpoint?
     do {
       if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.isAlone {
         restored = try restoreCheckpoint(in: path, readOnly: configuration.readOnly, lock: lock)
       }
+    } catch FerryLogError.needsRecovery(_) where wantsCopy(configuration) && openLock != nil {
+      // Read while the lock is held, so that no read-write open settles the store mid-copy.
+      defer { openLock?.release() }
+      return try openRecoveredCopy(of: path, configuration: configuration)
     } catch {
       openLock?.release()
       throw error
@@ -459,7 +470,7 @@ extension EventLog {
     }
     return Session(
       environment: environment, core: core, writer: writer, segment: segment, openLock: opened.openLock,
-      headMark: headMark, stale: opened.stale)
+      headMark: headMark, stale: opened.stale, recoveredCopy: opened.recoveredCopy)
   }
 
   private static func validate(projections: [any Projection], userProjections: [any Projection]) throws {
