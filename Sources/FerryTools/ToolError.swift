@@ -1,6 +1,6 @@
-import Foundation
 import Ferry
 import FerryLog
+import Foundation
 import LMDB
 
 /// The exit statuses of the `ferry` tool, one per kind of failure.

@@ -25,14 +25,18 @@ import Testing
 
   /// The same with the store on read-only media (a tmpfs remounted read-only), where
   /// `ferry recover` cannot help.
-  @Test(.enabled(if: Self.mayMount, "mounting a tmpfs is not permitted here: the read-only media case is skipped"))
+  @Test(
+    .enabled(if: Self.mayMount, "mounting a tmpfs is not permitted here: the read-only media case is skipped")
+  )
   func readCommandsShowAKilledWritersFramesOnReadOnlyMedia() async throws {
     let mount = try TemporaryMount()
     defer { mount.remove() }
     let store = mount.path + "/store"
     let acknowledged = try await killedSegmentAdder(store, adds: 200)
     try #require(acknowledged.count == 200)
-    try #require(runQuietly(["mount", "-o", "remount,ro", mount.path]) == 0, "the tmpfs could not be remounted read-only")
+    try #require(
+      runQuietly(["mount", "-o", "remount,ro", mount.path]) == 0, "the tmpfs could not be remounted read-only"
+    )
     try await expectReadCommandsShow(acknowledged, in: store)
     // The read-only store refuses the replay in place, as before.
     let recover = try Self.ferry(["recover", store])
@@ -53,7 +57,8 @@ import Testing
       let refused = try Self.ferry([command, fixture.path], temporaryDirectory: tiny.path)
       #expect(refused.status == 14, "\(command): \(refused.status) \(refused.stderr)")
       #expect(refused.stderr.contains("ferry recover \(fixture.path)"), "\(command): \(refused.stderr)")
-      #expect(try FileManager.default.contentsOfDirectory(atPath: tiny.path).isEmpty, "\(command) left a copy")
+      #expect(
+        try FileManager.default.contentsOfDirectory(atPath: tiny.path).isEmpty, "\(command) left a copy")
     }
     #expect(try Self.directoryContents(fixture.path) == before, "a refused read wrote to the store")
   }
@@ -80,7 +85,8 @@ import Testing
     await #expect(throws: FerryError.self) { try await store.queue.pause() }
     store.close()
     let after = Set(try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory()))
-    #expect(after.subtracting(temporary).filter { $0.hasPrefix("ferry-recovered-") }.isEmpty, "the copy stayed")
+    #expect(
+      after.subtracting(temporary).filter { $0.hasPrefix("ferry-recovered-") }.isEmpty, "the copy stayed")
     #expect(try Self.directoryContents(fixture.path) == before, "the view wrote to the store")
 
     // Settled, the same open reads the store itself.
@@ -92,13 +98,44 @@ import Testing
 }
 
 extension RecoveredCopyViewTests {
+  /// A read-write open that arrives while a read-only open holds the open lock before it opened
+  /// LMDB — deciding, or copying the store to read a recovered copy — waits for it and then
+  /// recovers the store alone; before, it took the store for shared and followed it as it stood.
+  /// The read-only open is played by this process holding the lock shared.
+  @Test func aReadWriteOpenWaitsForAReadOnlyOpenThatHoldsTheLockWithoutLMDB() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let acknowledged = try await killedSegmentAdder(fixture.path, adds: 100)
+    let fd = open(fixture.path + "/ferry-open.lock", O_RDONLY | O_CLOEXEC)
+    try #require(fd >= 0)
+    var request = flock()
+    request.l_type = Int16(F_RDLCK)
+    request.l_whence = Int16(SEEK_SET)
+    try #require(fcntl(fd, F_SETLK, &request) == 0)
+    let input = Pipe()
+    let opener = try Child(
+      "ferry-test-worker", ["segment-read-then-add", fixture.path, "0"], stdin: input.fileHandleForReading)
+    try await Task.sleep(for: .seconds(2))
+    #expect(!opener.output.contains("open"), "the read-write open went ahead beside the lock holder")
+    close(fd)
+    _ = try await opener.waitForLine(startingWith: "open")
+    input.fileHandleForWriting.write(Data("\n".utf8))
+    #expect(try await opener.waitForLine(startingWith: "read") == "read \(acknowledged.count)")
+    input.fileHandleForWriting.write(Data("\n".utf8))
+    _ = try await opener.waitForLine(startingWith: "closed")
+    let settled = try FerryStore.openReadOnly(at: fixture.path)
+    #expect(!settled.isRecoveredCopy)
+    settled.close()
+  }
+
   /// Runs each read command on the killed writer's store at `path` and checks what it shows
   /// against `acknowledged`, and that the store's directory did not change.
   func expectReadCommandsShow(
     _ acknowledged: Set<TaskID>, in path: String, sourceLocation: SourceLocation = #_sourceLocation
   ) async throws {
     let before = try Self.directoryContents(path)
-    let temporary = FileManager.default.temporaryDirectory.path + "/ferry-view-tmp-\(UUID().uuidString.prefix(8))"
+    let temporary =
+      FileManager.default.temporaryDirectory.path + "/ferry-view-tmp-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: temporary) }
     let last = try #require(acknowledged.max())
@@ -116,14 +153,15 @@ extension RecoveredCopyViewTests {
         let sequences = Set(
           run.stdout.split(separator: "\n").compactMap { line -> UInt64? in
             let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
-            return (object?["sequence"] as? NSNumber)?.uint64Value
+            return (object?["seq"] as? NSNumber)?.uint64Value
           })
         #expect(
           Set(acknowledged.map(\.rawValue)).isSubset(of: sequences), "log missed acknowledged events",
           sourceLocation: sourceLocation)
       case "export":
         let added = run.stdout.split(separator: "\n").filter { $0.contains("task.added") }
-        #expect(added.count == acknowledged.count, "export: \(added.count) adds", sourceLocation: sourceLocation)
+        #expect(
+          added.count == acknowledged.count, "export: \(added.count) adds", sourceLocation: sourceLocation)
       case "stats", "verify":
         let object = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
         #expect(
@@ -133,13 +171,16 @@ extension RecoveredCopyViewTests {
           #expect(object?["healthy"] as? Bool == true, "\(run.stdout)", sourceLocation: sourceLocation)
         }
       default:
-        #expect(run.stdout.contains("\(last.rawValue)"), "inspect: \(run.stdout.prefix(400))", sourceLocation: sourceLocation)
+        #expect(
+          run.stdout.contains("\(last.rawValue)"), "inspect: \(run.stdout.prefix(400))",
+          sourceLocation: sourceLocation)
       }
       #expect(
         try FileManager.default.contentsOfDirectory(atPath: temporary).isEmpty, "\(command) left its copy",
         sourceLocation: sourceLocation)
     }
-    #expect(try Self.directoryContents(path) == before, "a read wrote to the store", sourceLocation: sourceLocation)
+    #expect(
+      try Self.directoryContents(path) == before, "a read wrote to the store", sourceLocation: sourceLocation)
   }
 
   /// Every file in the directory (the open lock too), by name: a file added or changed shows.
@@ -152,7 +193,9 @@ extension RecoveredCopyViewTests {
   }
 
   /// Runs `ferry` with `TMPDIR` set (when given); its status, standard output and error.
-  static func ferry(_ arguments: [String], temporaryDirectory: String? = nil) throws -> (
+  static func ferry(
+    _ arguments: [String], temporaryDirectory: String? = nil
+  ) throws -> (
     status: Int32, stdout: String, stderr: String
   ) {
     let process = Process()
@@ -173,7 +216,8 @@ extension RecoveredCopyViewTests {
     let stderr = err.fileHandleForReading.readDataToEndOfFile()
     process.waitUntilExit()
     return (
-      process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self)
+      process.terminationStatus, String(decoding: stdout, as: UTF8.self),
+      String(decoding: stderr, as: UTF8.self)
     )
   }
 

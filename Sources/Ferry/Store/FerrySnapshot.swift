@@ -97,8 +97,9 @@ extension FerryStore {
   ///   ``FerryError/needsRecovery(path:)``: ``FerryError/recoveredCopyFailed(path:reason:)`` when
   ///   no copy could be made (no room in the temporary directory), or
   ///   ``FerryError/damaged(path:message:)`` when the replay found the store damaged.
-  public static func openReadOnly(at path: String, recoveredCopyIfNeeded: Bool) throws(FerryError) -> FerryStore
-  {
+  public static func openReadOnly(
+    at path: String, recoveredCopyIfNeeded: Bool
+  ) throws(FerryError) -> FerryStore {
     try engine {
       var logConfiguration = EventLog.Configuration(
         projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)

@@ -181,7 +181,9 @@ private enum StoreCopy {
   }
 
   static func copyError(_ code: Int32, doing: String, store: String) -> FerryLogError {
-    let why = code == ENOSPC || code == EDQUOT ? "no room in the temporary directory" : String(cString: strerror(code))
+    let why =
+      code == ENOSPC || code == EDQUOT
+      ? "no room in the temporary directory" : String(cString: strerror(code))
     return .recoveredCopyFailed(path: store, reason: "\(doing): \(why)")
   }
 }

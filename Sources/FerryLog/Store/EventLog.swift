@@ -56,7 +56,8 @@ public final class EventLog: Sendable {
 
     init(
       environment: Environment, core: StoreCore, writer: GroupCommitWriter?, segment: SegmentSession?,
-      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String], recoveredCopy: RecoveredCopy? = nil
+      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String],
+      recoveredCopy: RecoveredCopy? = nil
     ) {
       self.recoveredCopy = recoveredCopy
       self.headMark = headMark

@@ -347,7 +347,8 @@ final class StoreOpenLock: Sendable {
   /// open finds no lock file and cannot make one.
   /// `keepUnsettled` (read-only): a store marked unsettled returns the lock held shared and
   /// marked ``isUnsettled`` instead of failing with `needsRecovery`.
-  static func acquire(directory: String, readOnly: Bool, keepUnsettled: Bool = false) throws -> StoreOpenLock? {
+  static func acquire(directory: String, readOnly: Bool, keepUnsettled: Bool = false) throws -> StoreOpenLock?
+  {
     guard let key = identity(of: directory) else { return nil }
     let claimed = held.withLock { set -> Bool in
       if set.contains(key) { return false }
@@ -398,7 +399,9 @@ final class StoreOpenLock: Sendable {
       if isMarkedUnsettled(fd) {
         // The open that was settling the store died: it is for an alone read-write open to
         // settle, never to be read or written as it stands.
-        if readOnly && keepUnsettled { return StoreOpenLock(fd: fd, key: key, isAlone: false, isUnsettled: true) }
+        if readOnly && keepUnsettled {
+          return StoreOpenLock(fd: fd, key: key, isAlone: false, isUnsettled: true)
+        }
         if readOnly || ContinuousClock.now - start > .seconds(30) {
           close(fd)
           held.withLock { _ = $0.remove(key) }
@@ -416,6 +419,16 @@ final class StoreOpenLock: Sendable {
         probe.l_len = 0
         alone =
           fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
+      } else if WriteAheadSegment.exists(in: directory), !lmdbIsOpenElsewhere(directory),
+        ContinuousClock.now - start < .seconds(30)
+      {
+        // Shared only with opens that have not opened LMDB: a read-only open deciding whether the
+        // store needs recovery, or copying it to read a recovered copy (`one-sync-commit.md` §5).
+        // Followed as it stands, a store that needs recovery would be checkpointed over its frames:
+        // try again to be alone.
+        _ = lock(fd, type: F_UNLCK, wait: false)
+        usleep(UInt32.random(in: 1_000...20_000))
+        continue
       }
       break
     }
