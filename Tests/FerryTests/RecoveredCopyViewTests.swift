@@ -98,6 +98,31 @@ import Testing
 }
 
 extension RecoveredCopyViewTests {
+  /// An alone read-write open that died while it settled a killed writer's store leaves the open
+  /// lock marked unsettled (SegmentStoreCommandTests): a read-only open refuses it by default, and
+  /// the read commands read a recovered copy of it instead, with every acknowledged event, the
+  /// store's files unchanged.
+  @Test func readCommandsReadAStoreMarkedUnsettled() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    let acknowledged = try await killedSegmentAdder(fixture.path, adds: 300)
+    let input = Pipe()
+    let opener = try Child(
+      "ferry-test-worker", ["store-rebuild", fixture.path, "1"], stdin: input.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP"])
+    defer { opener.kill() }
+    try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
+    try #require(isStopped(opener.pid), "the opener did not reach its fold: \(opener.output)")
+    withExtendedLifetime(input) { opener.kill() }
+    let mark = try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/ferry-open.lock"))
+    try #require(mark.first == UInt8(ascii: "1"), "the open lock is not marked unsettled")
+    #expect(throws: FerryError.needsRecovery(path: fixture.path)) {
+      try FerryStore.openReadOnly(at: fixture.path).close()
+    }
+    try await expectReadCommandsShow(acknowledged, in: fixture.path)
+    try await expectEveryAcknowledgedTaskQueued(fixture, acknowledged, count: 300)
+  }
+
   /// A read-write open that arrives while a read-only open holds the open lock before it opened
   /// LMDB — deciding, or copying the store to read a recovered copy — waits for it and then
   /// recovers the store alone; before, it took the store for shared and followed it as it stood.
