@@ -111,18 +111,17 @@ extension EventLog {
     }
     let segmentPresent = WriteAheadSegment.exists(in: path)
     if let lock = openLock, lock.isUnsettled {
-      defer { lock.release() }
-      return try openRecoveredCopy(of: path, configuration: configuration)
+      return try openRecoveredCopy(of: path, configuration: configuration, lock: lock)
     }
     var restored: RestoredCheckpoint?
     do {
       if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.isAlone {
         restored = try restoreCheckpoint(in: path, readOnly: configuration.readOnly, lock: lock)
       }
-    } catch FerryLogError.needsRecovery(_) where wantsCopy(configuration) && openLock != nil {
-      // Read while the lock is held, so that no read-write open settles the store mid-copy.
-      defer { openLock?.release() }
-      return try openRecoveredCopy(of: path, configuration: configuration)
+    } catch FerryLogError.needsRecovery(_) where wantsCopy(configuration) {
+      // Copied under the lock, so that no read-write open settles or writes the store meanwhile.
+      guard let lock = openLock else { throw FerryLogError.needsRecovery(path: path) }
+      return try openRecoveredCopy(of: path, configuration: configuration, lock: lock)
     } catch {
       openLock?.release()
       throw error

@@ -24,16 +24,28 @@ extension EventLog {
     configuration.readOnly && configuration.recoveredCopyIfNeeded && !configuration.allowDamage
   }
 
-  /// Copies the store's files into a new directory under the temporary directory (mode 0700),
-  /// replays the copy there with the usual alone read-write open, and opens the copy read-only
-  /// with `configuration`. The caller holds the store's open lock until this returns, so no
-  /// read-write open settles (or writes to) the store while it is copied; the copy is read only
-  /// after the lock is let go, so a read-write open started meanwhile waits no longer than the copy.
-  /// Nothing is written to `path`.
-  static func openRecoveredCopy(of path: String, configuration: Configuration) throws -> Opened {
-    let copy = try StoreCopy.makeCopyDirectory(for: path)
+  /// Copies the store's files into a new directory under the temporary directory (mode 0700)
+  /// while `lock` — the store's open lock, held shared — keeps any read-write open from settling
+  /// or writing the store, then lets go of it (the caller's to release no more), replays the copy
+  /// there with the usual alone read-write open, and opens the copy read-only with
+  /// `configuration`. Nothing is written to `path`.
+  static func openRecoveredCopy(
+    of path: String, configuration: Configuration, lock: StoreOpenLock
+  ) throws
+    -> Opened
+  {
+    let copy: String
     do {
-      try StoreCopy.copyStore(from: path, to: copy)
+      defer { lock.release() }
+      copy = try StoreCopy.makeCopyDirectory(for: path)
+      do {
+        try StoreCopy.copyStore(from: path, to: copy)
+      } catch {
+        RecoveredCopy(directory: copy).remove()
+        throw error
+      }
+    }
+    do {
       var replay = configuration
       replay.readOnly = false
       replay.createIfMissing = false
@@ -44,10 +56,8 @@ extension EventLog {
       replay.storeIdAtCreation = nil
       replay.logger = nil
       replay.metricsFactory = NOOPMetricsHandler.instance
-      do {
-        let recovered = try EventLog.open(at: copy, configuration: replay)
-        recovered.close()
-      }
+      let recovered = try EventLog.open(at: copy, configuration: replay)
+      recovered.close()
       var view = configuration
       view.recoveredCopyIfNeeded = false
       var opened = try openStore(at: copy, configuration: view)
