@@ -35,8 +35,8 @@ package enum ExitStatus: Int32, Sendable {
   /// wrote may not be on the disk. `compact --copy` then leaves the original store in place.
   case notFlushed = 12
   /// The store's writer died (or the machine lost power) with commits only its write-ahead segment
-  /// holds: a read-only open cannot show them, so it refuses until `ferry recover` replays them.
-  /// Nothing was read or written.
+  /// holds, and the command cannot show them (the read commands read a recovered copy instead):
+  /// `ferry recover` replays them. Nothing was read or written.
   case needsRecovery = 13
   /// The store needs recovery (as for 13) and the read command could not make the recovered copy
   /// it reads instead: no room in the temporary directory (`TMPDIR`), or the copy or its replay
