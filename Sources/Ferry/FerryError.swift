@@ -49,6 +49,10 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
   /// Commits only the store's write-ahead segment holds, which a read-only open cannot show:
   /// open it read-write once (`ferry recover`).
   case needsRecovery(path: String)
+  /// A read-only open asked for a recovered copy of a store that needs recovery
+  /// (``FerryStore/openReadOnly(at:recoveredCopyIfNeeded:)``) and none could be made (no room in
+  /// the temporary directory, a failed copy or replay): `reason` says why. The store is untouched.
+  case recoveredCopyFailed(path: String, reason: String)
   /// The store's files are damaged or lost commits (`path` nil when only a record is known):
   /// `message` names what and how to recover (`ferry salvage`).
   case damaged(path: String?, message: String)
@@ -91,6 +95,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case .unsupportedLMDB(let found, let supported):
       return FerryLogError.unsupportedLMDB(found: found, supported: supported).description
     case .needsRecovery(let path): return FerryLogError.needsRecovery(path: path).description
+    case .recoveredCopyFailed(let path, let reason):
+      return FerryLogError.recoveredCopyFailed(path: path, reason: reason).description
     case .diskFull(let path): return FerryLogError.diskFull(path: path).description
     case .quotaExceeded(let path): return FerryLogError.quotaExceeded(path: path).description
     case .ioError(let path, let detail): return FerryLogError.ioError(path: path, detail: detail).description

@@ -1,5 +1,6 @@
 import Ferry
 import FerryLog
+import Foundation
 import LMDB
 
 /// The exit statuses of the `ferry` tool, one per kind of failure.
@@ -34,9 +35,13 @@ package enum ExitStatus: Int32, Sendable {
   /// wrote may not be on the disk. `compact --copy` then leaves the original store in place.
   case notFlushed = 12
   /// The store's writer died (or the machine lost power) with commits only its write-ahead segment
-  /// holds: a read-only open cannot show them, so it refuses until `ferry recover` replays them.
-  /// Nothing was read or written.
+  /// holds, and the command cannot show them (the read commands read a recovered copy instead):
+  /// `ferry recover` replays them. Nothing was read or written.
   case needsRecovery = 13
+  /// The store needs recovery (as for 13) and the read command could not make the recovered copy
+  /// it reads instead: no room in the temporary directory (`TMPDIR`), or the copy or its replay
+  /// failed. The store itself was neither read nor written; `ferry recover` replays it in place.
+  case recoveredCopyFailed = 14
   /// Flags that do not parse (the argument parser's own status).
   case badFlags = 64
 }
@@ -79,6 +84,7 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, log.description)
       // Not "unavailable": nothing conflicts and nothing is denied; one command settles it.
       case .needsRecovery: return ToolError(.needsRecovery, log.description)
+      case .recoveredCopyFailed: return ToolError(.recoveredCopyFailed, log.description)
       case .historyCompacted: return ToolError(.badInput, log.description)
       case .storage(let failure) where failure.isDamage: return damaged(failure.message)
       case .projectionFailed(_, _, let underlying):
@@ -104,6 +110,7 @@ package struct ToolError: Error, CustomStringConvertible, Sendable {
         return ToolError(.storageError, ferry.description)
       case .alreadyOpen, .permissionDenied: return ToolError(.unavailable, ferry.description)
       case .needsRecovery: return ToolError(.needsRecovery, ferry.description)
+      case .recoveredCopyFailed: return ToolError(.recoveredCopyFailed, ferry.description)
       case .invalidArgument, .noSuchTask, .taskRunning, .payload, .unknownCollection, .malformedEvent: break
       }
       if case .malformedEvent = ferry { return ToolError(.corruptRecord, ferry.description) }
@@ -136,11 +143,21 @@ private func damaged(_ message: String) -> ToolError {
       + "`ferry salvage` recovers what is left into a new store")
 }
 
-/// Opens a store for a command that only reads.
+/// Opens a store for a command that only reads: a store that needs recovery is read from a
+/// recovered copy (its own files untouched), which is said on standard error.
 package func openForReading(_ path: String) throws(ToolError) -> FerryStore {
+  let store: FerryStore
   do {
-    return try FerryStore.openReadOnly(at: path)
+    store = try FerryStore.openReadOnly(at: path, recoveredCopyIfNeeded: true)
   } catch {
     throw ToolError.from(error)
   }
+  if store.isRecoveredCopy {
+    FileHandle.standardError.write(
+      Data(
+        ("ferry: \(path) needs recovery (its writer died with commits only its write-ahead segment holds): "
+          + "showing a recovered copy; the store itself is untouched (`ferry recover \(path)` replays it in place)\n")
+          .utf8))
+  }
+  return store
 }

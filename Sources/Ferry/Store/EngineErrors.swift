@@ -23,6 +23,7 @@ extension FerryError {
     case .unsupportedLMDB(let found, let supported):
       self = .unsupportedLMDB(found: found, supported: supported)
     case .needsRecovery(let path): self = .needsRecovery(path: path)
+    case .recoveredCopyFailed(let path, let reason): self = .recoveredCopyFailed(path: path, reason: reason)
     case .damagedStore(let path, _), .lostCommits(let path, _, _):
       self = .damaged(path: path, message: error.description)
     case .corruptRecord, .sequenceGap, .snapshotUnusable:

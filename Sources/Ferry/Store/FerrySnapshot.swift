@@ -77,10 +77,34 @@ extension FerryStore {
   ///   ``FerryError/unsupportedLMDB(found:supported:)``, ``FerryError/damaged(path:message:)``,
   ///   ``FerryError/ioError(path:detail:)`` or ``FerryError/storage(_:)`` when it cannot be opened.
   public static func openReadOnly(at path: String) throws(FerryError) -> FerryStore {
+    try openReadOnly(at: path, recoveredCopyIfNeeded: false)
+  }
+
+  /// Opens a store read-only as ``openReadOnly(at:)`` does, and — with `recoveredCopyIfNeeded` —
+  /// reads a recovered copy of a store that needs recovery instead of failing with
+  /// ``FerryError/needsRecovery(path:)``: its data file and write-ahead segment are copied into
+  /// a private directory under the temporary directory, the copy's segment is replayed there,
+  /// and the store reads the copy — every acknowledged event, as the store was when its writer
+  /// died. Nothing is written to the store's directory (it may be on read-only media), nothing is
+  /// appended beyond the replay (no `task.runInterrupted`), and the copy is removed at close.
+  /// ``isRecoveredCopy`` says whether the store read is such a copy.
+  ///
+  /// - Parameters:
+  ///   - path: The store's directory.
+  ///   - recoveredCopyIfNeeded: Read a recovered copy of a store that needs recovery.
+  /// - Returns: The store; its queue and ledger refuse changes.
+  /// - Throws: As ``openReadOnly(at:)``, and — with `recoveredCopyIfNeeded` — in place of
+  ///   ``FerryError/needsRecovery(path:)``: ``FerryError/recoveredCopyFailed(path:reason:)`` when
+  ///   no copy could be made (no room in the temporary directory), or
+  ///   ``FerryError/damaged(path:message:)`` when the replay found the store damaged.
+  public static func openReadOnly(
+    at path: String, recoveredCopyIfNeeded: Bool
+  ) throws(FerryError) -> FerryStore {
     try engine {
       var logConfiguration = EventLog.Configuration(
         projections: [TaskQueueProjection(), CacheAgesProjection()], catalog: catalog)
       logConfiguration.readOnly = true
+      logConfiguration.recoveredCopyIfNeeded = recoveredCopyIfNeeded
       let log = try EventLog.open(at: path, configuration: logConfiguration)
       let clock: @Sendable () -> Int64 = wallClockMilliseconds
       let sleep: @Sendable (Int64) async -> Void = { _ in }
@@ -89,6 +113,13 @@ extension FerryStore {
         ledger: CacheLedger(log: log, clock: clock, sleep: sleep))
     }
   }
+}
+
+extension FerryStore {
+  /// Whether this store reads a private, recovered copy of a store that needed recovery
+  /// (``openReadOnly(at:recoveredCopyIfNeeded:)``) rather than the store's own files, which are
+  /// untouched until a read-write open (`ferry recover`) replays them in place.
+  public var isRecoveredCopy: Bool { log.isRecoveredCopy }
 }
 
 /// A one-line, human reading of a logged event of a Ferry store, for `ferry log` and the crash checks.

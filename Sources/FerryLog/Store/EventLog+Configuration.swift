@@ -72,8 +72,19 @@ extension EventLog {
     /// the store; an open that shares the store follows what the store does, whatever this says.
     /// A store's segment is recovered (its frames replayed) by the next read-write open that is
     /// alone after a crash or power cut; a read-only open that is alone then fails with
-    /// ``FerryLogError/needsRecovery(path:)``.
+    /// ``FerryLogError/needsRecovery(path:)``, unless it asks for ``recoveredCopyIfNeeded``.
     public var writeAheadSegment: Bool = false
+    /// Read-only only: where the store needs recovery (its writer died with commits only its
+    /// write-ahead segment holds, and no other process has it open), copy its data file and
+    /// segment into a private directory under the temporary directory, replay the copy there, and
+    /// read that — every acknowledged event, as the store was at the crash — instead of failing
+    /// with ``FerryLogError/needsRecovery(path:)``. Nothing is written to the store's directory
+    /// (it may be on read-only media); the copy is removed at close. ``EventLog/isRecoveredCopy``
+    /// says whether an open read such a copy. A copy that cannot be made (no room in the
+    /// temporary directory) fails with ``FerryLogError/recoveredCopyFailed(path:reason:)``.
+    /// Off by default: the copy costs the data file's size in the temporary directory and the
+    /// time to copy it.
+    public var recoveredCopyIfNeeded: Bool = false
     /// With the segment on: checkpoint (flush LMDB, start a new segment cycle) after this many
     /// group commits since the last checkpoint. Until a checkpoint LMDB reuses no page freed since
     /// the previous one, so the data file grows by about this many commits' pages.

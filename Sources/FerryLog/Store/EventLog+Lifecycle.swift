@@ -31,6 +31,7 @@ extension EventLog {
     session.headMark?.closeFile()
     session.environment.close()
     session.openLock?.release()
+    session.recoveredCopy?.remove()
   }
 
   /// Lets go of the store without closing the log: waits until every write already handed to the

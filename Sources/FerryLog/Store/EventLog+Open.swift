@@ -38,6 +38,8 @@ extension EventLog {
     let segment: SegmentSession?
     let openLock: StoreOpenLock?
     let head: UInt64
+    /// The private copy this open reads instead of a store that needs recovery, if it does.
+    var recoveredCopy: RecoveredCopy? = nil
   }
 
   private static func openReporting(at path: String, configuration: Configuration) throws -> Opened {
@@ -81,7 +83,7 @@ extension EventLog {
     }
   }
 
-  private static func openStore(at path: String, configuration: Configuration) throws -> Opened {
+  static func openStore(at path: String, configuration: Configuration) throws -> Opened {
     // Before anything reads the store's files (the segment's checkpoint, LMDB's meta pages): those
     // reads know LMDB 0.9's page layout only.
     try requireSupportedLMDB(configuration.lmdbVersionInPlaceOfLinked ?? .linked)
@@ -104,14 +106,22 @@ extension EventLog {
     var openLock: StoreOpenLock? = nil
     var isDirectory: ObjCBool = false
     if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue {
-      openLock = try StoreOpenLock.acquire(directory: path, readOnly: configuration.readOnly)
+      openLock = try StoreOpenLock.acquire(
+        directory: path, readOnly: configuration.readOnly, keepUnsettled: wantsCopy(configuration))
     }
     let segmentPresent = WriteAheadSegment.exists(in: path)
+    if let lock = openLock, lock.isUnsettled {
+      return try openRecoveredCopy(of: path, configuration: configuration, lock: lock)
+    }
     var restored: RestoredCheckpoint?
     do {
       if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.isAlone {
         restored = try restoreCheckpoint(in: path, readOnly: configuration.readOnly, lock: lock)
       }
+    } catch FerryLogError.needsRecovery(_) where wantsCopy(configuration) {
+      // Copied under the lock, so that no read-write open settles or writes the store meanwhile.
+      guard let lock = openLock else { throw FerryLogError.needsRecovery(path: path) }
+      return try openRecoveredCopy(of: path, configuration: configuration, lock: lock)
     } catch {
       openLock?.release()
       throw error
@@ -462,7 +472,7 @@ extension EventLog {
     }
     return Session(
       environment: environment, core: core, writer: writer, segment: segment, openLock: opened.openLock,
-      headMark: headMark, stale: opened.stale)
+      headMark: headMark, stale: opened.stale, recoveredCopy: opened.recoveredCopy)
   }
 
   private static func validate(projections: [any Projection], userProjections: [any Projection]) throws {

@@ -51,11 +51,15 @@ public final class EventLog: Sendable {
     let openLock: StoreOpenLock?
     let headMark: HeadMark?
     let stale: [String: String]
+    /// The private copy read in place of a store that needed recovery (removed at the end).
+    let recoveredCopy: RecoveredCopy?
 
     init(
       environment: Environment, core: StoreCore, writer: GroupCommitWriter?, segment: SegmentSession?,
-      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String]
+      openLock: StoreOpenLock?, headMark: HeadMark?, stale: [String: String],
+      recoveredCopy: RecoveredCopy? = nil
     ) {
+      self.recoveredCopy = recoveredCopy
       self.headMark = headMark
       self.environment = environment
       self.core = core

@@ -77,6 +77,11 @@ public enum FerryLogError: Error, CustomStringConvertible {
   /// read-write open can replay (`Specs/one-sync-commit.md`): the process that wrote them died,
   /// or the machine lost power. Open it read-write once; nothing is lost.
   case needsRecovery(path: String)
+  /// A read-only open asked for a recovered copy of a store that needs recovery
+  /// (``EventLog/Configuration/recoveredCopyIfNeeded``), and none could be made: no room in the
+  /// temporary directory, a copy or replay that failed. The store itself was neither read as it
+  /// stands nor written; `reason` says what failed.
+  case recoveredCopyFailed(path: String, reason: String)
   /// The disk is full (`ENOSPC`). Nothing acknowledged was lost: the failed write was not acknowledged.
   case diskFull(path: String)
   /// The user's disk quota is used up (`EDQUOT`). Nothing acknowledged was lost.
@@ -139,6 +144,9 @@ public enum FerryLogError: Error, CustomStringConvertible {
     case .needsRecovery(let path):
       return
         "the store at \(path) has commits that only its write-ahead segment holds (its writer died or the machine lost power), which a read-only open cannot show: run `ferry recover \(path)` to replay them (it writes; on read-only media recover a copy, or `ferry salvage` it)"
+    case .recoveredCopyFailed(let path, let reason):
+      return
+        "the store at \(path) has commits that only its write-ahead segment holds (its writer died or the machine lost power), and no recovered copy of it could be made to read: \(reason); the store is untouched: `ferry recover \(path)` replays it in place"
     case .lostCommits(let path, let acknowledged, let found):
       return
         "the store at \(path) lost its newest commits: it had acknowledged events up to sequence \(acknowledged), "

@@ -334,11 +334,15 @@ final class StoreOpenLock: Sendable {
   let isAlone: Bool
   /// Whether this open marked the store unsettled (cleared by ``share()``).
   private let marked = Atomic<Bool>(false)
+  /// A read-only open that asked to keep the lock of a store marked unsettled: it reads a
+  /// recovered copy, and holds the lock only while it copies the files.
+  let isUnsettled: Bool
 
-  private init(fd: Int32, key: String, isAlone: Bool) {
+  private init(fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false) {
     self.fd = fd
     self.key = key
     self.isAlone = isAlone
+    self.isUnsettled = isUnsettled
   }
 
   static func identity(of directory: String) -> String? {
@@ -350,7 +354,10 @@ final class StoreOpenLock: Sendable {
   /// Takes the lock of the store in `directory` (which must exist). Nil when this process holds
   /// it already (the store is open here: opening it again is refused later), or when a read-only
   /// open finds no lock file and cannot make one.
-  static func acquire(directory: String, readOnly: Bool) throws -> StoreOpenLock? {
+  /// `keepUnsettled` (read-only): a store marked unsettled returns the lock held shared and
+  /// marked ``isUnsettled`` instead of failing with `needsRecovery`.
+  static func acquire(directory: String, readOnly: Bool, keepUnsettled: Bool = false) throws -> StoreOpenLock?
+  {
     guard let key = identity(of: directory) else { return nil }
     let claimed = held.withLock { set -> Bool in
       if set.contains(key) { return false }
@@ -401,6 +408,9 @@ final class StoreOpenLock: Sendable {
       if isMarkedUnsettled(fd) {
         // The open that was settling the store died: it is for an alone read-write open to
         // settle, never to be read or written as it stands.
+        if readOnly && keepUnsettled {
+          return StoreOpenLock(fd: fd, key: key, isAlone: false, isUnsettled: true)
+        }
         if readOnly || ContinuousClock.now - start > .seconds(30) {
           close(fd)
           held.withLock { _ = $0.remove(key) }
@@ -418,6 +428,16 @@ final class StoreOpenLock: Sendable {
         probe.l_len = 0
         alone =
           fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
+      } else if WriteAheadSegment.exists(in: directory), !lmdbIsOpenElsewhere(directory),
+        ContinuousClock.now - start < .seconds(30)
+      {
+        // Shared only with opens that have not opened LMDB: a read-only open deciding whether the
+        // store needs recovery, or copying it to read a recovered copy (`one-sync-commit.md` §5).
+        // Followed as it stands, a store that needs recovery would be checkpointed over its frames:
+        // try again to be alone.
+        _ = lock(fd, type: F_UNLCK, wait: false)
+        usleep(UInt32.random(in: 1_000...20_000))
+        continue
       }
       break
     }
