@@ -1,4 +1,5 @@
 @_spi(Engine) @_spi(Experimental) import Ferry
+import CFerryFlushCount
 import FerryLog
 import Foundation
 import GRDB
@@ -57,28 +58,50 @@ func ferryRecordSize() async throws -> Int {
   return try store.log.record(at: 1)?.count ?? 64
 }
 
+/// How the lines name Ferry's two write paths: the default and the other one.
+let defaultIsSegment = FerryStore.Configuration().writeAheadSegment
+let defaultPath = defaultIsSegment ? "default: write-ahead segment" : "default: flushed commits"
+let otherPath = defaultIsSegment ? "flushed commits (segment off)" : "write-ahead segment (not the default)"
+
+/// The flushes (fsync, fdatasync, msync, O_DSYNC writes) `work` made, in this process.
+func flushes(_ work: () async throws -> Void) async rethrows -> Double {
+  let before = ferry_flush_count()
+  try await work()
+  return Double(ferry_flush_count() - before)
+}
+
 /// 1. Sequential durable adds, one caller.
 func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   var ferry: [Double] = []
-  var segmented: [Double] = []
+  var other: [Double] = []
   var sqlite: [Double] = []
   var floor: [Double] = []
   var addShaped: [Double] = []
-  var flushes: [Double] = []
+  var bareFlush: [Double] = []
   var sqliteNormal: [Double] = []
+  var flushesPerAdd: (ferry: [Double], other: [Double], sqlite: [Double]) = ([], [], [])
   let n = sizes.sequentialAdds
   for _ in 0..<sizes.runs {
-    for segment in [false, true] {
+    for isDefault in [true, false] {
       let fp = scratchPath("w1f")
       var configuration = FerryStore.Configuration()
-      configuration.writeAheadSegment = segment
+      configuration.writeAheadSegment = isDefault == defaultIsSegment
       let store = try await FerryStore.open(at: fp, configuration: configuration)
-      let rate =
-        Double(n)
-        / (try await seconds {
+      // The first commit of a process with the segment checkpoints: not an add's cost.
+      try await store.queue.add(tag: "t", payload: Item(name: "milk"))
+      var elapsed = 0.0
+      let flushed = try await flushes {
+        elapsed = try await seconds {
           for _ in 0..<n { try await store.queue.add(tag: "t", payload: Item(name: "milk")) }
-        })
-      if segment { segmented.append(rate) } else { ferry.append(rate) }
+        }
+      }
+      if isDefault {
+        ferry.append(Double(n) / elapsed)
+        flushesPerAdd.ferry.append(flushed / Double(n))
+      } else {
+        other.append(Double(n) / elapsed)
+        flushesPerAdd.other.append(flushed / Double(n))
+      }
       store.close()
       remove(fp)
     }
@@ -86,9 +109,12 @@ func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
     let sp = scratchPath("w1s")
     try FileManager.default.createDirectory(atPath: sp, withIntermediateDirectories: true)
     let peer = try SQLitePeer(path: sp + "/queue.sqlite")
-    sqlite.append(
-      Double(n)
-        / (try await seconds { for _ in 0..<n { try await peer.add(tag: "t", payload: payloadData) } }))
+    var elapsed = 0.0
+    let flushed = try await flushes {
+      elapsed = try await seconds { for _ in 0..<n { try await peer.add(tag: "t", payload: payloadData) } }
+    }
+    sqlite.append(Double(n) / elapsed)
+    flushesPerAdd.sqlite.append(flushed / Double(n))
     try peer.close()
     remove(sp)
 
@@ -111,33 +137,38 @@ func sequentialAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
     remove(ap)
 
     // A segment frame of one add: the record and the frame's own header and checksum.
-    flushes.append(try bareFlushes(path: scratchPath("w1d"), count: n, size: recordSize + 36))
+    bareFlush.append(try bareFlushes(path: scratchPath("w1d"), count: n, size: recordSize + 36))
   }
   let f = median(ferry)
-  let fl = median(floor)
+  let s = median(sqlite)
+  let shaped = median(addShaped)
   return [
     Figure(
-      workload: "1 sequential durable adds (\(n), 1 caller)", metric: "adds/s", ferry: f,
-      sqlite: median(sqlite),
-      floor: fl, unit: "/s", target: "≥ 0.9× floor single commits", meets: f >= 0.9 * fl),
+      workload: "1 sequential durable adds (\(n), 1 caller)", metric: "adds/s", ferry: f, sqlite: s,
+      floor: nil, unit: "/s", target: "≥ 1× SQLite (\(defaultPath))", meets: f >= s),
     Figure(
       workload: "1 LMDB alone, an add's four trees a commit", metric: "adds/s", ferry: f, sqlite: nil,
-      floor: median(addShaped), unit: "/s",
-      target:
-        "(reported: the floor of a commit that writes what an add writes; the line above needs Ferry at \(String(format: "%.2f", 0.9 * fl / max(median(addShaped), 1)))× of it)",
-      meets: nil, baseline: "add-shaped LMDB"),
+      floor: shaped, unit: "/s", target: "≥ 0.9× add-shaped floor", meets: f >= 0.9 * shaped,
+      baseline: "add-shaped LMDB"),
     Figure(
-      workload: "1 the same, write-ahead segment (one flush)", metric: "adds/s", ferry: median(segmented),
-      sqlite: median(sqlite), floor: fl, unit: "/s", target: "≥ 0.9× SQLite",
-      meets: median(segmented) >= 0.9 * median(sqlite)),
+      workload: "1 the same adds, \(otherPath)", metric: "adds/s", ferry: median(other), sqlite: s,
+      floor: nil, unit: "/s", target: "(reported: the other write path)", meets: nil),
     Figure(
-      workload: "1 the disk: a bare pwrite + fdatasync", metric: "flushes/s", ferry: median(segmented),
-      sqlite: median(sqlite), floor: median(flushes), unit: "/s",
-      target:
-        "(reported: no one-flush commit beats it; 0.9× SQLite needs the segment within \(String(format: "%.0f", 100 * 0.9 * median(sqlite) / max(median(flushes), 1)))% of it)",
-      meets: nil, baseline: "bare flush"),
+      workload: "1 flushes per acknowledged add", metric: "flushes", ferry: median(flushesPerAdd.ferry),
+      sqlite: median(flushesPerAdd.sqlite), floor: median(flushesPerAdd.other), unit: "flushes",
+      target: "(reported: counted at the C library; 1 for the segment, 2 for LMDB's commit)", meets: nil,
+      baseline: otherPath.components(separatedBy: " (").first),
     Figure(
-      workload: "1 SQLite as a GRDB pool leaves it (NORMAL)", metric: "adds/s", ferry: median(segmented),
+      workload: "1 LMDB alone, one record in one tree a commit", metric: "adds/s", ferry: f, sqlite: nil,
+      floor: median(floor), unit: "/s",
+      target: "(reported: not what an add writes; its target is retired for the add-shaped line)",
+      meets: nil),
+    Figure(
+      workload: "1 the disk: a bare pwrite + fdatasync", metric: "flushes/s", ferry: f,
+      sqlite: s, floor: median(bareFlush), unit: "/s",
+      target: "(reported: no one-flush commit beats it)", meets: nil, baseline: "bare flush"),
+    Figure(
+      workload: "1 SQLite as a GRDB pool leaves it (NORMAL)", metric: "adds/s", ferry: f,
       sqlite: median(sqliteNormal), floor: nil, unit: "/s",
       target:
         "(reported: WAL with synchronous = NORMAL is not flushed per commit; the sqlite column elsewhere is FULL)",
@@ -151,15 +182,15 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   var sqlite: [Double] = []
   var floor: [Double] = []
   var addShaped: [Double] = []
-  var segmented: [Double] = []
+  var other: [Double] = []
   var batchSizes: [Double] = []
   let perCaller = sizes.concurrentAdds / sizes.callers
   let n = perCaller * sizes.callers
   for _ in 0..<sizes.runs {
-    for segment in [false, true] {
+    for isDefault in [true, false] {
       let fp = scratchPath("w2f")
       var configuration = FerryStore.Configuration()
-      configuration.writeAheadSegment = segment
+      configuration.writeAheadSegment = isDefault == defaultIsSegment
       let store = try await FerryStore.open(at: fp, configuration: configuration)
       let commitsBefore = store.log.statistics.commits
       let rate =
@@ -174,11 +205,11 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
             try await group.waitForAll()
           }
         })
-      if segment {
-        segmented.append(rate)
-      } else {
+      if isDefault {
         ferry.append(rate)
         batchSizes.append(Double(n) / Double(max(1, store.log.statistics.commits - commitsBefore)))
+      } else {
+        other.append(rate)
       }
       store.close()
       remove(fp)
@@ -216,23 +247,25 @@ func concurrentAdds(_ sizes: Sizes, recordSize: Int) async throws -> [Figure] {
   }
   let f = median(ferry)
   let s = median(sqlite)
-  // 10× SQLite was the first target; on this kind of disk it is more than bare LMDB commits of
-  // the same records can do, so the floor is the reference.
-  let fl = median(floor)
+  let shaped = median(addShaped)
   return [
     Figure(
       workload: "2 concurrent adds (\(n), \(sizes.callers) callers)", metric: "adds/s", ferry: f, sqlite: s,
-      floor: fl, unit: "/s", target: "≥ 0.8× floor (10× SQLite is above the floor here)", meets: f >= 0.8 * fl
-    ),
+      floor: nil, unit: "/s", target: "≥ 10× SQLite (\(defaultPath))", meets: f >= 10 * s),
     Figure(
       workload: "2 LMDB alone, an add's four trees, Ferry's batches", metric: "adds/s", ferry: f, sqlite: nil,
-      floor: median(addShaped), unit: "/s",
+      floor: shaped, unit: "/s",
       target:
-        "(reported: \(String(format: "%.1f", median(batchSizes))) adds a commit as Ferry made them; the line above needs Ferry at \(String(format: "%.2f", 0.8 * fl / max(median(addShaped), 1)))× of it)",
-      meets: nil, baseline: "add-shaped LMDB"),
+        "≥ 0.8× add-shaped floor (\(String(format: "%.1f", median(batchSizes))) adds a commit as Ferry made them)",
+      meets: f >= 0.8 * shaped, baseline: "add-shaped LMDB"),
     Figure(
-      workload: "2 the same, write-ahead segment", metric: "adds/s", ferry: median(segmented), sqlite: s,
-      floor: fl, unit: "/s", target: "≥ 0.8× floor", meets: median(segmented) >= 0.8 * fl),
+      workload: "2 the same adds, \(otherPath)", metric: "adds/s", ferry: median(other), sqlite: s,
+      floor: nil, unit: "/s", target: "(reported: the other write path)", meets: nil),
+    Figure(
+      workload: "2 LMDB alone, 64 records in one tree a commit", metric: "adds/s", ferry: f, sqlite: nil,
+      floor: median(floor), unit: "/s",
+      target: "(reported: not what an add writes; its target is retired for the add-shaped line)",
+      meets: nil),
   ]
 }
 
@@ -279,26 +312,25 @@ func recordErrors(_ store: FerryStore, _ ids: [TaskID]) async throws {
   }
 }
 
-/// 3. The run loop with a no-op handler: serial, and 8 groups in parallel.
+/// 3. The run loop with a no-op handler: serial, and 8 groups in parallel, on both write paths.
 func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   var serial: [Double] = []
   var parallel: [Double] = []
-  var segmented: [Double] = []
-  var segmentedParallel: [Double] = []
-  // The other choice of the writer's poll (`writerSpin`): on without the segment, off with it.
-  var serialPolling: [Double] = []
-  var segmentedNoPoll: [Double] = []
+  var otherSerial: [Double] = []
+  var otherParallel: [Double] = []
+  // The default path with the other choice of the writer's poll (`writerSpin`): it polls by
+  // default with the segment, not without.
+  var otherPoll: [Double] = []
   var sqlite: [Double] = []
   let n = sizes.runLoop
   for _ in 0..<sizes.runs {
-    for (groups, segment, other) in [
-      (0, false, false), (8, false, false), (0, true, false), (8, true, false), (0, false, true),
-      (0, true, true),
+    for (groups, isDefault, flipPoll) in [
+      (0, true, false), (8, true, false), (0, false, false), (8, false, false), (0, true, true),
     ] {
       let fp = scratchPath("w3f")
       var storeConfiguration = FerryStore.Configuration()
-      storeConfiguration.writeAheadSegment = segment
-      if other { storeConfiguration.writerSpin = segment ? .zero : .microseconds(50) }
+      storeConfiguration.writeAheadSegment = isDefault == defaultIsSegment
+      if flipPoll { storeConfiguration.writerSpin = defaultIsSegment ? .zero : .microseconds(50) }
       let store = try await FerryStore.open(at: fp, configuration: storeConfiguration)
       _ = try await fill(store, n, groups: groups)
       var configuration = TaskRunner.Configuration()
@@ -306,13 +338,12 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
       let runner = TaskRunner(queue: store.queue, configuration: configuration)
       runner.register(tag: "t") { _ in .succeeded }
       let rate = Double(n) / (try await seconds { _ = try await runner.run() })
-      switch (segment, groups == 0, other) {
-      case (false, true, false): serial.append(rate)
-      case (false, false, _): parallel.append(rate)
-      case (true, true, false): segmented.append(rate)
-      case (true, false, _): segmentedParallel.append(rate)
-      case (false, true, true): serialPolling.append(rate)
-      case (true, true, true): segmentedNoPoll.append(rate)
+      switch (isDefault, groups == 0, flipPoll) {
+      case (true, true, false): serial.append(rate)
+      case (true, false, _): parallel.append(rate)
+      case (false, true, _): otherSerial.append(rate)
+      case (false, false, _): otherParallel.append(rate)
+      case (true, true, true): otherPoll.append(rate)
       }
       store.close()
       remove(fp)
@@ -336,31 +367,22 @@ func runLoop(_ sizes: Sizes) async throws -> [Figure] {
   return [
     Figure(
       workload: "3 run loop, no-op handler (\(n), serial)", metric: "tasks/s", ferry: f, sqlite: s,
-      floor: nil, unit: "/s", target: "≥ 0.45× SQLite serial", meets: f >= 0.45 * s),
+      floor: nil, unit: "/s", target: "≥ 1× SQLite serial (\(defaultPath))", meets: f >= s),
     Figure(
       workload: "3 run loop, no-op handler (\(n), 8 groups × 8)", metric: "tasks/s", ferry: p, sqlite: s,
-      floor: nil,
-      unit: "/s", target: "≥ 3× SQLite serial", meets: p >= 3 * s),
+      floor: nil, unit: "/s", target: "≥ 3× SQLite serial", meets: p >= 3 * s),
     Figure(
-      workload: "3 run loop serial, write-ahead segment", metric: "tasks/s", ferry: median(segmented),
-      sqlite: s,
-      floor: nil, unit: "/s", target: "≥ 1× SQLite serial", meets: median(segmented) >= s),
+      workload: "3 serial, \(otherPath)", metric: "tasks/s", ferry: median(otherSerial), sqlite: s,
+      floor: nil, unit: "/s", target: "(reported: the other write path)", meets: nil),
     Figure(
-      workload: "3 8 groups × 8, write-ahead segment", metric: "tasks/s", ferry: median(segmentedParallel),
-      sqlite: s, floor: nil, unit: "/s", target: "≥ 3× SQLite serial",
-      meets: median(segmentedParallel) >= 3 * s),
+      workload: "3 8 groups × 8, \(otherPath)", metric: "tasks/s", ferry: median(otherParallel),
+      sqlite: s, floor: nil, unit: "/s", target: "(reported: the other write path)", meets: nil),
     Figure(
-      workload: "3 serial, the writer polls 50 µs (writerSpin)", metric: "tasks/s",
-      ferry: median(serialPolling),
-      sqlite: s, floor: f, unit: "/s",
-      target: "(reported: the poll between commits, off by default without the segment)", meets: nil,
+      workload: defaultIsSegment
+        ? "3 serial, the writer never polls" : "3 serial, the writer polls 50 µs (writerSpin)",
+      metric: "tasks/s", ferry: median(otherPoll), sqlite: s, floor: f, unit: "/s",
+      target: "(reported: the writer's poll between commits, on by default with the segment)", meets: nil,
       baseline: "default"),
-    Figure(
-      workload: "3 serial, segment, the writer never polls", metric: "tasks/s",
-      ferry: median(segmentedNoPoll),
-      sqlite: s, floor: median(segmented), unit: "/s",
-      target: "(reported: the segment's default polls 50 µs)",
-      meets: nil, baseline: "default"),
   ]
 }
 
