@@ -183,7 +183,9 @@ public final class FerryStore: Sendable {
       logConfiguration.writeAheadSegment = configuration.writeAheadSegment
       logConfiguration.writerSpin = configuration.writerSpin
       logConfiguration.storeIdAtCreation = configuration.storeIdAtCreation
-      if let commits = configuration.segmentCheckpointCommits { logConfiguration.segmentCheckpointCommits = commits }
+      if let commits = configuration.segmentCheckpointCommits {
+        logConfiguration.segmentCheckpointCommits = commits
+      }
       if let freed = configuration.segmentCheckpointFreedBytes {
         logConfiguration.segmentCheckpointFreedBytes = freed
       }

@@ -226,7 +226,8 @@ final class SegmentSession: Sendable {
         s.pagesFreedSinceCheckpoint += freed.pages
         s.freedCountedThrough = freed.through
       }
-      return s.pin == nil || s.framesSinceCheckpoint >= limits.frames || s.bytesSinceCheckpoint >= limits.bytes
+      return s.pin == nil || s.framesSinceCheckpoint >= limits.frames
+        || s.bytesSinceCheckpoint >= limits.bytes
         || s.pagesFreedSinceCheckpoint * s.pageSize >= limits.freedBytes
     }
     // A new cycle starts at its beginning: nothing to read.
