@@ -605,6 +605,42 @@ public final class Environment: @unchecked Sendable {
     state.withLock { $0.pins.removeAll { $0 === pin } }
   }
 
+  /// The pages freed by the committed transactions after `transaction`, in any process, and the
+  /// last such transaction: the free-page database's records keyed above it. While a snapshot at
+  /// or before `transaction` is pinned, these are exactly the pages LMDB may not reuse yet. Reads
+  /// the records' sizes only (a record is a count word and one word a page).
+  public func pagesFreed(after transaction: UInt64) throws -> (pages: Int, through: UInt64) {
+    try withOpenEnvironment {
+      var pointer: OpaquePointer?
+      try check(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &pointer), "reading the free-page list")
+      guard let txn = pointer else { return (0, transaction) }
+      defer { mdb_txn_abort(txn) }
+      var cursor: OpaquePointer?
+      // Database 0 is LMDB's free-page database; its cursor is open to read transactions only.
+      try check(mdb_cursor_open(txn, 0, &cursor), "reading the free-page list")
+      defer { mdb_cursor_close(cursor) }
+      var start = Int(clamping: transaction &+ 1)
+      var pages = 0
+      var through = transaction
+      try withUnsafeMutableBytes(of: &start) { startBytes in
+        var key = MDB_val(mv_size: startBytes.count, mv_data: startBytes.baseAddress)
+        var value = MDB_val()
+        var rc = mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+        while rc == MDB_SUCCESS {
+          guard key.mv_size == MemoryLayout<Int>.size, let raw = key.mv_data else { break }
+          let id = UInt64(raw.loadUnaligned(as: UInt.self))
+          if id > transaction {
+            pages += max(0, value.mv_size / MemoryLayout<Int>.size - 1)
+            through = max(through, id)
+          }
+          rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+        }
+        if rc != MDB_NOTFOUND && rc != MDB_SUCCESS { try check(rc, "reading the free-page list") }
+      }
+      return (pages, through)
+    }
+  }
+
   /// Writes a copy of the environment into the existing, empty directory `path`,
   /// compacting it (omitting free pages) when asked (`mdb_env_copy2`).
   public func copy(to path: String, compact: Bool) throws {

@@ -97,6 +97,10 @@ public final class FerryStore: Sendable {
     @_spi(Experimental) public var writerSpin: Duration? = nil
     /// The id a store created by this open gets (``EventLog/Configuration/storeIdAtCreation``).
     package var storeIdAtCreation: EventID?
+    /// Tests and benchmarks: the segment's checkpoint limits in place of the log's defaults
+    /// (``EventLog/Configuration/segmentCheckpointCommits``, …`FreedBytes`).
+    package var segmentCheckpointCommits: Int?
+    package var segmentCheckpointFreedBytes: Int?
     /// On iOS, tvOS, watchOS and visionOS: suspend the store (``FerryStore/suspend()``) when the
     /// app enters the background and resume it (``FerryStore/resume()``) when it returns to the
     /// foreground, following `UIApplication`'s notifications. Off by default; an app whose store
@@ -179,6 +183,12 @@ public final class FerryStore: Sendable {
       logConfiguration.writeAheadSegment = configuration.writeAheadSegment
       logConfiguration.writerSpin = configuration.writerSpin
       logConfiguration.storeIdAtCreation = configuration.storeIdAtCreation
+      if let commits = configuration.segmentCheckpointCommits {
+        logConfiguration.segmentCheckpointCommits = commits
+      }
+      if let freed = configuration.segmentCheckpointFreedBytes {
+        logConfiguration.segmentCheckpointFreedBytes = freed
+      }
       let log = try EventLog.open(at: path, configuration: logConfiguration)
       do {
         let (clock, sleep) = (time.now, time.sleep)

@@ -91,6 +91,10 @@ extension EventLog {
     public var segmentCheckpointCommits: Int = 256
     /// With the segment on: checkpoint after this many bytes of frames since the last checkpoint.
     public var segmentCheckpointBytes: Int = 4 << 20
+    /// With the segment on: checkpoint once the commits since the last checkpoint have freed
+    /// this many bytes of data-file pages — the pages LMDB cannot reuse before the next one, and
+    /// so about the most the data file holds beyond what it would without the segment.
+    public var segmentCheckpointFreedBytes: Int = 4 << 20
     /// The id a store created by this open gets (a new one when nil): `ferry salvage` gives the
     /// store it rebuilds the damaged store's id, so the store stays the same store.
     package var storeIdAtCreation: EventID?

@@ -16,9 +16,22 @@ final class SegmentSession: Sendable {
   let directory: String
   let fd: Int32
   let storeId: [UInt8]
-  /// Checkpoint after this many frames or this many frame bytes since the last one.
-  let checkpointFrames: Int
-  let checkpointBytes: Int
+  /// When to checkpoint next.
+  let limits: Limits
+
+  /// Checkpoint after this many frames, frame bytes or bytes of data-file pages freed since the
+  /// last checkpoint, whichever comes first (`EventLog.Configuration.segmentCheckpointCommits`…).
+  struct Limits: Sendable {
+    var frames: Int
+    var bytes: Int
+    var freedBytes: Int
+
+    init(_ configuration: EventLog.Configuration) {
+      frames = max(1, configuration.segmentCheckpointCommits)
+      bytes = max(4096, configuration.segmentCheckpointBytes)
+      freedBytes = max(4096, configuration.segmentCheckpointFreedBytes)
+    }
+  }
 
   struct State {
     /// This process's pin: the state of a checkpoint at or before the current one. Nil until
@@ -26,6 +39,11 @@ final class SegmentSession: Sendable {
     var pin: SnapshotPin?
     var framesSinceCheckpoint = 0
     var bytesSinceCheckpoint = 0
+    /// Data-file pages freed by commits (of any process) after this process's pin, counted
+    /// through `freedCountedThrough`: the pages LMDB cannot reuse before the next checkpoint.
+    var pagesFreedSinceCheckpoint = 0
+    var freedCountedThrough: UInt64 = 0
+    var pageSize = 4096
     /// The offset of a frame flushed for a transaction not yet known to be committed.
     var unconfirmedFrame: UInt64?
     var checkpoints = 0
@@ -35,12 +53,11 @@ final class SegmentSession: Sendable {
   }
   private let state = Mutex(State())
 
-  init(directory: String, fd: Int32, storeId: [UInt8], checkpointFrames: Int, checkpointBytes: Int) {
+  init(directory: String, fd: Int32, storeId: [UInt8], limits: Limits) {
     self.directory = directory
     self.fd = fd
     self.storeId = storeId
-    self.checkpointFrames = max(1, checkpointFrames)
-    self.checkpointBytes = max(4096, checkpointBytes)
+    self.limits = limits
     let size = WriteAheadSegment.size(fd)
     state.withLock { $0.fileSize = size }
   }
@@ -66,7 +83,7 @@ final class SegmentSession: Sendable {
   /// into place and the directory flushed. Returns the open session, holding its first pin.
   static func create(
     environment: Environment, txn: Transaction, core: StoreCore, directory: String, storeId: [UInt8],
-    checkpointFrames: Int, checkpointBytes: Int
+    limits: Limits
   ) throws -> SegmentSession {
     let temporary = WriteAheadSegment.path(in: directory) + ".new"
     unlink(temporary)
@@ -89,8 +106,7 @@ final class SegmentSession: Sendable {
       throw error
     }
     let session = SegmentSession(
-      directory: directory, fd: fd, storeId: storeId, checkpointFrames: checkpointFrames,
-      checkpointBytes: checkpointBytes)
+      directory: directory, fd: fd, storeId: storeId, limits: limits)
     _ = try session.checkpoint(
       environment: environment, txn: txn, committedHead: core.head(txn), previous: nil)
     guard rename(temporary, WriteAheadSegment.path(in: directory)) == 0 else {
@@ -103,7 +119,7 @@ final class SegmentSession: Sendable {
 
   /// Opens an existing segment (its header must be readable).
   static func open(
-    directory: String, storeId: [UInt8], checkpointFrames: Int, checkpointBytes: Int
+    directory: String, storeId: [UInt8], limits: Limits
   ) throws -> (SegmentSession, WriteAheadSegment.Header) {
     let fd = try WriteAheadSegment.open(in: directory, readOnly: false)
     let header: WriteAheadSegment.Header
@@ -115,8 +131,7 @@ final class SegmentSession: Sendable {
     }
     return (
       SegmentSession(
-        directory: directory, fd: fd, storeId: storeId, checkpointFrames: checkpointFrames,
-        checkpointBytes: checkpointBytes), header
+        directory: directory, fd: fd, storeId: storeId, limits: limits), header
     )
   }
 
@@ -171,6 +186,9 @@ final class SegmentSession: Sendable {
         s.pin = pin
         s.framesSinceCheckpoint = 0
         s.bytesSinceCheckpoint = 0
+        s.pagesFreedSinceCheckpoint = 0
+        s.freedCountedThrough = pin.transaction
+        s.pageSize = pageSize
         s.checkpoints += 1
       }
       return s.pin
@@ -198,8 +216,19 @@ final class SegmentSession: Sendable {
   ) throws
     -> (cursor: WriteAheadSegment.Cursor, salt: UInt64)
   {
+    let counted = state.withLock { s in s.pin == nil ? nil : s.freedCountedThrough }
+    // Pages freed since the pin are the data file's growth over the flushed path's: no commit
+    // reuses them before the next checkpoint, whatever writes them (a commit of many tasks frees
+    // many pages, one add a few).
+    let freed = try counted.map { try environment.pagesFreed(after: $0) }
     let due = state.withLock { s in
-      s.pin == nil || s.framesSinceCheckpoint >= checkpointFrames || s.bytesSinceCheckpoint >= checkpointBytes
+      if let freed, freed.through > s.freedCountedThrough {
+        s.pagesFreedSinceCheckpoint += freed.pages
+        s.freedCountedThrough = freed.through
+      }
+      return s.pin == nil || s.framesSinceCheckpoint >= limits.frames
+        || s.bytesSinceCheckpoint >= limits.bytes
+        || s.pagesFreedSinceCheckpoint * s.pageSize >= limits.freedBytes
     }
     // A new cycle starts at its beginning: nothing to read.
     if due { return try checkpoint(environment: environment, txn: txn, committedHead: core.head(txn)) }
@@ -525,12 +554,11 @@ extension EventLog {
   ) throws -> SegmentSession? {
     let present = WriteAheadSegment.exists(in: path)
     let storeId = try environment.read { try $0.get(core.meta, key: MetaKey.storeId) } ?? HeadMark.creatingId
-    let frames = configuration.segmentCheckpointCommits
-    let bytes = configuration.segmentCheckpointBytes
+    let limits = SegmentSession.Limits(configuration)
     guard isAlone else {
       guard present else { return nil }
       let (session, _) = try SegmentSession.open(
-        directory: path, storeId: storeId, checkpointFrames: frames, checkpointBytes: bytes)
+        directory: path, storeId: storeId, limits: limits)
       if !environment.isSyncDeferred { try environment.setDeferredSync(true) }
       // A checkpoint, and with it a pin, before this process writes anything unflushed (its own
       // catch-up at open, a rebuild, a compaction — not only frames): the process whose pin keeps
@@ -544,7 +572,7 @@ extension EventLog {
     unlink(WriteAheadSegment.path(in: path) + ".new")
     if present {
       let (session, header) = try SegmentSession.open(
-        directory: path, storeId: storeId, checkpointFrames: frames, checkpointBytes: bytes)
+        directory: path, storeId: storeId, limits: limits)
       if let recoveryPin {
         session.adopt(recoveryPin, environment)
       } else {
@@ -593,8 +621,7 @@ extension EventLog {
       let session = try environment.write { txn in
         try SegmentSession.create(
           environment: environment, txn: txn, core: core, directory: path, storeId: storeId,
-          checkpointFrames: frames,
-          checkpointBytes: bytes)
+          limits: limits)
       }
       try environment.setDeferredSync(true)
       return session
