@@ -423,15 +423,17 @@ struct DataFile {
     }
   }
 
-  /// A real full disk: a 2 MiB tmpfs (root only; skipped, saying so, where mounting is not allowed).
-  @Test func aFullDiskIsATypedErrorAndLosesNothing() async throws {
+  /// A real full disk: a tmpfs (root only; skipped, saying so, where mounting is not allowed). At
+  /// 2 MiB the write-ahead segment's 8 MiB file does not fit and the store commits flushed; at
+  /// 16 MiB it does, and the disk fills under the segment's unflushed LMDB commits.
+  @Test(arguments: [2, 16]) func aFullDiskIsATypedErrorAndLosesNothing(mebibytes: Int) async throws {
     let mountPoint =
       FileManager.default.temporaryDirectory.path + "/ferry-full-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
     defer { try? FileManager.default.removeItem(atPath: mountPoint) }
     let mount = Process()
     mount.executableURL = URL(fileURLWithPath: "/bin/mount")
-    mount.arguments = ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint]
+    mount.arguments = ["-t", "tmpfs", "-o", "size=\(mebibytes)m", "tmpfs", mountPoint]
     mount.standardError = FileHandle.nullDevice
     guard (try? mount.run()) != nil else {
       print("disk full: skipped (cannot run mount)")
@@ -453,6 +455,7 @@ struct DataFile {
     var configuration = EventLog.Configuration(projections: [CountByType()])
     configuration.initialMapSize = 64 << 10
     let log = try EventLog.open(at: path, configuration: configuration)
+    #expect(EventLog.hasWriteAheadSegment(in: path) == (mebibytes > 8))
     var acknowledged: [UInt64] = []
     var failure: (any Error)?
     for i in 0..<10_000 {
@@ -483,6 +486,7 @@ struct DataFile {
     }
     #expect(seen == acknowledged.count)
     #expect(try reopened.verify().isHealthy)
-    print("disk full: \(acknowledged.count) events acknowledged before ENOSPC, all read back")
+    print(
+      "disk full (\(mebibytes) MiB): \(acknowledged.count) events acknowledged before ENOSPC, all read back")
   }
 }
