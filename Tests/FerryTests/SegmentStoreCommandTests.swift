@@ -138,7 +138,9 @@ extension SegmentStoreCommandTests {
     #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
     let store = try await fixture.openStore()
     defer { store.close() }
-    #expect(try store.log.event(at: 7) != nil)
+    var sequences: [UInt64] = []
+    try store.log.forEachEvent { sequences.append($0.sequence) }
+    #expect(sequences == Array(1...20))
     #expect(try store.queue.pendingTasks().map(\.id) == ids)
     #expect(try store.log.verify().isHealthy)
   }
