@@ -12,7 +12,8 @@ let queueModes: [String: Mode] = [
     call.runAsync {
       let queue: TaskQueue
       var configuration = FerryStore.Configuration()
-      configuration.writeAheadSegment = ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] != "0"
+      configuration.writeAheadSegment =
+        ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] != "0"
       do {
         queue = try await TaskQueue.open(at: call.directory, configuration: configuration)
       } catch {

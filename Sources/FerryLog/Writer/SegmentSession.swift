@@ -587,7 +587,7 @@ extension EventLog {
         }
         try environment.setDeferredSync(true)
         return session
-      } catch where isOutOfSpace(error) {
+      } catch let error where isOutOfSpace(error) {
         // No room for the segment's preallocated file (a full disk or quota): this open commits
         // flushed, as a store without the segment does, rather than leave the store unopenable
         // on a disk the flushed commits still fit; the next open alone tries again.
