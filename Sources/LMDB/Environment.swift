@@ -95,6 +95,7 @@ public final class Environment: @unchecked Sendable {
     var counters = Counters()
     var deferredSync = false
     var pins: [SnapshotPin] = []
+    var writeBegins: (@Sendable (Transaction) throws -> Void)?
   }
 
   let env: OpaquePointer
@@ -397,6 +398,7 @@ public final class Environment: @unchecked Sendable {
       writingThread.withLock { $0 = me }
       let txn = Transaction(txn: pointer, environment: self, readOnly: false)
       do {
+        if let begins = state.withLock({ $0.writeBegins }) { try begins(txn) }
         let result = try body(txn)
         try txn.commit()
         writingThread.withLock { $0 = nil }
@@ -576,6 +578,13 @@ public final class Environment: @unchecked Sendable {
       try check(mdb_env_set_flags(env, UInt32(MDB_NOSYNC), deferred ? 1 : 0), "mdb_env_set_flags")
       state.withLock { $0.deferredSync = deferred }
     }
+  }
+
+  /// Runs `begins` at the start of every later write transaction of this environment (each run
+  /// of it, see ``write(_:)``), before its body: a caller that must do something in the first
+  /// transaction that writes — and only if one ever comes — does it there. Nil removes it.
+  public func setWriteBegins(_ begins: (@Sendable (Transaction) throws -> Void)?) {
+    state.withLock { $0.writeBegins = begins }
   }
 
   /// Whether commits are currently left unflushed (``setDeferredSync(_:)``, or a `.scratch` or

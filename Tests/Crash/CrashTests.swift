@@ -102,9 +102,10 @@ struct HarnessRandom {
     var random = HarnessRandom(state: seed)
     let base = FileManager.default.temporaryDirectory.path + "/ferry-crash-\(seed)"
     defer { try? FileManager.default.removeItem(atPath: base) }
-    // FERRY_WRITE_AHEAD_SEGMENT=1 (inherited by every worker): the stores use the write-ahead
-    // segment, and its own points are armed too (Specs/one-sync-commit.md §7).
-    let segment = environment["FERRY_WRITE_AHEAD_SEGMENT"] == "1"
+    // The stores use the write-ahead segment, the default, and its own points are armed too
+    // (Specs/one-sync-commit.md §8); FERRY_WRITE_AHEAD_SEGMENT=0 (inherited by every worker)
+    // runs them on flushed commits.
+    let segment = environment["FERRY_WRITE_AHEAD_SEGMENT"] != "0"
     var points = ["append.beforeCommit", "append.afterCommit", "handler", "rebuild.chunk", "compaction"]
     if segment {
       points += [
@@ -115,7 +116,7 @@ struct HarnessRandom {
     }
     print(
       "crash: seed \(seed) (FERRY_CRASH_SEED=\(seed) replays this run), \(target) kills"
-        + (segment ? ", write-ahead segment" : ""))
+        + (segment ? ", write-ahead segment" : ", flushed commits"))
 
     var kills = 0
     var runners = 0

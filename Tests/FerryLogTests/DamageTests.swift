@@ -50,7 +50,9 @@ struct DataFile {
 }
 
 /// One test per kind of damage issue 12 lists for the log itself: each asserts the typed error
-/// and, where the file was not damaged, that nothing acknowledged was lost.
+/// and, where the file was not damaged, that nothing acknowledged was lost. The stores commit
+/// flushed: the damage is to `data.mdb` itself, which a store with a write-ahead segment puts back
+/// to its checkpoint or refuses as replaced (SegmentTests, SegmentRecoveryTests).
 @Suite(.timeLimit(.minutes(20))) struct DamageTests {
   /// A store with `count` events appended one per commit (each commit its own LMDB transaction).
   func makeStore(_ store: TemporaryStore, count: Int, payload: Int = 200) async throws {
@@ -79,7 +81,7 @@ struct DataFile {
 
   @Test(arguments: [8192, 16384, -2])
   func aTruncatedDataFileIsRefusedBeforeAnyPageIsRead(_ length: Int) async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 400)
     let file = DataFile(store)
@@ -91,7 +93,7 @@ struct DataFile {
   }
 
   @Test func aLastPageFieldPastTheFileIsRefusedNotLoopedOn() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 50)
     let file = DataFile(store)
@@ -116,7 +118,7 @@ struct DataFile {
   }
 
   @Test func anOlderMetaPageDamagedOutOfSequenceIsRefused() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 20)
     let file = DataFile(store)
@@ -134,7 +136,7 @@ struct DataFile {
   /// by one bit): both meta checks pass, LMDB picks the older state and the newest commit is gone.
   /// Only the head mark, kept outside LMDB's snapshot, can tell.
   @Test func anOlderMetaPageDamagedIntoTheNewestIsALostCommit() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     let log = try store.open()
     var acknowledged: UInt64 = 0
@@ -181,7 +183,7 @@ struct DataFile {
   }
 
   @Test func aDataFileReplacedByAnOlderCopyIsALostCommit() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 10)
     let copy = store.path + "/../" + URL(fileURLWithPath: store.path).lastPathComponent + ".old-data"
@@ -200,7 +202,7 @@ struct DataFile {
   }
 
   @Test func anEmptyOrMissingDataFileNeverBecomesANewStore() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 10)
     let file = DataFile(store)
@@ -214,7 +216,7 @@ struct DataFile {
   }
 
   @Test func aCreationKilledBeforeLMDBWroteItsMetaPagesIsFinished() throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     // What a creation killed right after LMDB created data.mdb leaves: the creation mark, an empty
     // data file and the lock file.
@@ -226,7 +228,7 @@ struct DataFile {
     #expect(try log.head() == 0)
     log.close()
     // Read-only, the same leftovers are not a store yet.
-    let other = TemporaryStore()
+    let other = TemporaryStore(writeAheadSegment: false)
     defer { other.remove() }
     try FileManager.default.createDirectory(atPath: other.path, withIntermediateDirectories: false)
     #expect(FileManager.default.createFile(atPath: other.path + "/data.mdb", contents: Data()))
@@ -234,8 +236,8 @@ struct DataFile {
   }
 
   @Test func aDataFileOfAnotherStoreIsRefused() async throws {
-    let first = TemporaryStore()
-    let second = TemporaryStore()
+    let first = TemporaryStore(writeAheadSegment: false)
+    let second = TemporaryStore(writeAheadSegment: false)
     defer {
       first.remove()
       second.remove()
@@ -249,7 +251,7 @@ struct DataFile {
   }
 
   @Test func aRecordStoredUnderTheWrongKeyIsCaughtByEveryRead() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 10)
     try store.withRawEnvironment(["events"]) { env in
@@ -272,7 +274,7 @@ struct DataFile {
   }
 
   @Test func aMissingEventIsCaughtByEveryScan() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 10)
     try store.withRawEnvironment(["events"]) { env in
@@ -313,7 +315,7 @@ struct DataFile {
   /// Inside the compacted range gaps are legal, so a record lost there is caught by counting:
   /// the log holds exactly `head − removed` records.
   @Test func aRecordLostInsideTheCompactedRangeIsCaughtByCounting() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 30)
     do {
@@ -349,7 +351,7 @@ struct DataFile {
 
   @Test func twoProcessesCreatingOneStoreBothSucceed() async throws {
     for round in 0..<5 {
-      let store = TemporaryStore("create\(round)")
+      let store = TemporaryStore("create\(round)", writeAheadSegment: false)
       defer { store.remove() }
       let workers = try (0..<6).map { _ in
         let process = Process()
@@ -374,7 +376,7 @@ struct DataFile {
   }
 
   @Test func aFormatOneStoreIsRaisedToFormatTwoOnlyByAWrite() async throws {
-    let store = TemporaryStore()
+    let store = TemporaryStore(writeAheadSegment: false)
     defer { store.remove() }
     try await makeStore(store, count: 3)
     func format() throws -> UInt32? {
@@ -423,15 +425,17 @@ struct DataFile {
     }
   }
 
-  /// A real full disk: a 2 MiB tmpfs (root only; skipped, saying so, where mounting is not allowed).
-  @Test func aFullDiskIsATypedErrorAndLosesNothing() async throws {
+  /// A real full disk: a tmpfs (root only; skipped, saying so, where mounting is not allowed). At
+  /// 2 MiB the write-ahead segment's 8 MiB file does not fit and the store commits flushed; at
+  /// 16 MiB it does, and the disk fills under the segment's unflushed LMDB commits.
+  @Test(arguments: [2, 16]) func aFullDiskIsATypedErrorAndLosesNothing(mebibytes: Int) async throws {
     let mountPoint =
       FileManager.default.temporaryDirectory.path + "/ferry-full-\(UUID().uuidString.prefix(8))"
     try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: false)
     defer { try? FileManager.default.removeItem(atPath: mountPoint) }
     let mount = Process()
     mount.executableURL = URL(fileURLWithPath: "/bin/mount")
-    mount.arguments = ["-t", "tmpfs", "-o", "size=2m", "tmpfs", mountPoint]
+    mount.arguments = ["-t", "tmpfs", "-o", "size=\(mebibytes)m", "tmpfs", mountPoint]
     mount.standardError = FileHandle.nullDevice
     guard (try? mount.run()) != nil else {
       print("disk full: skipped (cannot run mount)")
@@ -453,6 +457,7 @@ struct DataFile {
     var configuration = EventLog.Configuration(projections: [CountByType()])
     configuration.initialMapSize = 64 << 10
     let log = try EventLog.open(at: path, configuration: configuration)
+    #expect(EventLog.hasWriteAheadSegment(in: path) == (mebibytes > 8))
     var acknowledged: [UInt64] = []
     var failure: (any Error)?
     for i in 0..<10_000 {
@@ -483,6 +488,7 @@ struct DataFile {
     }
     #expect(seen == acknowledged.count)
     #expect(try reopened.verify().isHealthy)
-    print("disk full: \(acknowledged.count) events acknowledged before ENOSPC, all read back")
+    print(
+      "disk full (\(mebibytes) MiB): \(acknowledged.count) events acknowledged before ENOSPC, all read back")
   }
 }

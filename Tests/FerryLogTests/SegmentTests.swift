@@ -62,9 +62,9 @@ import Testing
     #expect(Set(sequences).count == 640)
     #expect(FileManager.default.fileExists(atPath: store.path + "/ferry-segment"))
     #expect(try format(store) == EventLog.segmentFormatVersion)
-    // Opened again without asking: the store keeps its segment only for an open that asks —
-    // alone, an open that does not ask turns it off (flushed first, then the segment removed).
-    let again = try store.open()
+    // Opened again asking for flushed commits: the store keeps its segment only for an open that
+    // asks — alone, an open that does not turns it off (flushed first, then the segment removed).
+    let again = try store.open { $0.writeAheadSegment = false }
     #expect(try again.head() == 640)
     #expect(try counts(again).values.reduce(0, +) == 640)
     #expect(try again.verify().problems.isEmpty)

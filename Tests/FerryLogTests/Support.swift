@@ -6,10 +6,15 @@ import TestSupport
 /// A fresh store directory under the system's temporary directory, removed by `remove()`.
 struct TemporaryStore {
   let path: String
+  /// What ``open(_:catalog:configure:)`` asks for before `configure` runs: false for tests of the
+  /// data file's own checks, which edit `data.mdb` directly — a store with a write-ahead segment
+  /// takes such an edit for a commit after its checkpoint (`Specs/one-sync-commit.md` §5).
+  let writeAheadSegment: Bool
 
-  init(_ label: String = #function) {
+  init(_ label: String = #function, writeAheadSegment: Bool = true) {
     let safe = label.filter { $0.isLetter || $0.isNumber }
     path = FileManager.default.temporaryDirectory.path + "/ferry-log-\(safe)-\(UUID().uuidString.prefix(8))"
+    self.writeAheadSegment = writeAheadSegment
   }
 
   func remove() { try? FileManager.default.removeItem(atPath: path) }
@@ -20,6 +25,7 @@ struct TemporaryStore {
     configure: (inout EventLog.Configuration) -> Void = { _ in }
   ) throws -> EventLog {
     var configuration = EventLog.Configuration(projections: projections, catalog: catalog)
+    configuration.writeAheadSegment = writeAheadSegment
     configure(&configuration)
     return try EventLog.open(at: path, configuration: configuration)
   }

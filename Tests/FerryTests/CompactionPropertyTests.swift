@@ -248,6 +248,12 @@ func apply(_ step: HistoryStep, index: Int, to pair: inout StorePair, _ steps: [
     let wasCompacted = try pair.compacted.log.compactionState() != nil
     pair.compacted.close()
     let path = pair.compactedFixture.path
+    // The versions are edited in data.mdb with raw LMDB writes, which a store with a write-ahead
+    // segment takes for commits after its checkpoint (Specs/one-sync-commit.md §5): edited on
+    // flushed commits, and the reopen below turns the segment on again and rebuilds through it.
+    var flushed = pair.configuration
+    flushed.writeAheadSegment = false
+    try await FerryStore.open(at: path, configuration: flushed).close()
     for (bumped, name) in [
       (queue, TaskQueueProjection.projectionName), (cache, CacheAgesProjection.projectionName),
     ]

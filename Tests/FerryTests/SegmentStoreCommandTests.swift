@@ -1,6 +1,7 @@
 @_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
+import LMDB
 import TestSupport
 import Testing
 
@@ -106,6 +107,48 @@ import Testing
 }
 
 extension SegmentStoreCommandTests {
+  /// A raw LMDB write into a closed store's `data.mdb` behind its segment's back (here: event 7
+  /// deleted) is a commit after the checkpoint that no frame holds: every read command refuses
+  /// with "needs recovery" (13) instead of reading the edited file as settled, and `ferry recover`
+  /// puts the checkpoint — every acknowledged event, event 7 too — back.
+  @Test func aRawWriteBehindTheSegmentsBackNeedsRecoveryAndIsUndone() async throws {
+    let fixture = QueueFixture()
+    defer { fixture.remove() }
+    var ids: [TaskID] = []
+    do {
+      let store = try await fixture.openStore()
+      for n in 0..<20 { ids.append(try await store.queue.add(tag: "t", payload: ["n": n])) }
+      store.close()
+    }
+    #expect(FileManager.default.fileExists(atPath: fixture.path + "/ferry-segment"))
+    do {
+      let env = try LMDB.Environment.open(path: fixture.path, databases: ["events"])
+      defer { env.close() }
+      let events = try env.database("events")
+      try env.write { txn in _ = try txn.delete(events, key: UInt64(7).bigEndianBytes) }
+    }
+    // The read commands read a recovered copy, in which the edit is undone too.
+    for command in ["verify", "export", "log", "stats"] {
+      let read = try OperatorCompanyTests.ferry([command, fixture.path])
+      #expect(read.status == 0, "\(command): \(read.status) \(read.stderr)")
+      #expect(read.stderr.contains("ferry recover \(fixture.path)"), "\(command): \(read.stderr)")
+    }
+    let exported = try OperatorCompanyTests.ferry(["export", fixture.path])
+    #expect(exported.stdout.split(separator: "\n").count == 20, "\(exported.stdout)")
+    let recover = try Child("ferry", ["recover", fixture.path, "--json"])
+    #expect(try await recover.wait() == 0)
+    #expect(try recoverReport(recover) == RecoverReport(recovered: true, head: 20, writeAheadSegment: true))
+    let verify = try OperatorCompanyTests.ferry(["verify", fixture.path])
+    #expect(verify.status == 0, "\(verify.stdout) \(verify.stderr)")
+    let store = try await fixture.openStore()
+    defer { store.close() }
+    var sequences: [UInt64] = []
+    try store.log.forEachEvent { sequences.append($0.sequence) }
+    #expect(sequences == Array(1...20))
+    #expect(try store.queue.pendingTasks().map(\.id) == ids)
+    #expect(try store.log.verify().isHealthy)
+  }
+
   /// `ferry compact` keeps a store's segment; `ferry compact --copy`, alone, settles and turns it
   /// off before it swaps a copy in (the segment's checkpoint describes the old file's pages), and
   /// the app's next open turns it on again: nothing is lost either way.

@@ -13,9 +13,19 @@ import Testing
 
 /// The CLI over stores damaged in ways the log's own checks catch: each command exits 6 naming
 /// what is wrong, and a user without permission is told so.
+///
+/// The stores commit flushed: the damage is planted with raw LMDB writes, which a store with a
+/// write-ahead segment takes for commits after its checkpoint and undoes at recovery
+/// (`Specs/one-sync-commit.md` §5; SegmentStoreCommandTests: a raw write behind its back).
 @Suite(.timeLimit(.minutes(20)), .serialized) struct DamageCommandTests {
+  static var flushed: FerryStore.Configuration {
+    var configuration = FerryStore.Configuration()
+    configuration.writeAheadSegment = false
+    return configuration
+  }
+
   func makeStore(_ path: String, tasks: Int = 20) async throws {
-    let store = try await FerryStore.open(at: path)
+    let store = try await FerryStore.open(at: path, configuration: Self.flushed)
     for i in 0..<tasks { _ = try await store.queue.add(tag: "note", payload: ["n": i]) }
     store.close()
   }
@@ -64,7 +74,7 @@ import Testing
     defer { try? FileManager.default.removeItem(atPath: older) }
     try FileManager.default.copyItem(atPath: place.path + "/data.mdb", toPath: older)
     try await {
-      let store = try await FerryStore.open(at: place.path)
+      let store = try await FerryStore.open(at: place.path, configuration: Self.flushed)
       for i in 0..<5 { _ = try await store.queue.add(tag: "later", payload: ["n": i]) }
       store.close()
     }()

@@ -78,9 +78,13 @@ func runFerry(_ arguments: [String], tmp: String, extra: [String: String] = [:])
 }
 
 /// A store of `tasks` tasks (some cancelled, some failed, some blocked) and a few cache fetches,
-/// written through the library.
-func makeStore(at path: String, tasks: Int) async throws {
-  let store = try await FerryStore.open(at: path)
+/// written through the library (`writeAheadSegment: false`: with LMDB's flushed commits, for a test
+/// of what edits to `data.mdb` itself do; a segment store's open puts its checkpoint's meta pages
+/// back, `Specs/one-sync-commit.md` §5).
+func makeStore(at path: String, tasks: Int, writeAheadSegment: Bool = true) async throws {
+  var configuration = FerryStore.Configuration()
+  configuration.writeAheadSegment = writeAheadSegment
+  let store = try await FerryStore.open(at: path, configuration: configuration)
   defer { store.close() }
   let padding = String(repeating: "x", count: 300)
   try await withThrowingTaskGroup(of: Void.self) { group in

@@ -8,7 +8,11 @@ let logModes: [String: Mode] = [
     call.expect(1...1)
     let count = call.number(0)
     call.runAsync {
-      let log = try EventLog.open(at: call.directory)
+      // With the write-ahead segment, the default, unless FERRY_WRITE_AHEAD_SEGMENT=0.
+      var configuration = EventLog.Configuration()
+      configuration.writeAheadSegment =
+        ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] != "0"
+      let log = try EventLog.open(at: call.directory, configuration: configuration)
       for i in 0..<count {
         let sequence = try await log.append(
           NewEvent(type: "worker.event", payload: Array("worker \(i)".utf8)))

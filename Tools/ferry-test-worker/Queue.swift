@@ -5,13 +5,17 @@ import Foundation
 let queueModes: [String: Mode] = [
   // Opens the store (creating it when missing) and adds COUNT tasks one by one, tag "app" and
   // data id "app-I", printing "ack ID I" once each add has returned. Exits 3 when the open fails.
+  // With the write-ahead segment, the default, unless FERRY_WRITE_AHEAD_SEGMENT=0.
   "add-tasks": Mode(usage: "DIR COUNT") { call in
     call.expect(1...1)
     let count = call.number(0)
     call.runAsync {
       let queue: TaskQueue
+      var configuration = FerryStore.Configuration()
+      configuration.writeAheadSegment =
+        ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] != "0"
       do {
-        queue = try await TaskQueue.open(at: call.directory)
+        queue = try await TaskQueue.open(at: call.directory, configuration: configuration)
       } catch {
         FileHandle.standardError.write(Data("open failed: \(error)\n".utf8))
         exit(3)

@@ -85,10 +85,11 @@ public final class FerryStore: Sendable {
     /// They are also read at open and at the end of every pass. Each reading is O(1).
     public var gaugeInterval: Duration = .seconds(5)
     /// Acknowledge each commit after one flush of a write-ahead segment instead of LMDB's two
-    /// (`EventLog.Configuration.writeAheadSegment`; `Specs/one-sync-commit.md`). Off by
-    /// default; experimental (`@_spi(Experimental) import Ferry`). The store remembers it, and an
-    /// open that shares the store with another process follows what the store does.
-    @_spi(Experimental) public var writeAheadSegment = false
+    /// (`EventLog.Configuration.writeAheadSegment`; `Specs/one-sync-commit.md`). On by default;
+    /// `false` commits with LMDB's two flushes instead (no `ferry-segment` file beside the store).
+    /// The store remembers it: only an open that finds no other process using the store turns it
+    /// on or off, and an open that shares the store follows what the store does.
+    public var writeAheadSegment = true
     /// How long the store's writer thread polls for the next write before it sleeps while one
     /// caller writes alone and without pause (`EventLog.Configuration.writerSpin`: never with
     /// several callers, on a one-processor machine, or while writes come further apart).

@@ -65,7 +65,8 @@ extension EventLog {
     /// one process reporting to one backend keep their series apart only with different ones.
     public var metricsDimensions: [(String, String)] = []
     /// Acknowledge each group commit after one flush of a write-ahead segment instead of LMDB's
-    /// two (data pages, then meta page): `Specs/one-sync-commit.md`. Off by default; experimental.
+    /// two (data pages, then meta page): `Specs/one-sync-commit.md`. On by default; `false` commits
+    /// every group commit with LMDB's own two flushes, as Ferry did before the segment.
     ///
     /// The store remembers it: a store with a segment is format 3, which Ferry before this option
     /// refuses to open. It is turned on or off only by an open that finds no other process using
@@ -73,7 +74,7 @@ extension EventLog {
     /// A store's segment is recovered (its frames replayed) by the next read-write open that is
     /// alone after a crash or power cut; a read-only open that is alone then fails with
     /// ``FerryLogError/needsRecovery(path:)``, unless it asks for ``recoveredCopyIfNeeded``.
-    public var writeAheadSegment: Bool = false
+    public var writeAheadSegment: Bool = true
     /// Read-only only: where the store needs recovery (its writer died with commits only its
     /// write-ahead segment holds, and no other process has it open), copy its data file and
     /// segment into a private directory under the temporary directory, replay the copy there, and

@@ -23,8 +23,11 @@ extension EventLog {
     session.writer?.stop()
     if let segment = session.segment, !session.environment.isClosed {
       // Everything written becomes the checkpoint (the next open then has nothing to replay);
-      // a failure here loses nothing: the frames are still there for the next open.
-      try? segment.checkpointNow(environment: session.environment, core: session.core)
+      // a failure here loses nothing: the frames are still there for the next open. A process
+      // that shared the store and never wrote holds no pin and has nothing of its own to flush.
+      if segment.holdsPin {
+        try? segment.checkpointNow(environment: session.environment, core: session.core)
+      }
       segment.releasePin(session.environment)
     }
     session.segment?.closeFile()

@@ -210,6 +210,11 @@ extension EventLog {
     if case .mark(let mark) = HeadMark.read(in: path), !mark.isCreating, mark.head > reaches {
       throw FerryLogError.lostCommits(path: path, acknowledged: mark.head, found: reaches)
     }
+    // A data file that is the checkpoint's, with no frame after it, is settled as it stands:
+    // nothing to restore, nothing marked. An open refused after this point (a damaged page) must
+    // not leave a mark that makes every later read-only open say "needs recovery" instead of
+    // naming the damage (DirtyFlagTests).
+    if metas == header.metas && scan.records.isEmpty { return RestoredCheckpoint(header: header, scan: scan) }
     // From the first write until this open shares the lock, an open that waited for it must not
     // take the store for settled: if this one dies, the checkpoint may be restored and its frames
     // not yet replayed (StoreOpenLock).

@@ -207,6 +207,20 @@ final class SegmentSession: Sendable {
     }
   }
 
+  /// A process that shares the store checkpoints — and so takes its pin — at the start of its
+  /// first write transaction, whatever writes (a commit, a catch-up, a rebuild, a compaction):
+  /// never before, so that an open or a read never waits for another process's writer lock only
+  /// to checkpoint a store it does not write to.
+  func checkpointAtFirstWrite(environment: Environment, core: StoreCore) {
+    environment.setWriteBegins { [self] txn in
+      guard state.withLock({ $0.pin == nil }) else { return }
+      _ = try checkpoint(environment: txn.environment, txn: txn, committedHead: core.head(txn))
+    }
+  }
+
+  /// Whether this process holds a pin: it has checkpointed, and may have written since.
+  var holdsPin: Bool { state.withLock { $0.pin != nil } }
+
   // MARK: - Commits
 
   /// Where this transaction's frame goes (checkpointing first when this process holds no pin yet
@@ -563,8 +577,9 @@ extension EventLog {
       // A checkpoint, and with it a pin, before this process writes anything unflushed (its own
       // catch-up at open, a rebuild, a compaction — not only frames): the process whose pin keeps
       // the current checkpoint's pages may close or die at any moment, and a pinless write here
-      // would then reuse pages a recovery restores.
-      try session.checkpointNow(environment: environment, core: core)
+      // would then reuse pages a recovery restores. In the first write transaction, not here: an
+      // open must not wait for another process's writer lock when it has nothing to write.
+      session.checkpointAtFirstWrite(environment: environment, core: core)
       return session
     }
     // Alone: a segment half-made by an open that died (or lost power) while creating it is never
@@ -615,16 +630,31 @@ extension EventLog {
     if configuration.writeAheadSegment {
       // Turned on: the format first (flushed, as every commit so far), so that no code that
       // ignores the segment ever writes beside it; then the segment.
-      try environment.write { txn in
-        try txn.put(core.meta, key: MetaKey.format, value: segmentFormatVersion.bigEndianBytes)
+      var raised = false
+      do {
+        try environment.write { txn in
+          try txn.put(core.meta, key: MetaKey.format, value: segmentFormatVersion.bigEndianBytes)
+        }
+        raised = true
+        let session = try environment.write { txn in
+          try SegmentSession.create(
+            environment: environment, txn: txn, core: core, directory: path, storeId: storeId,
+            limits: limits)
+        }
+        try environment.setDeferredSync(true)
+        return session
+      } catch let error where isOutOfSpace(error) {
+        // No room for the segment's preallocated file (a full disk or quota): this open commits
+        // flushed, as a store without the segment does, rather than leave the store unopenable
+        // on a disk the flushed commits still fit; the next open alone tries again.
+        unlink(WriteAheadSegment.path(in: path) + ".new")
+        if raised {
+          try environment.write { txn in
+            try txn.put(core.meta, key: MetaKey.format, value: storeFormatVersion.bigEndianBytes)
+          }
+        }
+        return nil
       }
-      let session = try environment.write { txn in
-        try SegmentSession.create(
-          environment: environment, txn: txn, core: core, directory: path, storeId: storeId,
-          limits: limits)
-      }
-      try environment.setDeferredSync(true)
-      return session
     }
     if storedFormat == segmentFormatVersion {
       // A segment being turned on when its process died: the store never used it.
@@ -633,6 +663,15 @@ extension EventLog {
       }
     }
     return nil
+  }
+
+  /// Whether `error` says the disk, or the user's quota, is full.
+  static func isOutOfSpace(_ error: any Error) -> Bool {
+    switch error {
+    case FerryLogError.diskFull, FerryLogError.quotaExceeded: return true
+    case let error as LMDBError: return error.code == ENOSPC || error.code == EDQUOT
+    default: return false
+    }
   }
 
   /// Puts the records of the frames past the checkpoint back into the log, in transactions of
