@@ -17,9 +17,14 @@ struct Item: Codable, Sendable { var name: String }
 
 /// Every probe's store: the writer never polls for its next job (`writerSpin`), so that what is
 /// counted is the work — under callgrind a poll's loop would add instructions by the microsecond.
+/// The default write path, or flushed commits with `FERRY_WRITE_AHEAD_SEGMENT=0` (for comparing
+/// the two: the baseline is the default's).
 let costConfiguration: FerryStore.Configuration = {
   var configuration = FerryStore.Configuration()
   configuration.writerSpin = .zero
+  if ProcessInfo.processInfo.environment["FERRY_WRITE_AHEAD_SEGMENT"] == "0" {
+    configuration.writeAheadSegment = false
+  }
   return configuration
 }()
 
