@@ -1,5 +1,5 @@
-@_spi(Engine) @_spi(Experimental) import Ferry
 import CFerryFlushCount
+@_spi(Engine) @_spi(Experimental) import Ferry
 import FerryLog
 import Foundation
 import GRDB
