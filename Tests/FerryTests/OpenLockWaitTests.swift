@@ -66,4 +66,40 @@ import Testing
     // The five acknowledged events, and the late one if that open was let in.
     #expect(try settled.head() == (head == nil ? 5 : 6))
   }
+
+  /// A read-only open that shares the lock with another open that has not opened LMDB (a second
+  /// reader copying the store for a recovered copy) must not read a store that needs recovery as
+  /// it stands: a read-write open that comes while it has LMDB open shares the store, and its
+  /// first write checkpoints over the frames.
+  @Test func aReadOnlyOpenBesideACopyingOneNeverReadsAStoreThatNeedsRecovery() async throws {
+    let image = temporaryPath("image")
+    defer { try? FileManager.default.removeItem(atPath: image) }
+    try await powerCutImage(image)
+    let input = Pipe()
+    let holder = try Child(
+      "ferry-test-worker", ["hold-open-lock", image], stdin: input.fileHandleForReading)
+    defer { if holder.process.isRunning { holder.kill() } }
+    _ = try await holder.waitForLine(startingWith: "locked")
+
+    var configuration = EventLog.Configuration(projections: [])
+    configuration.readOnly = true
+    configuration.recoveredCopyIfNeeded = true
+    var reader: EventLog?
+    do {
+      reader = try EventLog.open(at: image, configuration: configuration)
+    } catch let error as FerryLogError {
+      guard case .needsRecovery = error else { throw error }
+    }
+    #expect(try reader.map { try $0.head() } ?? 5 == 5, "the read-only open read the store as it stands")
+    say("go", to: input)
+    _ = try await holder.waitForLine(startingWith: "released")
+    // Another process writes while the reader has the store open.
+    let writer = try Child("ferry-test-worker", ["append", image, "1"])
+    _ = try await writer.waitForLine(startingWith: "ack ")
+    writer.process.waitUntilExit()
+    reader?.close()
+    let settled = try open(image)
+    defer { settled.close() }
+    #expect(try settled.head() == 6, "acknowledged events were lost")
+  }
 }
