@@ -380,8 +380,8 @@ final class StoreOpenLock: Sendable {
   /// A read-only open that asked to keep the lock of a store marked unsettled: it reads a
   /// recovered copy, and holds the lock only while it copies the files.
   let isUnsettled: Bool
-  /// A read-write open that shares the lock only with opens that have not opened LMDB, after
-  /// waiting in vain to be alone: it may follow the store only if it needs no recovery.
+  /// An open that shares the lock only with opens that have not opened LMDB (a read-write one
+  /// after waiting in vain to be alone): it may follow the store only if it needs no recovery.
   let mustFindSettled: Bool
 
   private init(fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false, mustFindSettled: Bool = false) {
@@ -474,8 +474,12 @@ final class StoreOpenLock: Sendable {
         probe.l_whence = Int16(SEEK_SET)
         probe.l_start = 0
         probe.l_len = 0
-        alone =
-          fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
+        let lmdbOpen = lmdbIsOpenElsewhere(directory)
+        alone = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbOpen
+        // Shared only with opens that have not opened LMDB (another reader deciding or copying, a
+        // read-write open waiting to be alone): nobody settled the store, so it is checked as an
+        // alone read-only open checks it — read as it stands, a read-write open would then share it.
+        mustFindSettled = !alone && !lmdbOpen && WriteAheadSegment.exists(in: directory)
       } else if WriteAheadSegment.exists(in: directory), !lmdbIsOpenElsewhere(directory) {
         // Shared only with opens that have not opened LMDB: a read-only open deciding whether the
         // store needs recovery, or copying it to read a recovered copy (`one-sync-commit.md` §5).
