@@ -53,6 +53,20 @@ let environmentModes: [String: Mode] = [
     mdb_env_close(env)
     say("released")
   },
+  // Holds the store's open lock (ferry-open.lock) shared without opening LMDB, as a Ferry open
+  // does between taking it and opening LMDB (or while it copies a store to read a recovered
+  // copy), until a line comes on stdin. Says "locked", then "released".
+  "hold-open-lock": Mode(usage: "DIR") { call in
+    let fd = open(call.directory + "/ferry-open.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+    var request = flock()
+    request.l_type = Int16(F_RDLCK)
+    request.l_whence = Int16(SEEK_SET)
+    guard fd >= 0, fcntl(fd, F_SETLKW, &request) == 0 else { fail("locking ferry-open.lock failed") }
+    say("locked")
+    _ = readLine()
+    close(fd)
+    say("released")
+  },
   // Commits one key ("k" = "v") into the database "unpublished" through an environment opened with
   // MDB_NOLOCK, which never touches lock.mdb: the data file's newest meta page then names a
   // transaction that processes sharing lock.mdb do not see — the state every commit is in from its

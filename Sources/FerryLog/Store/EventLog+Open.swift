@@ -117,6 +117,10 @@ extension EventLog {
     do {
       if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.isAlone {
         restored = try restoreCheckpoint(in: path, readOnly: configuration.readOnly, lock: lock)
+      } else if segmentPresent, !configuration.allowDamage, let lock = openLock, lock.mustFindSettled {
+        // No process has LMDB open, so no pin keeps the checkpoint and its frames are not in
+        // data.mdb for sure: refused as a read-only open would refuse it, never checkpointed over.
+        try restoreCheckpoint(in: path, readOnly: true, lock: lock)
       }
     } catch FerryLogError.needsRecovery(_) where wantsCopy(configuration) {
       // Copied under the lock, so that no read-write open settles or writes the store meanwhile.

@@ -257,14 +257,18 @@ final class GroupCommitWriter: @unchecked Sendable {
       var pending: ClosedRange<UInt64>?
       let started = instruments.measures ? LogInstruments.now() : 0
       var bodyEnded: UInt64 = 0
+      // Whether this commit flushed a frame of the segment: only then is its head durable (a
+      // commit without a frame may follow an unflushed claim's frame, of any process).
+      var flushedFrame = false
       do {
-        let (results, head, _, duplicates, _, written, deferred) = try environment.write { txn in
+        let (results, head, _, duplicates, _, written, _) = try environment.write { txn in
           let begun = try segment?.beginCommit(environment: environment, txn: txn, core: core)
           let outcome = try appendBatch(live, txn)
           if let segment, let begun, let records = outcome.records, !records.isEmpty {
             try segment.writeFrame(
               environment: environment, txn: txn, core: core, begun: begun, first: outcome.first,
               records: records, flush: !outcome.defersFlush)
+            flushedFrame = !outcome.defersFlush
           }
           if outcome.head >= outcome.first {
             pending = outcome.first...outcome.head
@@ -289,9 +293,9 @@ final class GroupCommitWriter: @unchecked Sendable {
           s.duplicatesSkipped += duplicates
           s.largestBatch = max(s.largestBatch, live.count)
         }
-        // An unflushed frame is not durable yet: the mark waits for the next flushed commit, whose
-        // flush of the same file carries this frame with it.
-        if !deferred { onDurable(head) }
+        // An unflushed frame is not durable yet: the mark waits for the next flushed frame, whose
+        // flush of the same file carries this one with it. Without the segment LMDB flushed.
+        if segment == nil || flushedFrame { onDurable(head) }
         instruments.committed(
           events: eventsWritten - duplicates, bytes: batchBytes, calls: live.count, head: head,
           started: started,

@@ -380,12 +380,16 @@ final class StoreOpenLock: Sendable {
   /// A read-only open that asked to keep the lock of a store marked unsettled: it reads a
   /// recovered copy, and holds the lock only while it copies the files.
   let isUnsettled: Bool
+  /// An open that shares the lock only with opens that have not opened LMDB (a read-write one
+  /// after waiting in vain to be alone): it may follow the store only if it needs no recovery.
+  let mustFindSettled: Bool
 
-  private init(fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false) {
+  private init(fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false, mustFindSettled: Bool = false) {
     self.fd = fd
     self.key = key
     self.isAlone = isAlone
     self.isUnsettled = isUnsettled
+    self.mustFindSettled = mustFindSettled
   }
 
   static func identity(of directory: String) -> String? {
@@ -428,6 +432,7 @@ final class StoreOpenLock: Sendable {
       throw FerryLogError.damagedStore(path: directory, reason: "\(fileName) is not a regular file")
     }
     var alone = false
+    var mustFindSettled = false
     let start = ContinuousClock.now
     while true {
       if !readOnly && lock(fd, type: F_WRLCK, wait: false) {
@@ -469,22 +474,27 @@ final class StoreOpenLock: Sendable {
         probe.l_whence = Int16(SEEK_SET)
         probe.l_start = 0
         probe.l_len = 0
-        alone =
-          fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbIsOpenElsewhere(directory)
-      } else if WriteAheadSegment.exists(in: directory), !lmdbIsOpenElsewhere(directory),
-        ContinuousClock.now - start < .seconds(30)
-      {
+        let lmdbOpen = lmdbIsOpenElsewhere(directory)
+        alone = fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == Int16(F_UNLCK) && !lmdbOpen
+        // Shared only with opens that have not opened LMDB (another reader deciding or copying, a
+        // read-write open waiting to be alone): nobody settled the store, so it is checked as an
+        // alone read-only open checks it — read as it stands, a read-write open would then share it.
+        mustFindSettled = !alone && !lmdbOpen && WriteAheadSegment.exists(in: directory)
+      } else if WriteAheadSegment.exists(in: directory), !lmdbIsOpenElsewhere(directory) {
         // Shared only with opens that have not opened LMDB: a read-only open deciding whether the
         // store needs recovery, or copying it to read a recovered copy (`one-sync-commit.md` §5).
         // Followed as it stands, a store that needs recovery would be checkpointed over its frames:
-        // try again to be alone.
-        _ = lock(fd, type: F_UNLCK, wait: false)
-        usleep(UInt32.random(in: 1_000...20_000))
-        continue
+        // try again to be alone; past the wait the open must find the store settled.
+        if ContinuousClock.now - start < .seconds(30) {
+          _ = lock(fd, type: F_UNLCK, wait: false)
+          usleep(UInt32.random(in: 1_000...20_000))
+          continue
+        }
+        mustFindSettled = true
       }
       break
     }
-    let held = StoreOpenLock(fd: fd, key: key, isAlone: alone)
+    let held = StoreOpenLock(fd: fd, key: key, isAlone: alone, mustFindSettled: mustFindSettled)
     // Alone read-write, an open settles the store whatever the dead open that marked it left —
     // also when that one had already removed the segment (turning it off) and this one marks
     // nothing itself: it clears the mark when it shares the lock, or the mark would stay for good.
