@@ -384,7 +384,9 @@ final class StoreOpenLock: Sendable {
   /// after waiting in vain to be alone): it may follow the store only if it needs no recovery.
   let mustFindSettled: Bool
 
-  private init(fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false, mustFindSettled: Bool = false) {
+  private init(
+    fd: Int32, key: String, isAlone: Bool, isUnsettled: Bool = false, mustFindSettled: Bool = false
+  ) {
     self.fd = fd
     self.key = key
     self.isAlone = isAlone
