@@ -111,7 +111,8 @@ extension QueueCommand {
       break
     }
     // Claims alone need no flush of their own: the runs' outcomes are logged by a flushed commit.
-    if runs.isEmpty && !step.claims.isEmpty { context.mayDeferFlush() }
+    // (Expirations are decisions of their own, flushed.)
+    if runs.isEmpty && !step.claims.isEmpty && step.expired.isEmpty { context.mayDeferFlush() }
     return step
   }
 

@@ -136,7 +136,9 @@ public struct LogTail: AsyncSequence, Sendable {
 }
 
 extension EventLog {
-  /// The events after `sequence`, then every new event as it is committed.
+  /// The events after `sequence`, then every new event as it is committed. A runner's claim is
+  /// committed before it is durable (``CommandContext/mayDeferFlush()``): a power cut may take it
+  /// back, and its sequence number is then given out again.
   ///
   /// Give a `pollInterval` to also see appends made by other processes (they cannot wake this one).
   public func tail(
