@@ -95,7 +95,7 @@ extension EventLog {
     /// With the segment on: checkpoint once the commits since the last checkpoint have freed
     /// this many bytes of data-file pages — the pages LMDB cannot reuse before the next one, and
     /// so about the most the data file holds beyond what it would without the segment.
-    public var segmentCheckpointFreedBytes: Int = 4 << 20
+    public var segmentCheckpointFreedBytes: Int = 8 << 20
     /// The id a store created by this open gets (a new one when nil): `ferry salvage` gives the
     /// store it rebuilds the damaged store's id, so the store stays the same store.
     package var storeIdAtCreation: EventID?
