@@ -31,17 +31,25 @@ import Testing
     log.close()
   }
 
+  /// A power-cut image at `image`, and a worker holding its open lock shared without LMDB (as an
+  /// open does before its LMDB open, or a recovered copy's reader while it copies); a line on
+  /// `input` lets it go.
+  func lockedPowerCutImage(_ image: String) async throws -> (holder: Child, input: Pipe) {
+    try await powerCutImage(image)
+    let input = Pipe()
+    let holder = try Child(
+      "ferry-test-worker", ["hold-open-lock", image], stdin: input.fileHandleForReading)
+    _ = try await holder.waitForLine(startingWith: "locked")
+    return (holder, input)
+  }
+
   /// Past the wait the open must not follow the store as it stands: it holds commits only its
   /// segment has, which a shared open's first checkpoint would throw away.
   @Test func anOpenThatWaitedInVainNeverReadsAStoreThatNeedsRecovery() async throws {
     let image = temporaryPath("image")
     defer { try? FileManager.default.removeItem(atPath: image) }
-    try await powerCutImage(image)
-    let input = Pipe()
-    let holder = try Child(
-      "ferry-test-worker", ["hold-open-lock", image], stdin: input.fileHandleForReading)
+    let (holder, input) = try await lockedPowerCutImage(image)
     defer { if holder.process.isRunning { holder.kill() } }
-    _ = try await holder.waitForLine(startingWith: "locked")
 
     let started = ContinuousClock.now
     var head: UInt64?
@@ -74,12 +82,8 @@ import Testing
   @Test func aReadOnlyOpenBesideACopyingOneNeverReadsAStoreThatNeedsRecovery() async throws {
     let image = temporaryPath("image")
     defer { try? FileManager.default.removeItem(atPath: image) }
-    try await powerCutImage(image)
-    let input = Pipe()
-    let holder = try Child(
-      "ferry-test-worker", ["hold-open-lock", image], stdin: input.fileHandleForReading)
+    let (holder, input) = try await lockedPowerCutImage(image)
     defer { if holder.process.isRunning { holder.kill() } }
-    _ = try await holder.waitForLine(startingWith: "locked")
 
     var configuration = EventLog.Configuration(projections: [])
     configuration.readOnly = true
