@@ -106,13 +106,8 @@ extension RecoveredCopyViewTests {
     let fixture = QueueFixture()
     defer { fixture.remove() }
     let acknowledged = try await killedSegmentAdder(fixture.path, adds: 300)
-    let input = Pipe()
-    let opener = try Child(
-      "ferry-test-worker", ["store-rebuild", fixture.path, "1"], stdin: input.fileHandleForReading,
-      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP"])
+    let (opener, input) = try await SegmentStoreCommandTests.openerStoppedInItsFold(fixture.path)
     defer { opener.kill() }
-    try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
-    try #require(isStopped(opener.pid), "the opener did not reach its fold: \(opener.output)")
     withExtendedLifetime(input) { opener.kill() }
     let mark = try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/ferry-open.lock"))
     try #require(mark.first == UInt8(ascii: "1"), "the open lock is not marked unsettled")

@@ -6,6 +6,19 @@ import TestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(20))) struct SegmentStoreCommandTests {
+  /// A worker that opens the store at `path` read-write alone and is stopped (SIGSTOP) after the
+  /// first transaction of its projection fold; its standard input keeps it from going on.
+  static func openerStoppedInItsFold(_ path: String) async throws -> (opener: Child, input: Pipe) {
+    let input = Pipe()
+    let opener = try Child(
+      "ferry-test-worker", ["store-rebuild", path, "1"], stdin: input.fileHandleForReading,
+      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP"])
+    try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
+    if !isStopped(opener.pid) { opener.kill() }
+    try #require(isStopped(opener.pid), "the opener did not reach its fold: \(opener.output)")
+    return (opener, input)
+  }
+
   /// A store with a write-ahead segment: while its writer lives, `ferry recover` only reads (and
   /// leaves the live process alone); once the writer is killed with commits in the segment, reads
   /// are refused ("needs recovery", naming `ferry recover`), `ferry recover` replays them and keeps
@@ -210,13 +223,8 @@ extension SegmentStoreCommandTests {
     // The opener stops itself after the first transaction of its fold (the first `rebuild.chunk`
     // of its life comes after the segment's removal): no race with the fold's speed (it raced a
     // 1 ms poll before, and lost under load when the fold of 500 events ended first).
-    let input = Pipe()
-    let opener = try Child(
-      "ferry-test-worker", ["store-rebuild", fixture.path, "1"], stdin: input.fileHandleForReading,
-      environment: ["FERRY_CRASH_POINT": "rebuild.chunk", "FERRY_CRASH_SIGNAL": "STOP"])
+    let (opener, input) = try await SegmentStoreCommandTests.openerStoppedInItsFold(fixture.path)
     defer { opener.kill() }
-    try await pollUntil { isStopped(opener.pid) || !opener.process.isRunning }
-    try #require(isStopped(opener.pid), "the opener did not reach its fold: \(opener.output)")
     let mark = try Data(contentsOf: URL(fileURLWithPath: fixture.path + "/ferry-open.lock"))
     withExtendedLifetime(input) { opener.kill() }
     try #require(!FileManager.default.fileExists(atPath: segment), "the opener did not remove the segment")
