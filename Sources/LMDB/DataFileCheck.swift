@@ -126,6 +126,14 @@ public struct DataFileCheck: Sendable, Equatable {
   /// transaction, so that no page of it is reused meanwhile). Nil when healthy, or when the meta
   /// page of that transaction is no longer on disk (later commits replaced it: the check is skipped).
   public static func freeListProblem(_ file: String, transaction: UInt64) throws -> String? {
+    try freeListProblem(file, transaction: transaction, parallelAbove: FreeListCheck.parallelWalkPages)
+  }
+
+  /// As above; the named databases' trees are walked on several threads when their records count at
+  /// least `parallelAbove` pages (tests set 0, to take that path with small files).
+  package static func freeListProblem(
+    _ file: String, transaction: UInt64, parallelAbove: UInt64
+  ) throws -> String? {
     let fd = try openDataFile(file)
     defer { close(fd) }
     let check = try read(fd, file: file)
@@ -143,7 +151,7 @@ public struct DataFileCheck: Sendable, Equatable {
     guard length > 0 else {
       return FreeListCheck(
         map: UnsafeRawBufferPointer(start: nil, count: 0), pageSize: pageSize, meta: meta,
-        fileSize: check.fileSize
+        fileSize: check.fileSize, parallelAbove: parallelAbove
       )
       .problem
     }
@@ -153,7 +161,10 @@ public struct DataFileCheck: Sendable, Equatable {
     }
     defer { munmap(address, length) }
     let map = UnsafeRawBufferPointer(start: address, count: length)
-    return FreeListCheck(map: map, pageSize: pageSize, meta: meta, fileSize: check.fileSize).problem
+    return FreeListCheck(
+      map: map, pageSize: pageSize, meta: meta, fileSize: check.fileSize, parallelAbove: parallelAbove
+    )
+    .problem
   }
 
   /// The meta page LMDB would use: the valid one with the larger transaction id.

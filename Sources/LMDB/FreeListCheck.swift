@@ -1,3 +1,6 @@
+import Dispatch
+import Synchronization
+
 #if canImport(Glibc)
   import Glibc
 #elseif canImport(Darwin)
@@ -19,16 +22,21 @@
 /// Cost: the file is mapped once (no read call per page) and pages are tracked in bitmaps (one bit
 /// a page of the file), so the check allocates a few arrays, not one object per page; its time
 /// is that of touching every tree page once (page faults served from the page cache, 64 KiB at a
-/// time on Linux).
+/// time on Linux). The named databases' trees, most of those pages, are walked on two to four
+/// threads when they are large: an open waits for the check, and it is most of an open's time.
 struct FreeListCheck {
   /// What is wrong, when something is.
   var problem: String?
 
-  /// Most pages the walk reads before it stops believing the file.
+  /// Most pages one walk reads before it stops believing the file.
   static let pageLimit = 1 << 22
 
+  /// Named databases of fewer pages than this (as their records count them) are walked on the
+  /// calling thread alone: a second thread costs more than it saves.
+  static let parallelWalkPages: UInt64 = 4096
+
   /// One bit for each page of the file.
-  private struct PageBits {
+  struct PageBits {
     var words: [UInt64]
     init(pages: UInt64) { words = [UInt64](repeating: 0, count: Int((pages + 63) / 64)) }
     /// Sets the bit of `page` (below the count given at init); false when it was set already.
@@ -40,23 +48,42 @@ struct FreeListCheck {
       return old & bit == 0
     }
     func contains(_ page: UInt64) -> Bool { words[Int(page >> 6)] & (UInt64(1) << (page & 63)) != 0 }
+    /// The first page set in both, if any.
+    func firstShared(with other: PageBits) -> UInt64? {
+      for index in 0..<min(words.count, other.words.count) where words[index] & other.words[index] != 0 {
+        return UInt64(index) * 64 + UInt64((words[index] & other.words[index]).trailingZeroBitCount)
+      }
+      return nil
+    }
+    mutating func formUnion(_ other: PageBits) {
+      for index in 0..<min(words.count, other.words.count) { words[index] |= other.words[index] }
+    }
   }
 
-  /// `map` is the data file mapped read-only from byte 0, `fileSize` bytes long.
-  init(map: UnsafeRawBufferPointer, pageSize: Int, meta: DataFileCheck.Meta, fileSize: Int) {
-    let lastPage = meta.lastPage
-    let pagesInFile = UInt64(fileSize / pageSize)
+  /// Walks trees of the mapped file: the pages it met as tree pages (branch, leaf, the free
+  /// database's overflow pages), and the page it is reading.
+  struct Walker {
+    let map: UnsafeRawBufferPointer
+    let pageSize: Int
+    let lastPage: UInt64
+    let pagesInFile: UInt64
+    var live: PageBits
     var reads = 0
-    /// Pages of the free database itself and of the live trees (branch, leaf; not overflow).
-    var live = PageBits(pages: pagesInFile)
-    /// Pages the free database lists: those inside the file, and those past its end.
-    var free = PageBits(pages: pagesInFile)
-    var freePastEnd: Set<UInt64> = []
     /// The page being looked at: a slice of `map`, `pageSize` bytes.
     var current = UnsafeRawBufferPointer(start: nil, count: 0)
 
-    func readPage(_ page: UInt64) -> Bool {
-      guard page < pagesInFile, reads < Self.pageLimit, let base = map.baseAddress else { return false }
+    init(map: UnsafeRawBufferPointer, pageSize: Int, lastPage: UInt64, pagesInFile: UInt64) {
+      self.map = map
+      self.pageSize = pageSize
+      self.lastPage = lastPage
+      self.pagesInFile = pagesInFile
+      live = PageBits(pages: pagesInFile)
+    }
+
+    mutating func readPage(_ page: UInt64) -> Bool {
+      guard page < pagesInFile, reads < FreeListCheck.pageLimit, let base = map.baseAddress else {
+        return false
+      }
       reads += 1
       current = UnsafeRawBufferPointer(start: base + Int(page) * pageSize, count: pageSize)
       return true
@@ -98,7 +125,9 @@ struct FreeListCheck {
 
     /// Walks a tree from `root`: its branch pages are read, their children recorded as live; a leaf
     /// is read only when `readLeaves` says so, and handed to `leaf`.
-    func walk(_ root: UInt64, depth treeDepth: Int, readLeaves: Bool, leaf: (inout Bool) -> Void) -> String? {
+    mutating func walk(
+      _ root: UInt64, depth treeDepth: Int, readLeaves: Bool, leaf: (inout Walker, inout Bool) -> Void
+    ) -> String? {
       guard root != .max else { return nil }
       var stack = [(page: root, depth: 1)]
       while let (page, depth) = stack.popLast() {
@@ -134,28 +163,43 @@ struct FreeListCheck {
         } else if flags & UInt64(PageLayout.leaf) != 0 {
           if readLeaves {
             var failed = false
-            leaf(&failed)
+            leaf(&self, &failed)
             if failed { return "leaf page \(page) is malformed" }
           }
         }
       }
       return nil
     }
+  }
+
+  /// `map` is the data file mapped read-only from byte 0, `fileSize` bytes long; the named
+  /// databases' trees are walked on several threads when their records count `parallelAbove` pages.
+  init(
+    map: UnsafeRawBufferPointer, pageSize: Int, meta: DataFileCheck.Meta, fileSize: Int,
+    parallelAbove: UInt64 = parallelWalkPages
+  ) {
+    let lastPage = meta.lastPage
+    let pagesInFile = UInt64(fileSize / pageSize)
+    /// The free database's pages and the main database's, then every tree's (branch, leaf).
+    var walker = Walker(map: map, pageSize: pageSize, lastPage: lastPage, pagesInFile: pagesInFile)
+    /// Pages the free database lists: those inside the file, and those past its end.
+    var free = PageBits(pages: pagesInFile)
+    var freePastEnd: Set<UInt64> = []
 
     // The free database: leaves hold, per transaction, a list of page numbers (count first).
-    let freeProblem = walk(meta.freeRoot, depth: 0, readLeaves: true) { failed in
-      guard let count = nodeCount(), let base = map.baseAddress else {
+    let freeProblem = walker.walk(meta.freeRoot, depth: 0, readLeaves: true) { w, failed in
+      guard let count = w.nodeCount(), let base = map.baseAddress else {
         failed = true
         return
       }
       for index in 0..<count {
-        let at = node(index)
-        let size = dataSize(at)
-        let nodeFlags = u16(at + PageLayout.nodeFlagsOffset)
-        let data = dataStart(at)
+        let at = w.node(index)
+        let size = w.dataSize(at)
+        let nodeFlags = w.u16(at + PageLayout.nodeFlagsOffset)
+        let data = w.dataStart(at)
         let list: UnsafeRawBufferPointer
         if nodeFlags & UInt64(PageLayout.bigData) != 0 {  // the list is in overflow pages
-          let first = u64(data)
+          let first = w.u64(data)
           let pages = PageLayout.overflowPages(dataSize: size, pageSize: pageSize)
           guard first >= 2, first <= lastPage, first + UInt64(pages) <= pagesInFile, size <= 1 << 28 else {
             failed = true
@@ -163,13 +207,13 @@ struct FreeListCheck {
           }
           list = UnsafeRawBufferPointer(
             start: base + Int(first) * pageSize + PageLayout.pageHeaderSize, count: size)
-          for page in first..<(first + UInt64(pages)) { _ = live.insert(page) }
+          for page in first..<(first + UInt64(pages)) { _ = w.live.insert(page) }
         } else {
           guard data + size <= pageSize else {
             failed = true
             return
           }
-          list = UnsafeRawBufferPointer(rebasing: current[data..<(data + size)])
+          list = UnsafeRawBufferPointer(rebasing: w.current[data..<(data + size)])
         }
         func entry(_ index: Int) -> UInt64 {
           PageLayout.field(UInt64.self, in: list, at: PageLayout.freeListWordSize * index) ?? .max
@@ -199,38 +243,44 @@ struct FreeListCheck {
       return
     }
 
-    // The live trees: the main database names every other database (F_SUBDATA nodes).
-    var roots: [(page: UInt64, depth: Int)] = []
-    if let mainProblem = walk(
+    // The live trees: the main database names every other database (F_SUBDATA nodes), with the
+    // pages its record counts (a weight for sharing the walk out, nothing more).
+    var roots: [(page: UInt64, depth: Int, pages: UInt64)] = []
+    if let mainProblem = walker.walk(
       meta.mainRoot, depth: 0, readLeaves: true,
-      leaf: { failed in
-        guard let count = nodeCount() else {
+      leaf: { w, failed in
+        guard let count = w.nodeCount() else {
           failed = true
           return
         }
         for index in 0..<count {
-          let at = node(index)
-          guard u16(at + PageLayout.nodeFlagsOffset) & UInt64(PageLayout.subData) != 0 else { continue }
-          let data = dataStart(at)
+          let at = w.node(index)
+          guard w.u16(at + PageLayout.nodeFlagsOffset) & UInt64(PageLayout.subData) != 0 else { continue }
+          let data = w.dataStart(at)
           // A named database's md_flags: this wrapper opens every one with none (no DUPSORT).
-          guard u16(data + PageLayout.databaseFlagsOffset) == 0 else {
+          guard w.u16(data + PageLayout.databaseFlagsOffset) == 0 else {
             failed = true
             return
           }
+          let pages =
+            min(w.u64(data + PageLayout.databaseBranchPagesOffset), pagesInFile)
+            + min(w.u64(data + PageLayout.databaseLeafPagesOffset), pagesInFile)
           roots.append(
-            (u64(data + PageLayout.databaseRootOffset), Int(u16(data + PageLayout.databaseDepthOffset))))
+            (
+              w.u64(data + PageLayout.databaseRootOffset), Int(w.u16(data + PageLayout.databaseDepthOffset)),
+              pages
+            ))
         }
       })
     {
       problem = "LMDB's main database is damaged: " + mainProblem
       return
     }
-    for (root, depth) in roots {
-      if let treeProblem = walk(root, depth: depth, readLeaves: false, leaf: { _ in }) {
-        problem = "a database's tree is damaged: " + treeProblem
-        return
-      }
+    if let treeProblem = Self.walkTrees(roots, with: &walker, parallelAbove: parallelAbove) {
+      problem = "a database's tree is damaged: " + treeProblem
+      return
     }
+    let live = walker.live
     // Live pages all lie in the file (the walk refuses others), so only free pages there can clash.
     for index in 0..<live.words.count where live.words[index] & free.words[index] != 0 {
       let page = UInt64(index) * 64 + UInt64((live.words[index] & free.words[index]).trailingZeroBitCount)
@@ -247,5 +297,59 @@ struct FreeListCheck {
       problem =
         "its data file is \(fileSize) bytes but page \(missing) (of the \(lastPage + 1) its newest meta page uses) lies past its end and is not free: the file was truncated"
     }
+  }
+
+  /// Walks the named databases' trees (branch pages and leaf headers) into `walker`'s live pages.
+  /// Large ones are shared out between threads, each with a walker of its own: a page two trees
+  /// name is found when their pages are put together.
+  private static func walkTrees(
+    _ roots: [(page: UInt64, depth: Int, pages: UInt64)], with walker: inout Walker, parallelAbove: UInt64
+  ) -> String? {
+    let total = roots.reduce(UInt64(0)) { $0 &+ $1.pages }
+    guard total >= parallelAbove, roots.count > 1 else {
+      for root in roots {
+        if let problem = walker.walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in }) {
+          return problem
+        }
+      }
+      return nil
+    }
+    // As many shares as processors, two to four; the heaviest tree first, each to the lightest.
+    let count = min(roots.count, 4, max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
+    var split = [[(page: UInt64, depth: Int)]](repeating: [], count: count)
+    var weights = [UInt64](repeating: 0, count: count)
+    for root in roots.sorted(by: { $0.pages > $1.pages }) {
+      let lightest = weights.indices.min { weights[$0] < weights[$1] } ?? 0
+      split[lightest].append((root.page, root.depth))
+      weights[lightest] &+= root.pages
+    }
+    let shares = split
+    let results = Mutex<[Int: (live: PageBits, problem: String?)]>([:])
+    // The map outlives the walk: every thread only reads it.
+    nonisolated(unsafe) let map = walker.map
+    let (pageSize, lastPage, pagesInFile) = (walker.pageSize, walker.lastPage, walker.pagesInFile)
+    DispatchQueue.concurrentPerform(iterations: count) { share in
+      var own = Walker(map: map, pageSize: pageSize, lastPage: lastPage, pagesInFile: pagesInFile)
+      var problem: String?
+      for root in shares[share] {
+        problem = own.walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in })
+        if problem != nil { break }
+      }
+      let outcome = (own.live, problem)
+      results.withLock { $0[share] = outcome }
+    }
+    let walked = results.withLock { $0 }
+    for share in 0..<count {
+      guard let result = walked[share] else { return "a tree walk did not finish" }
+      if let problem = result.problem { return problem }
+    }
+    for share in 0..<count {
+      guard let result = walked[share] else { continue }
+      if let page = walker.live.firstShared(with: result.live) {
+        return "page \(page) is named twice in the trees"
+      }
+      walker.live.formUnion(result.live)
+    }
+    return nil
   }
 }

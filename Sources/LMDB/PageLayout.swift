@@ -75,6 +75,8 @@ package enum PageLayout {
   package static let databasePadOffset = 0
   package static let databaseFlagsOffset = 4
   package static let databaseDepthOffset = 6
+  package static let databaseBranchPagesOffset = 8
+  package static let databaseLeafPagesOffset = 16
   package static let databaseRootOffset = 40
   /// `MDB_INTEGERKEY`: the only flag LMDB stores on the free-page database.
   package static let integerKey: UInt16 = 0x08
