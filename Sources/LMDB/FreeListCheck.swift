@@ -28,9 +28,6 @@ struct FreeListCheck {
   /// What is wrong, when something is.
   var problem: String?
 
-  /// Most pages one walk reads before it stops believing the file.
-  static let pageLimit = 1 << 22
-
   /// Named databases of fewer pages than this (as their records count them) are walked on the
   /// calling thread alone: a second thread costs more than it saves.
   static let parallelWalkPages: UInt64 = 4096
@@ -68,7 +65,6 @@ struct FreeListCheck {
     let lastPage: UInt64
     let pagesInFile: UInt64
     var live: PageBits
-    var reads = 0
     /// The page being looked at: a slice of `map`, `pageSize` bytes.
     var current = UnsafeRawBufferPointer(start: nil, count: 0)
 
@@ -80,11 +76,10 @@ struct FreeListCheck {
       live = PageBits(pages: pagesInFile)
     }
 
+    /// No count of reads bounds a walk: a page is read only once it is marked live, and a page met
+    /// again ends the walk, so one walker reads each page of the file once at most.
     mutating func readPage(_ page: UInt64) -> Bool {
-      guard page < pagesInFile, reads < FreeListCheck.pageLimit, let base = map.baseAddress else {
-        return false
-      }
-      reads += 1
+      guard page < pagesInFile, let base = map.baseAddress else { return false }
       current = UnsafeRawBufferPointer(start: base + Int(page) * pageSize, count: pageSize)
       return true
     }
