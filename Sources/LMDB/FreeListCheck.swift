@@ -28,9 +28,6 @@ struct FreeListCheck {
   /// What is wrong, when something is.
   var problem: String?
 
-  /// Most pages one walk reads before it stops believing the file.
-  static let pageLimit = 1 << 22
-
   /// Named databases of fewer pages than this (as their records count them) are walked on the
   /// calling thread alone: a second thread costs more than it saves.
   static let parallelWalkPages: UInt64 = 4096
@@ -68,7 +65,6 @@ struct FreeListCheck {
     let lastPage: UInt64
     let pagesInFile: UInt64
     var live: PageBits
-    var reads = 0
     /// The page being looked at: a slice of `map`, `pageSize` bytes.
     var current = UnsafeRawBufferPointer(start: nil, count: 0)
 
@@ -80,11 +76,10 @@ struct FreeListCheck {
       live = PageBits(pages: pagesInFile)
     }
 
+    /// No count of reads bounds a walk: a page is read only once it is marked live, and a page met
+    /// again ends the walk, so one walker reads each page of the file once at most.
     mutating func readPage(_ page: UInt64) -> Bool {
-      guard page < pagesInFile, reads < FreeListCheck.pageLimit, let base = map.baseAddress else {
-        return false
-      }
-      reads += 1
+      guard page < pagesInFile, let base = map.baseAddress else { return false }
       current = UnsafeRawBufferPointer(start: base + Int(page) * pageSize, count: pageSize)
       return true
     }
@@ -301,12 +296,12 @@ struct FreeListCheck {
 
   /// Walks the named databases' trees (branch pages and leaf headers) into `walker`'s live pages.
   /// Large ones are shared out between threads, each with a walker of its own: a page two trees
-  /// name is found when their pages are put together.
+  /// name is found when their pages are put together. The problem returned is the one a walk on
+  /// one thread finds.
   private static func walkTrees(
     _ roots: [(page: UInt64, depth: Int, pages: UInt64)], with walker: inout Walker, parallelAbove: UInt64
   ) -> String? {
-    let total = roots.reduce(UInt64(0)) { $0 &+ $1.pages }
-    guard total >= parallelAbove, roots.count > 1 else {
+    func walkInTurn(_ walker: inout Walker) -> String? {
       for root in roots {
         if let problem = walker.walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in }) {
           return problem
@@ -314,6 +309,8 @@ struct FreeListCheck {
       }
       return nil
     }
+    let total = roots.reduce(UInt64(0)) { $0 &+ $1.pages }
+    guard total >= parallelAbove, roots.count > 1 else { return walkInTurn(&walker) }
     // As many shares as processors, two to four; the heaviest tree first, each to the lightest.
     let count = min(roots.count, 4, max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
     var split = [[(page: UInt64, depth: Int)]](repeating: [], count: count)
@@ -339,17 +336,26 @@ struct FreeListCheck {
       results.withLock { $0[share] = outcome }
     }
     let walked = results.withLock { $0 }
+    var merged = walker
+    var problem: String?
     for share in 0..<count {
-      guard let result = walked[share] else { return "a tree walk did not finish" }
-      if let problem = result.problem { return problem }
-    }
-    for share in 0..<count {
-      guard let result = walked[share] else { continue }
-      if let page = walker.live.firstShared(with: result.live) {
-        return "page \(page) is named twice in the trees"
+      guard let result = walked[share] else {
+        problem = "a tree walk did not finish"
+        break
       }
-      walker.live.formUnion(result.live)
+      let shared = merged.live.firstShared(with: result.live)
+      if let found = result.problem ?? shared.map({ "page \($0) is named twice in the trees" }) {
+        problem = found
+        break
+      }
+      merged.live.formUnion(result.live)
     }
-    return nil
+    guard let problem else {
+      walker = merged
+      return nil
+    }
+    // A damaged file is walked again on this thread, so that its damage is named as one thread
+    // names it (the page where two trees meet, the first tree's problem), whatever the processors.
+    return walkInTurn(&walker) ?? problem
   }
 }
