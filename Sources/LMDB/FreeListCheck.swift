@@ -277,8 +277,7 @@ struct FreeListCheck {
     }
     let live = walker.live
     // Live pages all lie in the file (the walk refuses others), so only free pages there can clash.
-    for index in 0..<live.words.count where live.words[index] & free.words[index] != 0 {
-      let page = UInt64(index) * 64 + UInt64((live.words[index] & free.words[index]).trailingZeroBitCount)
+    if let page = live.firstShared(with: free) {
       problem =
         "LMDB's free-page list names page \(page), which a tree still uses: the next write would overwrite it"
       return
