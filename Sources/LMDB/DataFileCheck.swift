@@ -148,21 +148,19 @@ public struct DataFileCheck: Sendable, Equatable {
     // read call per page. Only pages inside the file as measured are ever touched (LMDB never
     // shortens a data file it has open).
     let length = check.fileSize / pageSize * pageSize
-    guard length > 0 else {
-      return FreeListCheck(
-        map: UnsafeRawBufferPointer(start: nil, count: 0), pageSize: pageSize, meta: meta,
-        fileSize: check.fileSize, parallelAbove: parallelAbove
-      )
-      .problem
+    // No whole page (an empty file): nothing to map, and the walk reads nothing.
+    var address: UnsafeMutableRawPointer?
+    if length > 0 {
+      guard let mapped = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), mapped != MAP_FAILED else {
+        let code = errno
+        throw LMDBError(code: code, operation: "mapping \(file) to check its free-page list")
+      }
+      address = mapped
     }
-    guard let address = mmap(nil, length, PROT_READ, MAP_SHARED, fd, 0), address != MAP_FAILED else {
-      let code = errno
-      throw LMDBError(code: code, operation: "mapping \(file) to check its free-page list")
-    }
-    defer { munmap(address, length) }
-    let map = UnsafeRawBufferPointer(start: address, count: length)
+    defer { if let address { munmap(address, length) } }
     return FreeListCheck(
-      map: map, pageSize: pageSize, meta: meta, fileSize: check.fileSize, parallelAbove: parallelAbove
+      map: UnsafeRawBufferPointer(start: address, count: address == nil ? 0 : length), pageSize: pageSize,
+      meta: meta, fileSize: check.fileSize, parallelAbove: parallelAbove
     )
     .problem
   }

@@ -165,6 +165,17 @@ struct FreeListCheck {
       }
       return nil
     }
+
+    /// Walks named databases' trees one after the other, reading their leaves' headers only; the
+    /// first problem found.
+    mutating func walkHeaders(of roots: [(page: UInt64, depth: Int)]) -> String? {
+      for root in roots {
+        if let problem = walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in }) {
+          return problem
+        }
+      }
+      return nil
+    }
   }
 
   /// `map` is the data file mapped read-only from byte 0, `fileSize` bytes long; the named
@@ -300,16 +311,9 @@ struct FreeListCheck {
   private static func walkTrees(
     _ roots: [(page: UInt64, depth: Int, pages: UInt64)], with walker: inout Walker, parallelAbove: UInt64
   ) -> String? {
-    func walkInTurn(_ walker: inout Walker) -> String? {
-      for root in roots {
-        if let problem = walker.walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in }) {
-          return problem
-        }
-      }
-      return nil
-    }
+    let inTurn = roots.map { (page: $0.page, depth: $0.depth) }
     let total = roots.reduce(UInt64(0)) { $0 &+ $1.pages }
-    guard total >= parallelAbove, roots.count > 1 else { return walkInTurn(&walker) }
+    guard total >= parallelAbove, roots.count > 1 else { return walker.walkHeaders(of: inTurn) }
     // As many shares as processors, two to four; the heaviest tree first, each to the lightest.
     let count = min(roots.count, 4, max(2, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN)))))
     var split = [[(page: UInt64, depth: Int)]](repeating: [], count: count)
@@ -326,11 +330,7 @@ struct FreeListCheck {
     let (pageSize, lastPage, pagesInFile) = (walker.pageSize, walker.lastPage, walker.pagesInFile)
     DispatchQueue.concurrentPerform(iterations: count) { share in
       var own = Walker(map: map, pageSize: pageSize, lastPage: lastPage, pagesInFile: pagesInFile)
-      var problem: String?
-      for root in shares[share] {
-        problem = own.walk(root.page, depth: root.depth, readLeaves: false, leaf: { _, _ in })
-        if problem != nil { break }
-      }
+      let problem = own.walkHeaders(of: shares[share])
       let outcome = (own.live, problem)
       results.withLock { $0[share] = outcome }
     }
@@ -355,6 +355,6 @@ struct FreeListCheck {
     }
     // A damaged file is walked again on this thread, so that its damage is named as one thread
     // names it (the page where two trees meet, the first tree's problem), whatever the processors.
-    return walkInTurn(&walker) ?? problem
+    return walker.walkHeaders(of: inTurn) ?? problem
   }
 }
