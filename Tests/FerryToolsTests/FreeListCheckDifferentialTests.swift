@@ -5,12 +5,6 @@ import LMDB
 import TestSupport
 import Testing
 
-#if canImport(Glibc)
-  import Glibc
-#elseif canImport(Darwin)
-  import Darwin
-#endif
-
 /// The free-list check walked on one thread and on several must refuse the same damaged files: a
 /// file one way accepts and the other refuses would make an open's verdict depend on its size and
 /// on the machine's processors. Seeded damages of tree pages (meta pages left alone), each checked
@@ -24,36 +18,9 @@ import Testing
   static let seed: UInt64 = 0xF1EE_C4EC
   static let cases = 300
 
-  /// Writes the trees, then rewrites some records of each so that LMDB's free list names pages;
-  /// returns the data file and its newest transaction.
-  func makeFile(in directory: String) throws -> (file: String, transaction: UInt64) {
-    let env = try Environment.open(path: directory, databases: Self.shapes.map(\.name))
-    for shape in Self.shapes {
-      let db = try env.database(shape.name)
-      try env.write { txn in
-        for i in 0..<shape.records {
-          try txn.put(
-            db, key: Array(String(format: "%@-%06d", shape.name, i).utf8),
-            value: [UInt8](repeating: UInt8(i & 0xFF), count: shape.valueSize))
-        }
-      }
-    }
-    for round in 0..<2 {
-      try env.write { txn in
-        for shape in Self.shapes {
-          let db = try env.database(shape.name)
-          for i in stride(from: round, to: shape.records, by: 97) {
-            try txn.put(
-              db, key: Array(String(format: "%@-%06d", shape.name, i).utf8),
-              value: [UInt8](repeating: 0x5A, count: shape.valueSize / 2))
-          }
-        }
-      }
-    }
-    env.close()
-    let check = try DataFileCheck.read(directory + "/data.mdb")
-    let transaction = try #require(check.metas.compactMap { $0 }.map(\.transaction).max())
-    return (directory + "/data.mdb", transaction)
+  /// The file, its records rewritten every 97th so that LMDB's free list names pages.
+  func makeFile() throws -> FreeListCheckFile {
+    try FreeListCheckFile(shapes: Self.shapes, rewriteEvery: 97)
   }
 
   /// One damage: bytes written over the file at `offset`, and what they replaced.
@@ -72,53 +39,32 @@ import Testing
   /// the trees meet (the merge of two threads' pages alone would find the lowest-numbered page of
   /// the subtree, a leaf, and which trees share a thread depends on the processors).
   @Test func aBranchTwoTreesNameIsRefusedWalkedEitherWay() throws {
-    let scratch = try Scratch()
-    defer { scratch.remove() }
-    let (file, transaction) = try makeFile(in: scratch.path + "/store")
-    let raw = try RawDataFile(path: file)
-    let pageSize = try #require(raw.pageSizeNamedByMetaPage0())
-    let fd = open(file, O_RDWR | O_CLOEXEC)
-    try #require(fd >= 0)
-    defer { close(fd) }
-    var trees: [String: (root: UInt64, branches: [UInt64], leaves: [UInt64])] = [:]
-    for shape in Self.shapes {
-      let tree = try #require(raw.liveTree(named: shape.name, pageSize: pageSize))
-      trees[shape.name] = tree
-    }
+    let fixture = try makeFile()
+    defer { fixture.remove() }
     for from in Self.shapes.map(\.name) {
       for to in Self.shapes.map(\.name) where to != from {
-        let source = try #require(trees[from])
-        guard let target = try #require(trees[to]).branches.dropFirst().first else { continue }
-        let root = try #require(raw.page(source.root, pageSize: pageSize))
-        try #require(root.isBranch)
-        let node = Int(
-          UInt16(root.bytes[PageLayout.pageHeaderSize]) | UInt16(root.bytes[PageLayout.pageHeaderSize + 1])
-            << 8)
-        let offset = Int(source.root) * pageSize + node
-        let original = raw.read(at: offset, count: 4)
-        let fields = withUnsafeBytes(of: UInt32(target).littleEndian) { Array($0) }
-        try #require(fields.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4, off_t(offset)) } == 4)
-        let one = try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: .max)
-        let several = try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: 0)
-        try #require(original.withUnsafeBytes { pwrite(fd, $0.baseAddress, 4, off_t(offset)) } == 4)
-        #expect(one == "a database's tree is damaged: page \(target) is named twice in the trees")
-        #expect(several == one, "\(from) naming \(to)'s branch \(target)")
+        let source = try fixture.tree(from)
+        guard let target = try fixture.tree(to).branches.dropFirst().first else { continue }
+        try #require(try #require(fixture.raw.page(source.root, pageSize: fixture.pageSize)).isBranch)
+        let verdict = try fixture.verdicts(
+          with: FreeListCheckFile.childFields(target), at: try fixture.nodeOffset(page: source.root, index: 0)
+        )
+        #expect(verdict.one == "a database's tree is damaged: page \(target) is named twice in the trees")
+        #expect(verdict.several == verdict.one, "\(from) naming \(to)'s branch \(target)")
       }
     }
   }
 
   @Test func seededDamagesAreRefusedAlikeWalkedEitherWay() throws {
-    let scratch = try Scratch()
-    defer { scratch.remove() }
-    let (file, transaction) = try makeFile(in: scratch.path + "/store")
-    let raw = try RawDataFile(path: file)
-    let pageSize = try #require(raw.pageSizeNamedByMetaPage0())
-    let meta = try #require(DataFileCheck.read(file).newest)
+    let fixture = try makeFile()
+    defer { fixture.remove() }
+    let (raw, pageSize) = (fixture.raw, fixture.pageSize)
+    let meta = try #require(DataFileCheck.read(fixture.file).newest)
 
     var treePages: [UInt64] = []
     var branches: [UInt64] = []
     for shape in Self.shapes {
-      let tree = try #require(raw.liveTree(named: shape.name, pageSize: pageSize))
+      let tree = try fixture.tree(shape.name)
       treePages += tree.branches + tree.leaves
       branches += tree.branches
     }
@@ -130,19 +76,8 @@ import Testing
     let records = main.leafNodes().compactMap(\.inlineData)
     try #require(records.count == Self.shapes.count)
     try #require(meta.freeRoot != .max)
-    let healthy = (
-      try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: .max),
-      try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: 0)
-    )
-    try #require(healthy.0 == nil && healthy.1 == nil, "\(healthy)")
-
-    let fd = open(file, O_RDWR | O_CLOEXEC)
-    try #require(fd >= 0)
-    defer { close(fd) }
-    func write(_ bytes: [UInt8], at offset: Int) throws {
-      let wrote = bytes.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(offset)) }
-      try #require(wrote == bytes.count)
-    }
+    let healthy = try fixture.verdicts()
+    try #require(healthy.one == nil && healthy.several == nil, "\(healthy)")
 
     var random = SeededRandom(seed: Self.seed)
     func below(_ bound: Int) -> Int { Int(random.next() % UInt64(bound)) }
@@ -162,10 +97,9 @@ import Testing
       } else if roll < 70 {  // one byte of the node pointers or of a node's header
         let page = treePages[below(treePages.count)]
         let bytes = try #require(raw.page(page, pageSize: pageSize)).bytes
-        let lower = Int(
-          UInt16(bytes[PageLayout.lowerOffset]) | UInt16(bytes[PageLayout.lowerOffset + 1]) << 8)
+        let lower = Int(u16(bytes, at: PageLayout.lowerOffset))
         let pointer = PageLayout.pageHeaderSize + below(max(1, lower - PageLayout.pageHeaderSize) / 2 + 1) * 2
-        let node = Int(UInt16(bytes[pointer]) | UInt16(bytes[pointer + 1]) << 8)
+        let node = Int(u16(bytes, at: pointer))
         let within =
           below(2) == 0 ? pointer + below(2) : min(node + below(PageLayout.nodeHeaderSize), pageSize - 1)
         damage = Damage(
@@ -173,14 +107,11 @@ import Testing
       } else if roll < 85 {  // a branch's child made to name some other page in use
         let page = branches[below(branches.count)]
         let bytes = try #require(raw.page(page, pageSize: pageSize)).bytes
-        let lower = Int(
-          UInt16(bytes[PageLayout.lowerOffset]) | UInt16(bytes[PageLayout.lowerOffset + 1]) << 8)
-        let pointer = PageLayout.pageHeaderSize + below((lower - PageLayout.pageHeaderSize) / 2) * 2
-        let node = Int(UInt16(bytes[pointer]) | UInt16(bytes[pointer + 1]) << 8)
+        let lower = Int(u16(bytes, at: PageLayout.lowerOffset))
+        let node = try fixture.nodeOffset(page: page, index: below((lower - PageLayout.pageHeaderSize) / 2))
         let target = UInt64(2 + below(Int(meta.lastPage) - 1))
-        // The child's number: low and high halves, then the flags field's top bits (zero here).
-        let fields = withUnsafeBytes(of: UInt32(target).littleEndian) { Array($0) }
-        damage = Damage(kind: "branch child", page: page, offset: Int(page) * pageSize + node, bytes: fields)
+        damage = Damage(
+          kind: "branch child", page: page, offset: node, bytes: FreeListCheckFile.childFields(target))
       } else if roll < 95 {  // one byte of a tree's record in the main database
         let record = records[below(records.count)]
         let offset = Int(meta.mainRoot) * pageSize + record.lowerBound + below(record.count)
@@ -190,11 +121,7 @@ import Testing
         damage = Damage(
           kind: "free-list byte", page: meta.freeRoot, offset: offset, bytes: [UInt8(below(256))])
       }
-      let original = raw.read(at: damage.offset, count: damage.bytes.count)
-      try write(damage.bytes, at: damage.offset)
-      let one = try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: .max)
-      let several = try DataFileCheck.freeListProblem(file, transaction: transaction, parallelAbove: 0)
-      try write(original, at: damage.offset)
+      let (one, several) = try fixture.verdicts(with: damage.bytes, at: damage.offset)
       // The same words, not only both refused: a damaged file walked on several threads is named
       // by the walk on one.
       #expect(
